@@ -1,0 +1,132 @@
+"""Turn a Hydra/OmegaConf tree (or a plain dict) into the typed schema, naming the exact key when something is off."""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, Union
+
+from app.config.schema import TrainerRunConfig
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong. The message names the dotted key, the value and what was expected."""
+
+
+def to_container(cfg: Any) -> dict:
+    """A resolved plain dict from an OmegaConf node, a dataclass or a dict."""
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf ships with hydra-core
+        DictConfig = ()
+    if DictConfig and isinstance(cfg, DictConfig):
+        try:
+            return OmegaConf.to_container(cfg, resolve=True)
+        except Exception as exc:  # an interpolation that points nowhere
+            raise ConfigError(f"config interpolation failed: {exc}") from exc
+    return dict(cfg)
+
+
+def load_config(cfg: Any) -> TrainerRunConfig:
+    """Build and validate the root config. Raises ConfigError before any Ray worker starts."""
+    from app.config.validate import validate
+
+    run = _build(TrainerRunConfig, to_container(cfg), "")
+    validate(run)
+    return run
+
+
+def _build(cls: type, data: Any, path: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping of keys, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = path or "the top level"
+        raise ConfigError(
+            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(_join(path, k) for k in unknown)} "
+            f"under {where}; known keys: {', '.join(sorted(fields))}"
+        )
+    kwargs = {name: _coerce(hints[name], value, _join(path, name)) for name, value in data.items()}
+    return cls(**kwargs)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{path}: {value!r} is not a valid {_describe(tp)}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{path}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+        return value
+    if origin is list:
+        (item_tp,) = typing.get_args(tp) or (Any,)
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+        return [_coerce(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return value
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads `3e-6` as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    return value
+
+
+def _describe(tp: Any) -> str:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    names = []
+    for a in args:
+        if typing.get_origin(a) is Literal:
+            names.append(" | ".join(map(repr, typing.get_args(a))))
+        else:
+            names.append(getattr(a, "__name__", str(a)))
+    return " or ".join(names) + (" or null" if type(None) in typing.get_args(tp) else "")

@@ -1,0 +1,264 @@
+"""The typed configuration schema: every hyperparameter, its default and its meaning, under verl's key names.
+
+The YAML in `configs/` sets values; this module is the single documented source of what each key means.
+Keys that verl has and we do not use are rejected rather than ignored, so a typo never silently does nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Union
+
+StrList = Union[str, list[str]]
+
+
+# ---------------------------------------------------------------- data
+@dataclass
+class DataConfig:
+    train_files: StrList = ""  # parquet / JSONL file(s) or a `save_to_disk` folder
+    val_files: StrList = ""
+    prompt_key: str = "prompt"  # a list of chat messages, or a plain string wrapped as one user message
+    ground_truth_key: str = "reward_model.ground_truth"  # dotted path into nested columns
+    reward_fn_key: str = "data_source"  # picks the rule reward for each row
+    system_prompt: Optional[str] = None  # prepended as a system message when the row has none
+    max_prompt_length: int = 512  # tokens, after the chat template
+    max_response_length: int = 512  # tokens generated per sample
+    train_batch_size: int = 1024  # prompts per step (each sampled rollout.n times)
+    val_batch_size: Optional[int] = None  # None: the whole validation set in one batch
+    filter_overlong_prompts: bool = False  # drop prompts over max_prompt_length (and report how many)
+    truncation: Literal["error", "left", "right", "middle"] = "error"
+    shuffle: bool = True
+    seed: int = 1
+    val_max_samples: Optional[int] = None  # cap on validation prompts (None: all)
+    train_max_samples: Optional[int] = None  # cap on training prompts (None: all)
+
+
+# ---------------------------------------------------------------- model
+@dataclass
+class ModelConfig:
+    path: str = ""  # local Hugging Face folder (see `python -m app.import_model`)
+    lora_rank: int = 0  # 0: full fine-tuning
+    lora_alpha: int = 16
+    target_modules: StrList = "all-linear"
+    exclude_modules: Optional[str] = None  # regex over module names
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = True  # pack valid tokens; no compute on padding
+    trust_remote_code: bool = False
+
+
+# ---------------------------------------------------------------- optimiser and FSDP
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    lr_warmup_steps: int = -1  # -1: use lr_warmup_steps_ratio
+    lr_warmup_steps_ratio: float = 0.0
+    warmup_style: Literal["constant", "cosine"] = "constant"  # schedule after warm-up
+    min_lr_ratio: float = 0.0  # cosine floor, as a fraction of lr
+    total_training_steps: int = -1  # filled in by the trainer from the data size
+
+
+@dataclass
+class MixedPrecisionConfig:
+    param_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"  # compute dtype
+    reduce_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"  # gradient reduction dtype
+    buffer_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"
+
+
+@dataclass
+class FSDPConfig:
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    model_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"  # master weights; the optimiser steps these
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+
+
+@dataclass
+class PolicyLossSection:
+    loss_mode: str = "vanilla"  # a name in algos.policy_loss.POLICY_LOSSES, or `module:function`
+
+
+# ---------------------------------------------------------------- actor / reference
+@dataclass
+class ActorConfig:
+    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
+    ppo_mini_batch_size: int = 256  # prompts per optimiser step (times rollout.n samples)
+    ppo_micro_batch_size_per_gpu: Optional[int] = None  # samples per forward/backward; None: whole mini-batch
+    use_dynamic_bsz: bool = False  # micro-batches by token budget instead of sample count
+    ppo_max_token_len_per_gpu: int = 16384
+    grad_clip: float = 1.0
+    clip_ratio: float = 0.2
+    clip_ratio_low: Optional[float] = None  # None: clip_ratio
+    clip_ratio_high: Optional[float] = None  # None: clip_ratio
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False  # KL to the reference in the loss (GRPO) rather than in the reward
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    logits_chunk_size: int = 1024  # tokens per chunk when turning logits into log-probs/entropy
+    policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class RefConfig:
+    log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+# ---------------------------------------------------------------- rollout
+@dataclass
+class ValKwargs:
+    """Sampling for validation: greedy by default, as in verl."""
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = -1
+    n: int = 1
+    do_sample: bool = False
+
+
+@dataclass
+class RolloutConfig:
+    name: Literal["vllm", "hf"] = "vllm"  # hf: transformers.generate, for machines without vLLM
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    gpu_memory_utilization: float = 0.5
+    tensor_model_parallel_size: int = 1
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    enforce_eager: bool = True
+    free_cache_engine: bool = True  # colocated GPU placement: sleep while the trainer runs
+    enable_chunked_prefill: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1: off
+    n: int = 1  # samples per prompt
+    response_length: Optional[int] = None  # None: data.max_response_length
+    prompt_length: Optional[int] = None  # None: data.max_prompt_length
+    ignore_eos: bool = False
+    do_sample: bool = True
+    val_kwargs: ValKwargs = field(default_factory=ValKwargs)
+    replicas: int = 1  # Serve replicas (data-parallel rollout)
+    cpu_kv_cache_gib: float = 1.0  # KV cache on the vLLM CPU backend
+    cpus_per_replica: float = 1.0  # Ray CPU resources held by each replica
+    omp_threads: Optional[int] = None  # vLLM CPU threads per replica; None: cpus_per_replica
+    http_host: str = "127.0.0.1"  # OpenAI-compatible /v1/chat/completions for people
+    http_port: int = 8000
+    log_prob_micro_batch_size_per_gpu: Optional[int] = None
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+
+# ---------------------------------------------------------------- critic
+@dataclass
+class CriticModelConfig:
+    path: Optional[str] = None  # None: the actor's model path
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = True
+    trust_remote_code: bool = False
+
+
+@dataclass
+class CriticConfig:
+    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    ppo_mini_batch_size: Optional[int] = None  # None: actor's
+    ppo_micro_batch_size_per_gpu: Optional[int] = None
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 32768
+    ppo_epochs: Optional[int] = None  # None: actor's
+    cliprange_value: float = 0.5
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    grad_clip: float = 1.0
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+# ---------------------------------------------------------------- rewards
+@dataclass
+class RewardModelPathConfig:
+    path: Optional[str] = None
+    input_tokenizer: Optional[str] = None  # None: the policy's tokenizer
+    trust_remote_code: bool = False
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = False  # score with AutoModelForSequenceClassification as well as / instead of rules
+    model: RewardModelPathConfig = field(default_factory=RewardModelPathConfig)
+    micro_batch_size_per_gpu: int = 8
+    max_length: Optional[int] = None
+    num_workers: int = 2  # processes that run rule/custom rewards
+    timeout_s: float = 10.0  # per sample; a hung reward never hangs the run
+    on_error: Literal["raise", "zero"] = "raise"  # a failing reward: stop naming the sample, or score 0 and count it
+
+
+@dataclass
+class CustomRewardConfig:
+    path: Optional[str] = None  # a .py file defining the function
+    name: str = "compute_score"  # compute_score(data_source, solution_str, ground_truth, extra_info)
+
+
+# ---------------------------------------------------------------- algorithm
+@dataclass
+class KLCtrlConfig:
+    type: Literal["fixed", "adaptive"] = "fixed"
+    kl_coef: float = 0.001
+    horizon: int = 10000
+    target_kl: float = 0.1
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = "gae"  # a name in algos.advantages.ADV_ESTIMATORS, or `module:function`
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True  # false: Dr. GRPO
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"  # estimator for the in-reward KL
+    kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
+
+
+# ---------------------------------------------------------------- trainer
+@dataclass
+class TrainerConfig:
+    project_name: str = "rayrl"
+    experiment_name: str = "run"
+    total_epochs: int = 1
+    total_training_steps: Optional[int] = None  # None: epochs × batches per epoch
+    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # console, jsonl, tensorboard, mlflow
+    nnodes: int = 1
+    n_gpus_per_node: int = 0  # 0: CPU training
+    num_workers: int = 2  # Ray Train workers (FSDP ranks)
+    cpus_per_worker: float = 1.0
+    placement: Literal["split", "colocated"] = "split"  # colocated: GPU only, vLLM sleeps during updates
+    save_freq: int = -1  # steps; -1: never (the final export still happens)
+    test_freq: int = -1  # steps; -1: only at the end
+    val_before_train: bool = True
+    critic_warmup: int = 0  # steps of critic-only updates
+    resume_mode: str = "auto"  # auto | disable | <checkpoint path>
+    default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
+    max_ckpt_to_keep: Optional[int] = None  # None: keep all
+    seed: int = 1
+    ray_address: Optional[str] = None  # None: a running cluster if there is one, else a local one
+
+
+@dataclass
+class TrainerRunConfig:
+    """The root: `python -m app.train` turns the Hydra config into this before anything starts."""
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardConfig = field(default_factory=CustomRewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -1,0 +1,162 @@
+"""Cross-key checks of the typed config, run before Ray starts. Each message names the keys and their values."""
+from __future__ import annotations
+
+from app.config.loader import ConfigError
+from app.config.schema import TrainerRunConfig
+
+# Estimators whose baseline is the other samples of the same prompt: one sample per prompt has no baseline.
+_GROUP_ESTIMATORS = {"grpo", "rloo", "opo", "reinforce_plus_plus_baseline"}
+
+
+def validate(cfg: TrainerRunConfig) -> None:
+    """Fill derived defaults in place and raise ConfigError on the first inconsistency."""
+    _fill_derived(cfg)
+    _check_required(cfg)
+    _check_batch_sizes(cfg)
+    _check_algorithm(cfg)
+    _check_ranges(cfg)
+
+
+def _fill_derived(cfg: TrainerRunConfig) -> None:
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.response_length is None:
+        rollout.response_length = cfg.data.max_response_length
+    if rollout.prompt_length is None:
+        rollout.prompt_length = cfg.data.max_prompt_length
+    critic = cfg.critic
+    if critic.model.path is None:
+        critic.model.path = cfg.actor_rollout_ref.model.path
+    if critic.ppo_mini_batch_size is None:
+        critic.ppo_mini_batch_size = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+    if critic.ppo_epochs is None:
+        critic.ppo_epochs = cfg.actor_rollout_ref.actor.ppo_epochs
+
+
+def _check_required(cfg: TrainerRunConfig) -> None:
+    if not cfg.data.train_files:
+        raise ConfigError("data.train_files is empty: give a parquet/JSONL file, a list of them, or a dataset folder")
+    if not cfg.actor_rollout_ref.model.path:
+        raise ConfigError(
+            "actor_rollout_ref.model.path is empty: give a local Hugging Face folder "
+            "(python -m app.import_model --source ... --output DIR makes one)"
+        )
+    if cfg.reward_model.enable and not cfg.reward_model.model.path:
+        raise ConfigError("reward_model.enable=true needs reward_model.model.path")
+
+
+def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
+    data, actor = cfg.data, cfg.actor_rollout_ref.actor
+    n = cfg.actor_rollout_ref.rollout.n
+    workers = cfg.trainer.num_workers
+    _positive("data.train_batch_size", data.train_batch_size)
+    _positive("actor_rollout_ref.rollout.n", n)
+    _positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size)
+    _positive("trainer.num_workers", workers)
+    if data.train_batch_size % actor.ppo_mini_batch_size:
+        raise ConfigError(
+            f"data.train_batch_size={data.train_batch_size} is not a multiple of "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} "
+            "(both count prompts; each step makes train_batch_size/ppo_mini_batch_size optimiser steps per epoch)"
+        )
+    samples_per_minibatch = actor.ppo_mini_batch_size * n
+    if samples_per_minibatch % workers:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} × "
+            f"actor_rollout_ref.rollout.n={n} = {samples_per_minibatch} samples per mini-batch "
+            f"do not split evenly over trainer.num_workers={workers}"
+        )
+    micro = actor.ppo_micro_batch_size_per_gpu
+    if micro is not None and not actor.use_dynamic_bsz:
+        _positive("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", micro)
+        per_worker = samples_per_minibatch // workers
+        if per_worker % micro:
+            raise ConfigError(
+                f"each worker gets {per_worker} samples per mini-batch "
+                f"(ppo_mini_batch_size={actor.ppo_mini_batch_size} × rollout.n={n} / trainer.num_workers={workers}), "
+                f"which actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} does not divide"
+            )
+    if cfg.algorithm.adv_estimator == "gae":
+        critic_mb = cfg.critic.ppo_mini_batch_size
+        if data.train_batch_size % critic_mb:
+            raise ConfigError(
+                f"data.train_batch_size={data.train_batch_size} is not a multiple of critic.ppo_mini_batch_size={critic_mb}"
+            )
+    max_tokens = data.max_prompt_length + cfg.actor_rollout_ref.rollout.response_length
+    if actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu < max_tokens:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={actor.ppo_max_token_len_per_gpu} is smaller than one "
+            f"sequence (data.max_prompt_length + rollout.response_length = {max_tokens})"
+        )
+
+
+def _check_algorithm(cfg: TrainerRunConfig) -> None:
+    from algos.advantages import ADV_ESTIMATORS
+    from algos.kl_controller import make_kl_controller
+    from algos.policy_loss import POLICY_LOSSES
+
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    for registry, key, name in (
+        (ADV_ESTIMATORS, "algorithm.adv_estimator", algo.adv_estimator),
+        (POLICY_LOSSES, "actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode),
+    ):
+        try:
+            registry.get(name)
+        except (ValueError, ImportError, AttributeError) as exc:
+            raise ConfigError(f"{key}={name!r}: {exc}") from exc
+    n = cfg.actor_rollout_ref.rollout.n
+    if algo.adv_estimator in _GROUP_ESTIMATORS and n < 2:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator!r} compares the samples of one prompt, "
+            f"so actor_rollout_ref.rollout.n must be at least 2 (got {n})"
+        )
+    from algos.kl import KL_KINDS
+
+    if actor.use_kl_loss and actor.kl_loss_type not in KL_KINDS:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.kl_loss_type={actor.kl_loss_type!r} is not one of {', '.join(sorted(KL_KINDS))}"
+        )
+    if algo.use_kl_in_reward and algo.kl_penalty not in KL_KINDS:
+        raise ConfigError(f"algorithm.kl_penalty={algo.kl_penalty!r} is not one of {', '.join(sorted(KL_KINDS))}")
+    try:
+        make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if cfg.trainer.placement == "colocated" and cfg.trainer.n_gpus_per_node == 0:
+        raise ConfigError(
+            "trainer.placement=colocated needs GPUs (trainer.n_gpus_per_node > 0): on CPU the rollout and the "
+            "trainer run on separate resources; use trainer.placement=split"
+        )
+    mode = cfg.trainer.resume_mode
+    if mode not in ("auto", "disable") and not mode:
+        raise ConfigError("trainer.resume_mode must be auto, disable or a checkpoint path")
+
+
+def _check_ranges(cfg: TrainerRunConfig) -> None:
+    rollout, actor, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.model
+    if rollout.temperature < 0:
+        raise ConfigError(f"actor_rollout_ref.rollout.temperature={rollout.temperature} must be >= 0")
+    if not 0 < rollout.top_p <= 1:
+        raise ConfigError(f"actor_rollout_ref.rollout.top_p={rollout.top_p} must be in (0, 1]")
+    _positive("actor_rollout_ref.rollout.response_length", rollout.response_length)
+    _positive("data.max_prompt_length", cfg.data.max_prompt_length)
+    if model.lora_rank < 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora_rank={model.lora_rank} must be >= 0 (0 = full fine-tuning)")
+    if model.lora_rank and model.lora_alpha <= 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora_alpha={model.lora_alpha} must be > 0")
+    if actor.optim.lr <= 0:
+        raise ConfigError(f"actor_rollout_ref.actor.optim.lr={actor.optim.lr} must be > 0")
+    for key, value in (("clip_ratio", actor.clip_ratio), ("clip_ratio_low", actor.clip_ratio_low),
+                       ("clip_ratio_high", actor.clip_ratio_high)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"actor_rollout_ref.actor.{key}={value} must be > 0")
+    if actor.clip_ratio_c <= 1:
+        raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound)")
+    if not 0 <= cfg.algorithm.lam <= 1 or not 0 <= cfg.algorithm.gamma <= 1:
+        raise ConfigError(
+            f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1]"
+        )
+
+
+def _positive(key: str, value: int | None) -> None:
+    if value is None or value <= 0:
+        raise ConfigError(f"{key}={value} must be a positive integer")

@@ -1,0 +1,97 @@
+"""The schema loader: wrong keys and values are named, derived defaults are filled."""
+import pytest
+
+from app.config import ConfigError, load_config
+
+BASE = {
+    "data": {"train_files": "train.parquet", "train_batch_size": 8},
+    "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}, "rollout": {"n": 4}},
+    "algorithm": {"adv_estimator": "grpo"},
+    "trainer": {"num_workers": 2},
+}
+
+
+def with_(**overrides):
+    """BASE with dotted-key overrides, e.g. with_(**{"data.seed": 3})."""
+    import copy
+
+    cfg = copy.deepcopy(BASE)
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return cfg
+
+
+def test_valid_config_fills_derived_defaults():
+    cfg = load_config(with_(**{"data.max_response_length": 64}))
+    # response_length follows data.max_response_length unless set, as in verl's interpolation
+    assert cfg.actor_rollout_ref.rollout.response_length == 64
+    assert cfg.critic.model.path == "/models/x"
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6
+
+
+def test_unknown_key_is_named_with_its_path():
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.lr\b.*known keys: .*optim"):
+        load_config(with_(**{"actor_rollout_ref.actor.lr": 1e-5}))
+
+
+def test_wrong_type_names_key_and_value():
+    with pytest.raises(ConfigError, match=r"data\.train_batch_size: expected an integer, got 'eight'"):
+        load_config(with_(**{"data.train_batch_size": "eight"}))
+
+
+def test_literal_lists_the_allowed_values():
+    with pytest.raises(ConfigError, match=r"data\.truncation: 'chop' is not one of 'error', 'left', 'right', 'middle'"):
+        load_config(with_(**{"data.truncation": "chop"}))
+
+
+def test_float_given_as_yaml_string_is_accepted():
+    # YAML 1.1 parses `3e-6` (no dot) as a string; users write it that way all the time
+    cfg = load_config(with_(**{"actor_rollout_ref.actor.optim.lr": "3e-6"}))
+    assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(3e-6, rel=0, abs=0)
+
+
+def test_minibatch_that_does_not_divide_names_both_keys():
+    with pytest.raises(ConfigError, match=r"data\.train_batch_size=8 .*ppo_mini_batch_size=3"):
+        load_config(with_(**{"actor_rollout_ref.actor.ppo_mini_batch_size": 3}))
+
+
+def test_samples_per_minibatch_must_split_over_workers():
+    # 1 prompt × n=3 samples = 3 samples cannot be shared by 2 workers
+    with pytest.raises(ConfigError, match=r"= 3 samples per mini-batch .*trainer\.num_workers=2"):
+        load_config(with_(**{"actor_rollout_ref.actor.ppo_mini_batch_size": 1, "actor_rollout_ref.rollout.n": 3,
+                             "data.train_batch_size": 2}))
+
+
+def test_micro_batch_must_divide_per_worker_share():
+    # 4 prompts × 4 samples / 2 workers = 8 samples per worker; 3 does not divide 8
+    with pytest.raises(ConfigError, match=r"each worker gets 8 samples .*ppo_micro_batch_size_per_gpu=3"):
+        load_config(with_(**{"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3}))
+
+
+def test_group_estimator_needs_several_samples():
+    with pytest.raises(ConfigError, match=r"adv_estimator='grpo'.*rollout\.n must be at least 2 \(got 1\)"):
+        load_config(with_(**{"actor_rollout_ref.rollout.n": 1}))
+
+
+def test_unknown_estimator_lists_known_ones():
+    with pytest.raises(ConfigError, match=r"algorithm\.adv_estimator='grpoo'.*grpo"):
+        load_config(with_(**{"algorithm.adv_estimator": "grpoo"}))
+
+
+def test_unknown_kl_type_is_named():
+    with pytest.raises(ConfigError, match=r"kl_loss_type='k9'"):
+        load_config(with_(**{"actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_type": "k9"}))
+
+
+def test_colocated_needs_gpus():
+    with pytest.raises(ConfigError, match=r"trainer\.placement=colocated needs GPUs"):
+        load_config(with_(**{"trainer.placement": "colocated"}))
+
+
+def test_missing_model_path_says_how_to_make_one():
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.path is empty.*app\.import_model"):
+        load_config(with_(**{"actor_rollout_ref.model.path": ""}))

