@@ -30,8 +30,12 @@ endif
 test: setup
 	$(VPY) -m pytest -q tests
 
+# The embedded default: import SmolLM2, prepare the arithmetic task, train, plot. Each step reuses earlier output.
 run: setup
-	$(VPY) -m app.run_default
+	$(VPY) -m app.import_model --source smollm2-135m-instruct --output models/smollm2-135m-instruct
+	$(VPY) -m app.prepare arithmetic --output data/arithmetic
+	$(VPY) -m app.train --config-name quickstart
+	$(VPY) -m app.plot outputs/quickstart --output outputs/quickstart/reward_curve.png
 
 bench: setup
 	$(VPY) bench/step.py

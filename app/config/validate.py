@@ -109,7 +109,7 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
             f"algorithm.adv_estimator={algo.adv_estimator!r} compares the samples of one prompt, "
             f"so actor_rollout_ref.rollout.n must be at least 2 (got {n})"
         )
-    from algos.kl import KL_KINDS
+    from algos.kl import LOG_PROB_KL_KINDS as KL_KINDS  # `full` needs logits, which the loss never keeps
 
     if actor.use_kl_loss and actor.kl_loss_type not in KL_KINDS:
         raise ConfigError(

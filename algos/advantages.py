@@ -1,0 +1,276 @@
+"""Advantage estimators, selected by ``algorithm.adv_estimator``.
+
+Every estimator takes ``token_level_rewards`` and ``response_mask`` of shape ``(batch, response_len)`` plus whatever
+else it needs, and returns ``(advantages, returns)``, both ``(batch, response_len)`` and exactly 0 outside
+``response_mask``. Values at masked positions (padding, or tool/observation tokens inside a multi-turn response) are
+never read: a masked token neither contributes reward nor advances a recursion.
+
+Outcome estimators (grpo, rloo, opo, reinforce_plus_plus_baseline) reduce each response to one score, the sum of its
+kept token rewards, and compare responses of the same prompt. Responses are grouped by ``index``: one hashable per
+row (the prompt uid), e.g. a list of strings or a numpy object array.
+
+Names and defaults follow verl's ``algorithm.*`` keys: ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``.
+All functions run without autograd; advantages are targets, not part of the graph.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Sequence
+
+import torch
+
+from algos.masked import masked_fill_zero, masked_whiten
+from algos.registry import Registry, call_with_supported_kwargs
+
+ADV_ESTIMATORS = Registry("algorithm.adv_estimator")
+
+
+def _check_2d(name: str, tensor: torch.Tensor, like: torch.Tensor | None = None) -> None:
+    if tensor.dim() != 2:
+        raise ValueError(f"{name} must be (batch, response_len), got shape {tuple(tensor.shape)}")
+    if like is not None and tensor.shape != like.shape:
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)} but response_mask has {tuple(like.shape)}")
+
+
+def _group_ids(index: Sequence[Hashable], batch: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """Map each row's prompt uid to a dense group id. Returns ``(ids (batch,) int64, number_of_groups)``."""
+    if isinstance(index, torch.Tensor):
+        # 0-d tensors hash by identity, so each row would become its own group; compare their values instead.
+        index = index.tolist()
+    if len(index) != batch:
+        raise ValueError(f"index has {len(index)} entries but the batch has {batch} rows; give one prompt uid per row")
+    dense: dict[Hashable, int] = {}
+    ids = [dense.setdefault(uid, len(dense)) for uid in index]
+    return torch.tensor(ids, dtype=torch.long, device=device), len(dense)
+
+
+def _sequence_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """One outcome score per response: the sum of its kept token rewards, (batch,)."""
+    return masked_fill_zero(token_level_rewards, response_mask).sum(dim=-1)
+
+
+class _GroupStats:
+    """Per-group count, mean and unbiased std of per-row scores.
+
+    Scores are first shifted by the score of each group's first member. The shift cancels in every statistic but
+    makes a group of identical scores give deviations that are exactly 0 (a plain mean of e.g. three 0.1s is off by
+    an ulp, which a 1e-6 std epsilon would blow up into a visible advantage).
+    """
+
+    def __init__(self, scores: torch.Tensor, index: Sequence[Hashable]) -> None:
+        batch = scores.shape[0]
+        self.ids, n_groups = _group_ids(index, batch, scores.device)
+        first_row = torch.full((n_groups,), batch, dtype=torch.long, device=scores.device)
+        first_row = first_row.scatter_reduce(0, self.ids, torch.arange(batch, device=scores.device), reduce="amin")
+        # Score minus the score of the group's first member, (batch,).
+        self.shifted = shifted = scores - scores[first_row][self.ids]
+        zeros = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
+        self.count = torch.bincount(self.ids, minlength=n_groups).to(scores.dtype)
+        shifted_mean = zeros.index_add(0, self.ids, shifted) / self.count
+        # Deviation of each row from its group mean, (batch,).
+        self.deviation = shifted - shifted_mean[self.ids]
+        sq = zeros.index_add(0, self.ids, self.deviation**2)
+        self.std = torch.sqrt(sq / (self.count - 1).clamp(min=1))
+        self.row_count = self.count[self.ids]
+        self.singleton = self.row_count == 1
+
+
+def _broadcast(per_row: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Put one value per row on every kept token of that row."""
+    return masked_fill_zero(per_row.unsqueeze(-1).expand_as(response_mask).to(per_row.dtype), response_mask)
+
+
+@ADV_ESTIMATORS.register("gae")
+@torch.no_grad()
+def gae(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised Advantage Estimation (PPO with a critic).
+
+    Backwards over tokens: ``delta_t = r_t + gamma * V_next - V_t``, ``A_t = delta_t + gamma * lam * A_next``, where
+    "next" is the next *kept* token: masked tokens leave ``V_next`` and ``A_next`` untouched. After the last kept token
+    ``V_next = A_next = 0``. ``returns = A + V`` (the critic's target) uses the raw advantages; the returned advantages
+    are whitened over all kept tokens of the batch, as verl does.
+
+    Shapes: all inputs ``(batch, response_len)``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    _check_2d("values", values, response_mask)
+    keep = response_mask.bool()
+    rewards = masked_fill_zero(token_level_rewards, keep)
+    vals = masked_fill_zero(values, keep).to(rewards.dtype)
+    batch, length = rewards.shape
+    next_value = torch.zeros(batch, dtype=rewards.dtype, device=rewards.device)
+    next_adv = torch.zeros_like(next_value)
+    raw_adv = torch.zeros_like(rewards)
+    for t in range(length - 1, -1, -1):
+        delta = rewards[:, t] + gamma * next_value - vals[:, t]
+        adv_t = delta + gamma * lam * next_adv
+        kept = keep[:, t]
+        next_adv = torch.where(kept, adv_t, next_adv)
+        next_value = torch.where(kept, vals[:, t], next_value)
+        raw_adv[:, t] = next_adv
+    raw_adv = masked_fill_zero(raw_adv, keep)
+    returns = masked_fill_zero(raw_adv + vals, keep)
+    return masked_whiten(raw_adv, keep), returns
+
+
+@ADV_ESTIMATORS.register("grpo")
+@torch.no_grad()
+def grpo(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO outcome advantage: ``(score - group_mean) / (group_std + epsilon)`` on every kept token.
+
+    ``norm_adv_by_std_in_grpo=False`` drops the std division (Dr. GRPO). The std is the unbiased sample std. A prompt
+    with a single response uses mean 0 and std 1, so its advantage is its own score (as in verl).
+    Returns ``(advantages, advantages)``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    stats = _GroupStats(scores, index)
+    centred = torch.where(stats.singleton, scores, stats.deviation)
+    if norm_adv_by_std_in_grpo:
+        std = torch.where(stats.singleton, torch.ones_like(scores), stats.std[stats.ids])
+        centred = centred / (std + epsilon)
+    adv = _broadcast(centred, response_mask)
+    return adv, adv
+
+
+@ADV_ESTIMATORS.register("rloo")
+@torch.no_grad()
+def rloo(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE Leave-One-Out: ``score_i - mean of the other responses' scores`` in the group.
+
+    Equal to ``n / (n - 1) * (score_i - group_mean)``. A single-response group has no baseline: advantage = score.
+    Returns ``(advantages, advantages)``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    stats = _GroupStats(scores, index)
+    n = stats.row_count
+    loo = stats.deviation * n / (n - 1).clamp(min=1)
+    adv = _broadcast(torch.where(stats.singleton, scores, loo), response_mask)
+    return adv, adv
+
+
+@ADV_ESTIMATORS.register("opo")
+@torch.no_grad()
+def opo(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """On-Policy Optimal baseline: ``score_i - sum_j(len_j * score_j) / sum_j(len_j)`` over the group.
+
+    ``len`` is the number of kept response tokens. A single-response group uses baseline 0.
+    Returns ``(advantages, advantages)``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    stats = _GroupStats(scores, index)
+    lengths = response_mask.bool().sum(dim=-1).to(scores.dtype)
+    n_groups = stats.count.shape[0]
+    zeros = torch.zeros(n_groups, dtype=scores.dtype, device=scores.device)
+    # Baseline in shifted coordinates (see _GroupStats), so identical scores give exactly 0.
+    weighted = zeros.index_add(0, stats.ids, lengths * stats.shifted)
+    total_len = zeros.index_add(0, stats.ids, lengths)
+    centred = stats.shifted - (weighted / total_len.clamp(min=1))[stats.ids]
+    adv = _broadcast(torch.where(stats.singleton, scores, centred), response_mask)
+    return adv, adv
+
+
+def _discounted_returns(rewards: torch.Tensor, keep: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``G_t = r_t + gamma * G_next`` over kept tokens; masked tokens pass the running return through unchanged."""
+    running = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)
+    returns = torch.zeros_like(rewards)
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        running = torch.where(keep[:, t], rewards[:, t] + gamma * running, running)
+        returns[:, t] = running
+    return masked_fill_zero(returns, keep)
+
+
+@ADV_ESTIMATORS.register("reinforce_plus_plus")
+@torch.no_grad()
+def reinforce_plus_plus(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: gamma-discounted reward-to-go per token, whitened over all kept tokens of the batch.
+
+    Returns ``(whitened returns, raw returns)``. Unlike verl, which resets the running return at every masked token, a
+    masked span inside a response is skipped; for ordinary right padding the two agree.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    keep = response_mask.bool()
+    returns = _discounted_returns(masked_fill_zero(token_level_rewards, keep), keep, gamma)
+    return masked_whiten(returns, keep), returns
+
+
+@ADV_ESTIMATORS.register("reinforce_plus_plus_baseline")
+@torch.no_grad()
+def reinforce_plus_plus_baseline(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group baseline: ``score - group_mean`` on every kept token, then whitened over all kept
+    tokens of the batch. A single-response group uses mean 0. Returns ``(advantages, advantages)``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    stats = _GroupStats(scores, index)
+    centred = torch.where(stats.singleton, scores, stats.deviation)
+    adv = masked_whiten(_broadcast(centred, response_mask), response_mask)
+    return adv, adv
+
+
+@ADV_ESTIMATORS.register("remax")
+@torch.no_grad()
+def remax(
+    token_level_rewards: torch.Tensor,
+    reward_baselines: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax: undiscounted reward-to-go minus a per-response baseline (the reward of the greedy response).
+
+    ``reward_baselines``: ``(batch,)``. Returns ``(reward_to_go - baseline, reward_to_go)``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    if reward_baselines.shape != response_mask.shape[:1]:
+        raise ValueError(
+            f"reward_baselines must be (batch,)=({response_mask.shape[0]},), got {tuple(reward_baselines.shape)}"
+        )
+    keep = response_mask.bool()
+    returns = _discounted_returns(masked_fill_zero(token_level_rewards, keep), keep, 1.0)
+    adv = masked_fill_zero(returns - reward_baselines.to(returns.dtype).unsqueeze(-1), keep)
+    return adv, returns
+
+
+def compute_advantages(name: str, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the estimator named ``name`` (or ``"module:function"``) with the inputs it accepts.
+
+    Pass everything you have (``token_level_rewards``, ``response_mask``, ``values``, ``index``, ``gamma``, ``lam``,
+    ``norm_adv_by_std_in_grpo``, ``reward_baselines``, ...); each estimator takes only what it declares.
+    """
+    return call_with_supported_kwargs(ADV_ESTIMATORS.get(name), **inputs)

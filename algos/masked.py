@@ -1,0 +1,57 @@
+"""Reductions over the kept entries of a tensor.
+
+Masks keep where they are 1/True (``response_mask``: 1 = a real response token). Values at dropped positions are
+never read arithmetically (``torch.where`` rather than multiplication), so padding holding garbage, even inf/NaN,
+cannot leak into a result.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_fill_zero(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``values`` where ``mask`` keeps, exactly 0 elsewhere. Same shape as ``values``."""
+    return torch.where(mask.bool(), values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of kept entries, over all entries (``dim=None``) or along ``dim``."""
+    kept = masked_fill_zero(values, mask)
+    return kept.sum() if dim is None else kept.sum(dim=dim)
+
+
+def masked_count(mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Number of kept entries (int64)."""
+    m = mask.bool()
+    return m.sum() if dim is None else m.sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of kept entries; 0 where nothing is kept (instead of NaN)."""
+    count = masked_count(mask, dim).clamp(min=1).to(values.dtype)
+    return masked_sum(values, mask, dim) / count
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of all kept entries (scalar). Unbiased (n-1) by default; with a single kept entry it is 0."""
+    count = masked_count(mask)
+    mean = masked_mean(values, mask)
+    sq = masked_sum((values - mean) ** 2, mask)
+    denom = (count - 1) if unbiased else count
+    return sq / denom.clamp(min=1).to(values.dtype)
+
+
+def masked_whiten(
+    values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
+) -> torch.Tensor:
+    """Normalise kept entries to zero mean and unit (unbiased) variance over the whole tensor; 0 where dropped.
+
+    With ``shift_mean=False`` the mean is added back (only the scale changes).
+    """
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return masked_fill_zero(whitened, mask)

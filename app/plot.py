@@ -1,0 +1,82 @@
+"""`python -m app.plot RUN_DIR [--output PNG]`: training curves of one run, or one curve per trial of a sweep.
+
+RUN_DIR is a run's `trainer.default_local_dir` (it holds `metrics.jsonl`) or a sweep folder whose sub-folders do.
+Panels: reward (train and validation), KL, entropy, response length and step time.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app.trainer.tracking import read_metrics
+
+PANELS = [
+    ("reward", [("critic/score/mean", "train"), ("val-core/reward/mean", "validation")]),
+    ("KL to reference", [("actor/kl_loss", "kl loss"), ("actor/reward_kl_penalty", "kl in reward")]),
+    ("entropy", [("actor/entropy", "entropy")]),
+    ("response length", [("response_length/mean", "mean tokens")]),
+    ("step time (s)", [("timing_s/step", "step")]),
+]
+
+
+def find_runs(root: Path) -> dict[str, Path]:
+    """{label: metrics.jsonl} for a run folder or for every run under a sweep folder."""
+    if (root / "metrics.jsonl").is_file():
+        return {root.name: root / "metrics.jsonl"}
+    runs = {str(p.parent.relative_to(root)): p for p in sorted(root.rglob("metrics.jsonl"))}
+    if not runs:
+        raise FileNotFoundError(f"{root}: no metrics.jsonl in it or below it (is it a run's trainer.default_local_dir?)")
+    return runs
+
+
+def plot_runs(root: Path, output: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {label: read_metrics(path) for label, path in find_runs(root).items()}
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
+    for ax, (title, series) in zip(axes, PANELS):
+        drawn = False
+        for label, rows in runs.items():
+            for key, name in series:
+                points = [(r["step"], r[key]) for r in rows if key in r]
+                if not points:
+                    continue
+                xs, ys = zip(*points)
+                legend = name if len(runs) == 1 else f"{label} {name}"
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=legend)
+                drawn = True
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if drawn:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+    fig.suptitle(str(root), fontsize=9)
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=110)
+    plt.close(fig)
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.plot", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--output", type=Path, default=None, help="PNG path (default: RUN_DIR/curves.png)")
+    args = parser.parse_args(argv)
+    try:
+        out = plot_runs(args.run_dir, args.output or args.run_dir / "curves.png")
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Prompts plus their sampled responses → one training batch (verl's tensor names).
+
+Row layout: the prompt left-padded to the longest prompt `P`, then the response right-padded to the longest response
+`R`, so every response starts at column `P`. Rows are prompt-major: the `n` samples of prompt `i` are rows
+`i*n .. i*n+n-1`, and they share the prompt's `uid` (the group GRPO-style estimators normalise over).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from app.batch import TensorBatch
+
+
+@dataclass
+class RolloutGroup:
+    """Everything the loop keeps about the samples of one step on one rank, beside the tensors."""
+
+    batch: TensorBatch
+    uid: list[str]
+    data_source: list[str]
+    ground_truth: list[Any]
+    extra_info: list[dict[str, Any]]
+    finish_reason: list[str]
+    policy_version: int
+    extras: dict[str, list[Any]] = field(default_factory=dict)
+
+
+def build_rollout_batch(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
+                        rollout_log_probs: Sequence[Sequence[float]], pad_token_id: int) -> TensorBatch:
+    """Tensors for rows of (prompt, response) token ids.
+
+    Returns a TensorBatch with
+        input_ids, attention_mask, position_ids: `(rows, P + R)`; attention_mask 1 = real token (keep);
+        responses, response_mask, rollout_log_probs: `(rows, R)`; response_mask 1 = real response token (keep).
+    An empty response gets one masked pad column so shapes stay valid; it contributes nothing to any loss.
+    """
+    if not (len(prompt_ids) == len(response_ids) == len(rollout_log_probs)):
+        raise ValueError(
+            f"build_rollout_batch: {len(prompt_ids)} prompts, {len(response_ids)} responses and "
+            f"{len(rollout_log_probs)} log-prob rows must match"
+        )
+    rows = len(prompt_ids)
+    p_len = max(len(p) for p in prompt_ids)
+    r_len = max(1, max(len(r) for r in response_ids))
+    input_ids = torch.full((rows, p_len + r_len), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((rows, p_len + r_len), dtype=torch.long)
+    logp = torch.zeros((rows, r_len), dtype=torch.float32)
+    for i, (prompt, response, lps) in enumerate(zip(prompt_ids, response_ids, rollout_log_probs)):
+        if len(lps) != len(response):
+            raise ValueError(f"row {i}: {len(response)} response tokens but {len(lps)} rollout log-probs")
+        input_ids[i, p_len - len(prompt):p_len] = torch.as_tensor(prompt, dtype=torch.long)
+        attention_mask[i, p_len - len(prompt):p_len] = 1
+        if response:
+            input_ids[i, p_len:p_len + len(response)] = torch.as_tensor(response, dtype=torch.long)
+            attention_mask[i, p_len:p_len + len(response)] = 1
+            logp[i, :len(response)] = torch.as_tensor(lps, dtype=torch.float32)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    return TensorBatch({
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "responses": input_ids[:, p_len:].clone(),
+        "response_mask": attention_mask[:, p_len:].clone(),
+        "rollout_log_probs": logp,
+    })
+
+
+def repeat_per_sample(values: Sequence[Any], n: int) -> list[Any]:
+    """Prompt-level values repeated for the `n` samples of each prompt, prompt-major."""
+    return [v for v in values for _ in range(n)]
+
+
+def response_lengths(batch: TensorBatch) -> torch.Tensor:
+    """`(rows,)` number of real response tokens per row."""
+    return batch["response_mask"].sum(dim=1)

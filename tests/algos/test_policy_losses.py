@@ -1,0 +1,153 @@
+"""Policy losses: hand-computed clip behaviour, gradient direction, metrics, and config handling."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from algos.aggregation import LOSS_AGG_MODES, loss_normalizer
+from algos.policy_loss import POLICY_LOSSES, PolicyLossConfig, gspo, reinforce, resolve_loss_agg_mode, vanilla
+
+HYP = settings(max_examples=30, deadline=None)
+
+
+def test_vanilla_hand_computed_clip_and_dual_clip():
+    ratios = torch.tensor([[1.5, 0.5, 0.5, 5.0]])
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+    old = torch.zeros(1, 4)
+    log_prob = ratios.log().requires_grad_()
+    loss, m = vanilla(old, log_prob, adv, torch.ones(1, 4), loss_agg_mode="token-mean", config=PolicyLossConfig())
+    # Per token, max(-A r, -A clip(r, 0.8, 1.2)), then for A<0 min(., 3 * -A):
+    #   A=+1 r=1.5: max(-1.5, -1.2) = -1.2 (clipped)      A=+1 r=0.5: max(-0.5, -0.8) = -0.5
+    #   A=-1 r=0.5: max(0.5, 0.8) = 0.8 (clipped)         A=-1 r=5.0: max(5, 1.2) = 5 -> dual clip min(5, 3) = 3
+    assert loss.item() == pytest.approx((-1.2 - 0.5 + 0.8 + 3.0) / 4, rel=1e-6)
+    assert m["pg_clipfrac"].item() == 0.5  # tokens 0 and 2
+    assert m["pg_clipfrac_lower"].item() == 0.25  # token 3
+    assert m["ppo_kl"].item() == pytest.approx(-math.log(1.5 * 0.5 * 0.5 * 5.0) / 4, rel=1e-6)
+    loss.backward()
+    # Only the unclipped token has a gradient: d(-A r)/d log r = -A r = -0.5, / 4 tokens.
+    assert torch.allclose(log_prob.grad, torch.tensor([[0.0, -0.125, 0.0, 0.0]]))
+    assert all(not v.requires_grad for v in m.values())
+
+
+def test_vanilla_asymmetric_clip_uses_clip_ratio_high():
+    log_prob = torch.tensor([[math.log(1.25)]], requires_grad=True)
+    args = (torch.zeros(1, 1), log_prob, torch.ones(1, 1), torch.ones(1, 1))
+    # Symmetric 0.2: ratio 1.25 > 1.2 is clipped, no gradient.
+    loss, _ = vanilla(*args, config=PolicyLossConfig(clip_ratio=0.2))
+    assert torch.autograd.grad(loss, log_prob)[0].item() == 0.0
+    # clip_ratio_high 0.28 (DAPO clip-higher): 1.25 < 1.28 is inside, gradient -A r = -1.25.
+    loss, m = vanilla(*args, config=PolicyLossConfig(clip_ratio=0.2, clip_ratio_high=0.28))
+    assert torch.autograd.grad(loss, log_prob)[0].item() == pytest.approx(-1.25)
+    assert m["pg_clipfrac"].item() == 0.0
+
+
+def test_gspo_hand_computed_sequence_ratio_token_gradient():
+    log_prob = torch.tensor([[0.1, 0.3, 9.0]], requires_grad=True)  # last token is padding
+    mask = torch.tensor([[1, 1, 0]])
+    adv = torch.tensor([[1.0, 1.0, 1.0]])
+    loss, m = gspo(torch.zeros(1, 3), log_prob, adv, mask, config=PolicyLossConfig(clip_ratio=0.5))
+    # Sequence ratio = exp(mean(0.1, 0.3)) = exp(0.2) on every kept token, inside [0.5, 1.5]:
+    # seq-mean-token-mean of -A s = -exp(0.2). d/dlogp_t = -A s / 2 tokens for each kept token.
+    s = math.exp(0.2)
+    assert loss.item() == pytest.approx(-s, rel=1e-6)
+    loss.backward()
+    assert torch.allclose(log_prob.grad, torch.tensor([[-s / 2, -s / 2, 0.0]]))
+    assert m["pg_clipfrac"].item() == 0.0 and m["ppo_kl"].item() == pytest.approx(-0.2)
+
+
+def test_gspo_clips_on_the_sequence_ratio():
+    # GSPO's tiny clip range (3e-4 / 4e-4 in the paper): a sequence ratio of exp(0.2) is clipped on all tokens even
+    # though the first token's own ratio exp(0.1) is also out of range - the decision is per sequence.
+    log_prob = torch.tensor([[0.1, 0.3]], requires_grad=True)
+    cfg = PolicyLossConfig(clip_ratio_low=3e-4, clip_ratio_high=4e-4)
+    loss, m = gspo(torch.zeros(1, 2), log_prob, torch.ones(1, 2), torch.ones(1, 2), config=cfg)
+    assert loss.item() == pytest.approx(-(1 + 4e-4), rel=1e-6)
+    assert m["pg_clipfrac"].item() == 1.0
+    assert torch.autograd.grad(loss, log_prob)[0].abs().sum().item() == 0.0
+
+
+def test_reinforce_hand_computed():
+    log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, m = reinforce(torch.tensor([[-1.5, -2.0]]), log_prob, torch.tensor([[2.0, -1.0]]), torch.ones(1, 2))
+    # mean(-A * logp) = mean(2, -2) = 0; gradient -A / 2 = [-1, 0.5]; ppo_kl = mean(old - new) = mean(-0.5, 0).
+    assert loss.item() == 0.0 and m["ppo_kl"].item() == -0.25
+    loss.backward()
+    assert log_prob.grad.tolist() == [[-1.0, 0.5]]
+
+
+@pytest.mark.parametrize("loss_mode", POLICY_LOSSES.names())
+@pytest.mark.parametrize("agg", LOSS_AGG_MODES)
+@HYP
+@given(
+    adv=st.lists(st.floats(-3, 3).filter(lambda a: abs(a) > 1e-3), min_size=1, max_size=5),
+    logp=st.floats(-5, -0.01),
+)
+def test_gradient_raises_log_prob_of_positive_advantage(loss_mode, agg, adv, logp):
+    # On-policy (old == new), every loss must push log-prob up where A > 0 and down where A < 0.
+    n = len(adv)
+    log_prob = torch.full((1, n), logp, dtype=torch.float64, requires_grad=True)
+    advantages = torch.tensor([adv], dtype=torch.float64)
+    loss, _ = POLICY_LOSSES.get(loss_mode)(
+        log_prob.detach(), log_prob, advantages, torch.ones(1, n), loss_agg_mode=agg, config=PolicyLossConfig()
+    )
+    (grad,) = torch.autograd.grad(loss, log_prob)
+    # Gradient descent moves log_prob by -grad, so -grad must have the sign of A.
+    assert torch.equal(torch.sign(-grad), torch.sign(advantages))
+
+
+@pytest.mark.parametrize("loss_mode", POLICY_LOSSES.names())
+def test_padding_with_garbage_does_not_change_loss_or_gradient(loss_mode):
+    torch.manual_seed(1)
+    old, new, adv = torch.randn(3, 4) * 0.1 - 1, torch.randn(3, 4) * 0.1 - 1, torch.randn(3, 4)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    fn = POLICY_LOSSES.get(loss_mode)
+    x = new.clone().requires_grad_()
+    loss, metrics = fn(old, x, adv, mask)
+    (g,) = torch.autograd.grad(loss, x)
+    pad = lambda t, v: torch.cat([t, torch.full((3, 2), v)], dim=1)  # noqa: E731
+    xp = pad(new, 30.0).requires_grad_()
+    loss_p, metrics_p = fn(pad(old, -50.0), xp, pad(adv, 1e4), pad(mask, 0))
+    (gp,) = torch.autograd.grad(loss_p, xp)
+    assert torch.allclose(loss_p, loss, atol=1e-6) and torch.allclose(gp[:, :4], g, atol=1e-7)
+    assert not gp[:, 4:].any()
+    for k in metrics:
+        assert torch.allclose(metrics_p[k], metrics[k], atol=1e-6), k
+
+
+@pytest.mark.parametrize("loss_mode", POLICY_LOSSES.names())
+def test_micro_batches_with_global_normalizer_match_whole_batch(loss_mode):
+    torch.manual_seed(2)
+    old = torch.randn(6, 5, dtype=torch.float64) * 0.2 - 1
+    new = (old + 0.1 * torch.randn(6, 5, dtype=torch.float64)).requires_grad_()
+    adv = torch.randn(6, 5, dtype=torch.float64)
+    mask = (torch.arange(5)[None] < torch.tensor([5, 1, 3, 0, 2, 4])[:, None]).double()
+    fn = POLICY_LOSSES.get(loss_mode)
+    agg = resolve_loss_agg_mode(loss_mode, "token-mean")
+    (g_whole,) = torch.autograd.grad(fn(old, new, adv, mask, loss_agg_mode=agg)[0], new)
+    n = loss_normalizer(mask, agg)
+    parts = [
+        fn(old[s], new[s], adv[s], mask[s], loss_agg_mode=agg, normalizer=n)[0] for s in (slice(0, 1), slice(1, 6))
+    ]
+    (g_split,) = torch.autograd.grad(sum(parts), new)
+    assert torch.allclose(g_split, g_whole, rtol=1e-12, atol=1e-12)
+
+
+def test_resolve_loss_agg_mode_follows_verl_for_gspo():
+    assert resolve_loss_agg_mode("gspo", "token-mean") == "seq-mean-token-mean"
+    assert resolve_loss_agg_mode("vanilla", "seq-mean-token-sum") == "seq-mean-token-sum"
+
+
+def test_policy_loss_config_defaults_and_validation():
+    cfg = PolicyLossConfig(clip_ratio=0.3, clip_ratio_high=0.4)
+    assert (cfg.low, cfg.high, cfg.clip_ratio_c) == (0.3, 0.4, 3.0)
+    with pytest.raises(ValueError, match="clip_ratio_c must be > 1"):
+        PolicyLossConfig(clip_ratio_c=1.0)
+    with pytest.raises(ValueError, match="actor.clip_ratio_low must be >= 0"):
+        PolicyLossConfig(clip_ratio_low=-0.1)
+    from_cfg = PolicyLossConfig.from_mapping({"clip_ratio": 0.1, "clip_ratio_low": None, "ppo_epochs": 2})
+    assert from_cfg == PolicyLossConfig(clip_ratio=0.1)
+    with pytest.raises(Exception):
+        cfg.clip_ratio = 0.5  # frozen

@@ -1,0 +1,30 @@
+"""`python -m app.plot` draws a run's curves and a sweep's trials, and names a folder without metrics."""
+import json
+
+from app.plot import find_runs, main
+
+
+def write_run(folder, rewards):
+    folder.mkdir(parents=True)
+    with (folder / "metrics.jsonl").open("w") as f:
+        for step, r in enumerate(rewards, start=1):
+            f.write(json.dumps({"step": step, "critic/score/mean": r, "timing_s/step": 1.5}) + "\n")
+
+
+def test_run_folder_gives_a_png(tmp_path):
+    write_run(tmp_path / "run", [0.1, 0.3, 0.6])
+    assert main([str(tmp_path / "run")]) == 0
+    png = (tmp_path / "run" / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000  # a real picture, not an empty canvas
+
+
+def test_sweep_folder_has_one_run_per_trial(tmp_path):
+    write_run(tmp_path / "sweep" / "trial_a", [0.1])
+    write_run(tmp_path / "sweep" / "trial_b", [0.2])
+    assert sorted(find_runs(tmp_path / "sweep")) == ["trial_a", "trial_b"]
+
+
+def test_folder_without_metrics_is_named(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 2
+    assert "empty: no metrics.jsonl" in capsys.readouterr().err

@@ -1,0 +1,46 @@
+"""Checkpoint folders: atomic publish, pruning, and finding the newest complete one."""
+import pytest
+
+from app.trainer import checkpoints as ck
+
+
+def stage(root, step, payload="w"):
+    staging = ck.staging_dir(root, step, "run")
+    staging.mkdir(parents=True)
+    (staging / "actor.bin").write_text(payload)
+    return staging
+
+
+def test_publish_renames_and_records_latest(tmp_path):
+    final = ck.publish(tmp_path, stage(tmp_path, 3), 3, {"global_step": 3}, max_to_keep=None)
+    assert final == tmp_path / "global_step_3"
+    assert (tmp_path / ck.LATEST_FILE).read_text() == "3"
+    assert ck.read_state(final) == {"global_step": 3}
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_incomplete_staging_is_never_resumed(tmp_path):
+    ck.publish(tmp_path, stage(tmp_path, 1), 1, {"global_step": 1}, None)
+    stage(tmp_path, 2)  # a crash mid-write leaves only the staging folder
+    assert ck.find_resume_dir(tmp_path, "auto") == tmp_path / "global_step_1"
+
+
+def test_max_to_keep_prunes_oldest(tmp_path):
+    for step in (1, 2, 3):
+        ck.publish(tmp_path, stage(tmp_path, step), step, {"global_step": step}, max_to_keep=2)
+    assert [s for s, _ in ck.list_checkpoints(tmp_path)] == [2, 3]
+
+
+def test_republishing_a_step_replaces_it_whole(tmp_path):
+    ck.publish(tmp_path, stage(tmp_path, 1, "old"), 1, {"global_step": 1}, None)
+    ck.publish(tmp_path, stage(tmp_path, 1, "new"), 1, {"global_step": 1}, None)
+    assert (tmp_path / "global_step_1" / "actor.bin").read_text() == "new"
+
+
+def test_resume_modes(tmp_path):
+    assert ck.find_resume_dir(tmp_path, "auto") is None  # nothing yet: start fresh
+    ck.publish(tmp_path, stage(tmp_path, 5), 5, {"global_step": 5}, None)
+    assert ck.find_resume_dir(tmp_path, "disable") is None
+    assert ck.find_resume_dir(tmp_path, str(tmp_path / "global_step_5")) == tmp_path / "global_step_5"
+    with pytest.raises(ck.CheckpointError, match=r"nowhere.*is not a complete checkpoint.*global_step_5"):
+        ck.find_resume_dir(tmp_path, str(tmp_path / "nowhere"))
