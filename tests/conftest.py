@@ -25,7 +25,7 @@ def smollm2_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(smollm2_dir: Path) -> Path:
     """A tiny random Llama (2 layers, hidden 64) with SmolLM2's tokenizer and chat template; fp32 safetensors."""
-    return build_tiny_model(smollm2_dir, CACHE / "tiny-llama")
+    return build_tiny_model(smollm2_dir, CACHE / "tiny-llama-hd32")
 
 
 def build_tiny_model(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
@@ -40,8 +40,9 @@ def build_tiny_model(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        # head_dim 32: the smallest head size vLLM's CPU attention kernels support
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,

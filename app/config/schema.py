@@ -6,7 +6,7 @@ Keys that verl has and we do not use are rejected rather than ignored, so a typo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 StrList = Union[str, list[str]]
 
@@ -206,6 +206,7 @@ class RewardModelConfig:
 class CustomRewardConfig:
     path: Optional[str] = None  # a .py file defining the function
     name: str = "compute_score"  # compute_score(data_source, solution_str, ground_truth, extra_info)
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for every call
 
 
 # ---------------------------------------------------------------- algorithm
@@ -249,6 +250,7 @@ class TrainerConfig:
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     max_ckpt_to_keep: Optional[int] = None  # None: keep all
     seed: int = 1
+    rollout_data_dir: Optional[str] = None  # if set: <dir>/<step>.jsonl with every sample's prompt, response, score
     ray_address: Optional[str] = None  # None: a running cluster if there is one, else a local one
 
 

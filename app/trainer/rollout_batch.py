@@ -20,9 +20,11 @@ class RolloutGroup:
 
     batch: TensorBatch
     uid: list[str]
+    dataset_index: list[int]  # position of each sample's prompt in the training dataset
     data_source: list[str]
     ground_truth: list[Any]
     extra_info: list[dict[str, Any]]
+    messages: list[list[dict[str, str]]]  # the prompt as chat messages (a reward model re-templates them)
     finish_reason: list[str]
     policy_version: int
     extras: dict[str, list[Any]] = field(default_factory=dict)

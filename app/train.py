@@ -1,0 +1,52 @@
+"""`python -m app.train [--config-name grpo_trainer] key=value ...`: one RL training run on Ray.
+
+The Hydra config (configs/, verl key names) is validated into the typed schema and the data files are read once on
+the driver, so a wrong key or a bad row fails here, with its name, before any Ray worker starts.
+Works unchanged under `ray job submit --working-dir . -- python -m app.train ...`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+
+def run(cfg: DictConfig) -> int:
+    from app.config import ConfigError, load_config
+    from app.data import DataError
+    from app.trainer.checkpoints import CheckpointError
+
+    try:
+        run_cfg = load_config(cfg)
+        from app.trainer.setup import check_data
+
+        n_train, n_val = check_data(run_cfg)
+        from app.trainer.checkpoints import find_resume_dir
+
+        find_resume_dir(Path(run_cfg.trainer.default_local_dir), run_cfg.trainer.resume_mode)
+    except (ConfigError, DataError, CheckpointError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"data: {n_train} training prompts, {n_val} validation prompts", flush=True)
+    from app.trainer.launch import train, validation_history
+
+    train(run_cfg)
+    history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
+    if history:
+        (first_step, first), (last_step, last) = history[0], history[-1]
+        print(f"validation reward: {first:.3f} at step {first_step} -> {last:.3f} at step {last_step}")
+    print(f"model: {Path(run_cfg.trainer.default_local_dir).resolve() / 'hf_model'}")
+    return 0
+
+
+@hydra.main(config_path="../configs", config_name="ppo_trainer", version_base=None)
+def main(cfg: DictConfig) -> None:
+    code = run(cfg)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Driver side of a training run: Ray, the rollout application, and the Ray Train `TorchTrainer` of FSDP workers."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from app.config.schema import TrainerRunConfig
+
+
+def rollout_app_name(cfg: TrainerRunConfig) -> str:
+    """One Serve application per run (sweep trials get their own), named so the dashboard says whose it is."""
+    raw = f"rollout-{cfg.trainer.project_name}-{cfg.trainer.experiment_name}"
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", raw)[:100]
+
+
+def ensure_ray(cfg: TrainerRunConfig) -> None:
+    """Join the cluster named by trainer.ray_address / RAY_ADDRESS (ray job submit sets it), else start a local one."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")
+    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        return
+    # Logical CPUs: the rollout replicas and the train workers take turns on the cores (synchronous RL), so each
+    # gets its own reservation even though they share the physical cores.
+    needed = cfg.trainer.num_workers * cfg.trainer.cpus_per_worker + \
+        cfg.actor_rollout_ref.rollout.replicas * cfg.actor_rollout_ref.rollout.cpus_per_replica + 2
+    ray.init(num_cpus=max(int(needed + 0.999), os.cpu_count() or 1), runtime_env=runtime_env,
+             include_dashboard=False, log_to_driver=True)
+
+
+def worker_entry(loop_config: dict[str, Any]) -> None:
+    """What each Ray Train worker runs."""
+    import ray.train
+    import torch
+
+    from app.config import load_config
+    from app.trainer.setup import build_trainer
+    from serve import get_rollout_client
+
+    cfg = load_config(loop_config["config"])
+    torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
+    rollout = get_rollout_client(loop_config["rollout_app"], cfg.actor_rollout_ref.rollout)
+    trainer = build_trainer(cfg, rollout, report=lambda metrics: ray.train.report(metrics))
+    trainer.fit()
+
+
+def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None) -> dict[str, float]:
+    """Run the whole job; returns the last validation metrics. The config must already be validated.
+
+    `rollout_app`: an already deployed rollout application to use (and leave running) instead of deploying one;
+    the loop then pushes its own initial weights before the first rollout.
+    """
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from ray import serve
+
+    from serve import deploy_rollout
+
+    ensure_ray(cfg)
+    out_dir = Path(cfg.trainer.default_local_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, default_local_dir=str(out_dir)))
+    app_name = rollout_app or rollout_app_name(cfg)
+    if rollout_app is None:
+        model = cfg.actor_rollout_ref.model
+        deploy_rollout(cfg.actor_rollout_ref.rollout, model.path, app_name,
+                       max_lora_rank=model.lora_rank or None, seed=cfg.trainer.seed)
+    use_gpu = cfg.trainer.n_gpus_per_node > 0
+    trainer = TorchTrainer(
+        worker_entry,
+        train_loop_config={"config": dataclasses.asdict(cfg), "rollout_app": app_name},
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        scaling_config=ScalingConfig(num_workers=cfg.trainer.num_workers, use_gpu=use_gpu,
+                                     resources_per_worker={"CPU": cfg.trainer.cpus_per_worker}),
+        run_config=RunConfig(name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
+                             storage_path=str(out_dir / "ray_train")),
+    )
+    try:
+        trainer.fit()
+    finally:
+        if rollout_app is None:
+            serve.delete(app_name)
+    return _final_validation(out_dir)
+
+
+def _final_validation(out_dir: Path) -> dict[str, float]:
+    from app.trainer.tracking import read_metrics
+
+    rows = read_metrics(out_dir / "metrics.jsonl")
+    return {k: v for r in rows for k, v in r.items() if k.startswith("val-core/")}
+
+
+def validation_history(out_dir: Path) -> list[tuple[int, float]]:
+    """(step, val-core/reward/mean) pairs of a run, for the before/after summary."""
+    from app.trainer.tracking import read_metrics
+
+    return [(int(r["step"]), r["val-core/reward/mean"]) for r in read_metrics(out_dir / "metrics.jsonl")
+            if "val-core/reward/mean" in r]

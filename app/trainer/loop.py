@@ -1,0 +1,375 @@
+"""The RL loop one Ray Train worker runs: rollout → reward → log-probs → advantages → update → sync → validate → save.
+
+Data parallelism: every rank reads the same global batch of prompts and takes its own contiguous share, so all the
+samples of one prompt (a GRPO group) live on one rank. Each rank asks the rollout service for its share, scores it
+and computes its advantages; the engines average gradients over ranks and normalise losses globally. Rank 0 alone
+pushes weights to the rollout service, writes metrics and publishes checkpoints.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
+
+import numpy as np
+import torch
+
+from algos.advantages import compute_advantages
+from algos.kl import apply_kl_penalty_to_rewards
+from algos.kl_controller import make_kl_controller
+from algos.rewards.token_level import scores_to_token_rewards
+from app.batch import TensorBatch
+from app.config.schema import TrainerRunConfig
+from app.data import PromptBatch
+from app.trainer import checkpoints
+from app.trainer.ray_metrics import publish_step_metrics
+from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch, repeat_per_sample
+from app.trainer.step_metrics import batch_metrics, max_min_metrics
+from app.trainer.timing import PhaseTimer
+from serve.types import FullWeights, LoraAdapter
+
+
+class RolloutService(Protocol):
+    """What the loop needs from the rollout deployment (`serve.RolloutClient`)."""
+
+    def generate(self, prompt_token_ids: list[list[int]], *, expect_version: int,
+                 validation: bool = False) -> list[Any]: ...
+    def update_weights(self, version: int, payload: Any) -> Any: ...
+    def replica_versions(self) -> dict[str, int]: ...
+
+
+class RewardScorer(Protocol):
+    """What the loop needs from the reward step (`app.trainer.scoring.Scorer`)."""
+
+    def score(self, responses: list[str], data_sources: list[str], ground_truths: list[Any],
+              extra_infos: list[dict], messages: list[list[dict]]) -> tuple[list[float], dict[str, float]]: ...
+
+
+class RLTrainer:
+    """Holds the roles, the data and the loop state of one rank. Build with `app.trainer.setup.build_trainer`."""
+
+    def __init__(self, cfg: TrainerRunConfig, *, tokenizer, train_loader, val_dataset, actor, reference, critic,
+                 rollout: RolloutService, scorer: RewardScorer, out_dir: Path,
+                 report: Optional[Callable[[dict[str, float]], None]] = None, tracking=None) -> None:
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.train_loader = train_loader
+        self.val_dataset = val_dataset
+        self.actor, self.reference, self.critic = actor, reference, critic
+        self.engine = actor.engine
+        self.rollout = rollout
+        self.scorer = scorer
+        self.out_dir = out_dir
+        self.report = report or (lambda metrics: None)
+        self.tracking = tracking
+        self.rank, self.world = self.engine.dp_rank, self.engine.dp_world_size
+        algo = cfg.algorithm
+        self.kl_ctrl = make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl,
+                                          algo.kl_ctrl.horizon)
+        self.n = cfg.actor_rollout_ref.rollout.n
+        self.temperature = cfg.actor_rollout_ref.rollout.temperature
+        self.step = 0
+        self.version = self._rollout_version()
+        self.total_steps = self._total_steps()
+        self.last_val: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, float]:
+        resumed = self._resume()
+        if not resumed and self.version != 0:
+            self.sync_weights()  # a reused rollout service holds another run's policy, not our initial weights
+        if self.cfg.trainer.val_before_train and self.step == 0:
+            self.last_val = self.validate()
+            self._log(self.last_val, step=0)
+        while self.step < self.total_steps:
+            self.step += 1
+            timer = PhaseTimer()
+            with timer.phase("step"):
+                prompts = self._next_prompts()
+                with timer.phase("gen"):
+                    group = self.generate(prompts)
+                with timer.phase("reward"):
+                    metrics = self.score(group)
+                if self.cfg.trainer.rollout_data_dir:
+                    self._dump_rollouts(group)
+                with timer.phase("old_log_prob"):
+                    group.batch.update(self.actor.compute_log_prob(group.batch))
+                if self.reference is not None:
+                    with timer.phase("ref"):
+                        group.batch.update(self.reference.compute_ref_log_prob(group.batch))
+                if self.critic is not None:
+                    with timer.phase("values"):
+                        group.batch.update(self.critic.compute_values(group.batch))
+                with timer.phase("adv"):
+                    metrics |= self.compute_advantages(group)
+                if self.critic is not None:
+                    with timer.phase("update_critic"):
+                        metrics |= self.critic.update_critic(group.batch)
+                if self.step > self.cfg.trainer.critic_warmup:
+                    with timer.phase("update_actor"):
+                        metrics |= self.actor.update_policy(group.batch)
+                    with timer.phase("sync"):
+                        self.sync_weights()
+                if self._due(self.cfg.trainer.test_freq) or self.step == self.total_steps:
+                    with timer.phase("testing"):
+                        self.last_val = self.validate()
+                    metrics |= self.last_val
+                if self._due(self.cfg.trainer.save_freq):
+                    with timer.phase("save_checkpoint"):
+                        self.save_checkpoint()
+            metrics |= self._reduce(batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length),
+                                    max_min_metrics(group.batch))
+            metrics |= timer.metrics()
+            tokens = self._global_sum(float(group.batch["attention_mask"].sum()))
+            metrics["perf/throughput"] = tokens / max(timer.seconds["step"], 1e-9)
+            metrics["training/policy_version"] = float(self.version)
+            metrics["training/epoch"] = float(self.train_loader.epoch)
+            self._log(metrics, self.step)
+        self.export_model()
+        return self.last_val
+
+    # ------------------------------------------------------------------ phases
+    def generate(self, prompts: PromptBatch) -> RolloutGroup:
+        """`n` samples for each prompt of this rank's share, all made by policy `self.version`."""
+        samples = self.rollout.generate(prompts.raw_prompt_ids, expect_version=self.version)
+        prompt_ids = [prompts.raw_prompt_ids[s.prompt_index] for s in samples]
+        batch = build_rollout_batch(prompt_ids, [s.response_token_ids for s in samples], [s.logprobs for s in samples],
+                                    self.train_loader.pad_token_id)
+        batch.meta["temperature"] = self.temperature
+        pick = [s.prompt_index for s in samples]
+        group = RolloutGroup(batch=batch, uid=[prompts.uid[i] for i in pick],
+                             dataset_index=[prompts.index[i] for i in pick],
+                             data_source=[prompts.data_source[i] for i in pick],
+                             ground_truth=[prompts.ground_truth[i] for i in pick],
+                             extra_info=[prompts.extra_info[i] for i in pick],
+                             messages=[prompts.raw_prompt[i] for i in pick],
+                             finish_reason=[s.finish_reason for s in samples], policy_version=self.version)
+        if self.cfg.algorithm.adv_estimator == "remax":
+            group.extras["reward_baselines"] = self._greedy_baselines(prompts)
+        return group
+
+    def score(self, group: RolloutGroup) -> dict[str, float]:
+        """Rule / custom / model rewards → `token_level_scores` (the score on each response's last token)."""
+        texts = self._decode(group.batch)
+        scores, metrics = self.scorer.score(texts, group.data_source, group.ground_truth, group.extra_info,
+                                            group.messages)
+        mask = group.batch["response_mask"]
+        group.batch["token_level_scores"] = scores_to_token_rewards(scores, mask.sum(dim=1), mask.shape[1])
+        return self._reduce(metrics)
+
+    def compute_advantages(self, group: RolloutGroup) -> dict[str, float]:
+        batch, algo = group.batch, self.cfg.algorithm
+        metrics: dict[str, float] = {}
+        if algo.use_kl_in_reward:
+            rewards, kl_metrics = apply_kl_penalty_to_rewards(
+                batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], batch["response_mask"],
+                self.kl_ctrl.value, algo.kl_penalty)
+            batch["token_level_rewards"] = rewards
+            metrics |= self._reduce({f"actor/{k}": float(v) for k, v in kl_metrics.items()})
+            self.kl_ctrl.update(metrics["actor/reward_kl_penalty"], n_steps=self.cfg.data.train_batch_size)
+        else:
+            batch["token_level_rewards"] = batch["token_level_scores"]
+        advantages, returns = compute_advantages(
+            algo.adv_estimator, token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
+            index=group.uid, values=batch.get("values"), gamma=algo.gamma, lam=algo.lam,
+            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+            reward_baselines=group.extras.get("reward_baselines"))
+        batch["advantages"], batch["returns"] = advantages, returns
+        return metrics
+
+    def sync_weights(self) -> None:
+        """Gather the new weights (or LoRA adapter) and push them as version + 1; every rank then expects it."""
+        payload = self.engine.state_dict_for_sync()
+        if self.rank == 0:
+            if payload.kind == "lora":
+                wire = LoraAdapter(adapter_config=payload.adapter_config, tensors=payload.tensors)
+            else:
+                wire = FullWeights(tensors=payload.tensors)
+            self.rollout.update_weights(self.version + 1, wire)
+        self._barrier()
+        self.version += 1
+
+    def validate(self) -> dict[str, float]:
+        """Greedy decoding on this rank's share of the validation prompts; accuracy per `data_source`."""
+        if self.val_dataset is None or len(self.val_dataset) == 0:
+            return {}
+        records = [self.val_dataset[i] for i in range(self.rank, len(self.val_dataset), self.world)]
+        sources = sorted({r.data_source for r in self.val_dataset})
+        sums = torch.zeros(len(sources) * 2 + 1, dtype=torch.float64)
+        if records:
+            samples = self.rollout.generate([r.prompt_ids for r in records], validation=True,
+                                            expect_version=self.version)
+            texts = self.tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
+            picked = [records[s.prompt_index] for s in samples]
+            scores, _ = self.scorer.score(texts, [r.data_source for r in picked], [r.ground_truth for r in picked],
+                                          [r.extra_info for r in picked], [r.messages for r in picked])
+            for rec, score, sample in zip(picked, scores, samples):
+                j = sources.index(rec.data_source)
+                sums[2 * j] += score
+                sums[2 * j + 1] += 1
+                sums[-1] += len(sample.response_token_ids)
+        sums = self.engine.all_reduce(sums, "sum")
+        out, total, count = {}, 0.0, 0.0
+        for j, source in enumerate(sources):
+            if sums[2 * j + 1] > 0:
+                out[f"val-core/{source}/reward/mean"] = float(sums[2 * j] / sums[2 * j + 1])
+                total, count = total + float(sums[2 * j]), count + float(sums[2 * j + 1])
+        if count:
+            out["val-core/reward/mean"] = total / count
+            out["val-aux/response_length/mean"] = float(sums[-1]) / count
+        return out
+
+    # ------------------------------------------------------------------ checkpoints and export
+    def save_checkpoint(self) -> Path:
+        """All ranks write into a staging folder; rank 0 adds the trainer state and renames it into place."""
+        root = Path(self.cfg.trainer.default_local_dir)
+        staging = checkpoints.staging_dir(root, self.step, self.cfg.trainer.experiment_name)
+        if self.rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        self._barrier()
+        self.engine.save_checkpoint(str(staging / "actor"))
+        if self.critic is not None:
+            self.critic.engine.save_checkpoint(str(staging / "critic"))
+        torch.save(_rng_state(), staging / f"rng_rank{self.rank}.pt")
+        self._barrier()
+        final = checkpoints.step_dir(root, self.step)
+        if self.rank == 0:
+            state = {"global_step": self.step, "policy_version": self.version, "kl_coef": self.kl_ctrl.value,
+                     "data": self.train_loader.state_dict(), "world_size": self.world}
+            final = checkpoints.publish(root, staging, self.step, state, self.cfg.trainer.max_ckpt_to_keep)
+        self._barrier()
+        return final
+
+    def _resume(self) -> bool:
+        """Load the checkpoint `trainer.resume_mode` names, if any; True when one was loaded."""
+        root = Path(self.cfg.trainer.default_local_dir)
+        ckpt = checkpoints.find_resume_dir(root, self.cfg.trainer.resume_mode)
+        if ckpt is None:
+            return False
+        state = checkpoints.read_state(ckpt)
+        self.engine.load_checkpoint(str(ckpt / "actor"))
+        if self.critic is not None:
+            self.critic.engine.load_checkpoint(str(ckpt / "critic"))
+        self.train_loader.load_state_dict(state["data"])
+        self.kl_ctrl.value = state["kl_coef"]
+        rng_file = ckpt / f"rng_rank{self.rank}.pt"
+        if rng_file.is_file() and state.get("world_size") == self.world:
+            _set_rng_state(torch.load(rng_file, weights_only=False))
+        self.step = int(state["global_step"])
+        # The rollout service may be new (version 0) or hold other weights: push the resumed policy.
+        self.version = self._rollout_version()
+        self.sync_weights()
+        if self.rank == 0:
+            print(f"resumed from {ckpt} at step {self.step}", flush=True)
+        return True
+
+    def export_model(self) -> Path:
+        """A Hugging Face folder (LoRA merged) under `default_local_dir/hf_model`, written then renamed."""
+        root = Path(self.cfg.trainer.default_local_dir)
+        final, staging = root / "hf_model", root / ".tmp-hf_model"
+        if self.rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+        self._barrier()
+        self.engine.export_hf(str(staging))
+        self._barrier()
+        if self.rank == 0:
+            self.tokenizer.save_pretrained(staging)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging, final)
+        self._barrier()
+        return final
+
+    # ------------------------------------------------------------------ helpers
+    def _next_prompts(self) -> PromptBatch:
+        """This rank's contiguous share of the next global batch of prompts."""
+        batch = self.train_loader.next_batch()
+        share = len(batch) // self.world
+        lo, hi = self.rank * share, (self.rank + 1) * share
+        fields = batch.non_tensors()
+        tensors = {k: v[lo:hi] for k, v in batch.tensors().items()}
+        return PromptBatch(**tensors, **{k: v[lo:hi] for k, v in fields.items()})
+
+    def _greedy_baselines(self, prompts: PromptBatch) -> torch.Tensor:
+        """ReMax: the reward of each prompt's greedy response, repeated for its samples."""
+        samples = self.rollout.generate(prompts.raw_prompt_ids, validation=True, expect_version=self.version)
+        texts = self.tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
+        scores, _ = self.scorer.score(texts, prompts.data_source, prompts.ground_truth, prompts.extra_info,
+                                      prompts.raw_prompt)
+        return torch.tensor(repeat_per_sample(scores, self.n), dtype=torch.float32)
+
+    def _dump_rollouts(self, group: RolloutGroup) -> None:
+        """verl's `trainer.rollout_data_dir`: one JSONL file per step and rank, a line per sample."""
+        folder = Path(self.cfg.trainer.rollout_data_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        texts = self._decode(group.batch)
+        scores = group.batch["token_level_scores"].sum(dim=1).tolist()
+        with (folder / f"{self.step}-rank{self.rank}.jsonl").open("w") as f:
+            for i, text in enumerate(texts):
+                f.write(json.dumps({"step": self.step, "uid": group.uid[i], "dataset_index": group.dataset_index[i],
+                                    "prompt": group.messages[i], "response": text, "score": scores[i],
+                                    "finish_reason": group.finish_reason[i], "policy_version": group.policy_version},
+                                   default=str) + "\n")
+
+    def _decode(self, batch: TensorBatch) -> list[str]:
+        ids = [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def _rollout_version(self) -> int:
+        """The version every replica serves (they agree after any completed sync)."""
+        versions = set(self.rollout.replica_versions().values())
+        if len(versions) != 1:
+            raise RuntimeError(f"rollout replicas disagree on the policy version: {sorted(versions)}")
+        return versions.pop()
+
+    def _total_steps(self) -> int:
+        if self.cfg.trainer.total_training_steps:
+            return self.cfg.trainer.total_training_steps
+        return len(self.train_loader) * self.cfg.trainer.total_epochs
+
+    def _due(self, freq: int) -> bool:
+        return freq > 0 and self.step % freq == 0
+
+    def _reduce(self, means: dict[str, float], maxima: Optional[dict[str, torch.Tensor]] = None) -> dict[str, float]:
+        """Means over ranks for `means`; global max for `maxima` (keys starting with '-' hold negated minima)."""
+        out: dict[str, float] = {}
+        if means:
+            names = sorted(means)
+            values = self.engine.all_reduce(torch.tensor([float(means[k]) for k in names], dtype=torch.float64),
+                                            "mean")
+            out |= dict(zip(names, values.tolist()))
+        if maxima:
+            names = sorted(maxima)
+            values = self.engine.all_reduce(torch.stack([maxima[k].double() for k in names]), "max")
+            for k, v in zip(names, values.tolist()):
+                if k.startswith("-"):
+                    out[k[1:]] = -v
+                else:
+                    out[k] = v
+        return out
+
+    def _global_sum(self, value: float) -> float:
+        return float(self.engine.all_reduce(torch.tensor([value], dtype=torch.float64), "sum")[0])
+
+    def _barrier(self) -> None:
+        self.engine.all_reduce(torch.zeros(1), "sum")
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        self.report(metrics)
+        if self.rank == 0 and self.tracking is not None:
+            self.tracking.log(metrics, step)
+            publish_step_metrics(self.cfg, metrics, step)  # Ray dashboard / Prometheus
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])

@@ -1,0 +1,44 @@
+"""The loop's reward step: rule / custom functions in worker processes, or a reward model when enabled.
+
+As in verl, an enabled reward model gives the reward; the rule functions are not added on top.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from app.config.schema import TrainerRunConfig
+
+
+class Scorer:
+    def __init__(self, cfg: TrainerRunConfig, tokenizer: Any) -> None:
+        from app.rewards import RewardFnSpec, RewardManager
+
+        rm, custom = cfg.reward_model, cfg.custom_reward_function
+        self.model = None
+        if rm.enable:
+            from app.rewards import RewardModelScorer
+
+            self.model = RewardModelScorer(rm.model.path, policy_tokenizer=tokenizer,
+                                           max_length=rm.max_length or 4096, batch_size=rm.micro_batch_size_per_gpu)
+            self.rules = None
+        else:
+            spec = RewardFnSpec(path=custom.path, name=custom.name, reward_kwargs=dict(custom.reward_kwargs))
+            self.rules = RewardManager(spec, num_workers=rm.num_workers, timeout_s=rm.timeout_s, on_error=rm.on_error)
+
+    def score(self, responses: Sequence[str], data_sources: Sequence[str], ground_truths: Sequence[Any],
+              extra_infos: Sequence[dict], messages: Sequence[list[dict]]) -> tuple[list[float], dict[str, float]]:
+        """One score per response, plus `reward/*` metrics of this batch."""
+        if self.model is not None:
+            scores = self.model.score(messages, responses)
+            n = max(len(scores), 1)
+            return scores, {"reward/model/mean": sum(scores) / n}
+        result = self.rules.score(responses, data_sources, ground_truths, extra_infos)
+        return result.scores, result.metrics
+
+    def close(self) -> None:
+        if self.rules is not None:
+            self.rules.close()
+
+
+def build_scorer(cfg: TrainerRunConfig, tokenizer: Any) -> Scorer:
+    return Scorer(cfg, tokenizer)

@@ -1,0 +1,106 @@
+"""Build one rank's trainer from the validated config: tokenizer, data, roles, rewards, tracking."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from app.config.schema import TrainerRunConfig
+from app.data import PromptDataLoader, PromptDataOptions, PromptDataset, load_prompt_dataset, pad_token_id_of
+
+
+def load_tokenizer(cfg: TrainerRunConfig):
+    from transformers import AutoTokenizer
+
+    model = cfg.actor_rollout_ref.model
+    tokenizer = AutoTokenizer.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_datasets(cfg: TrainerRunConfig, tokenizer) -> tuple[PromptDataset, Optional[PromptDataset]]:
+    """Train and validation prompts, templated and tokenized; raises DataError naming the file and row."""
+    options = PromptDataOptions.from_mapping(cfg.data)
+    train = _capped(load_prompt_dataset(cfg.data.train_files, tokenizer, options), cfg.data.train_max_samples)
+    val = None
+    if cfg.data.val_files:
+        val = _capped(load_prompt_dataset(cfg.data.val_files, tokenizer, options), cfg.data.val_max_samples)
+    return train, val
+
+
+def _capped(dataset: PromptDataset, limit: Optional[int]) -> PromptDataset:
+    if limit is None or limit >= len(dataset):
+        return dataset
+    return dataclasses.replace(dataset, records=dataset.records[:limit])
+
+
+def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
+    """Driver-side pre-flight: the same loading the workers do, so bad input fails before any worker starts.
+
+    Returns (train prompts, validation prompts) and checks that one global batch fits in the data.
+    """
+    from app.data import DataError
+
+    tokenizer = load_tokenizer(cfg)
+    train, val = load_datasets(cfg, tokenizer)
+    if len(train) < cfg.data.train_batch_size:
+        raise DataError(
+            f"data.train_files has {len(train)} usable prompts, fewer than data.train_batch_size="
+            f"{cfg.data.train_batch_size}" + (f" ({train.num_filtered} dropped as too long)" if train.num_filtered else "")
+        )
+    return len(train), len(val) if val is not None else 0
+
+
+def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[dict], None]] = None,
+                  device: str = "auto"):
+    """Everything one rank needs; collective (all ranks call it together)."""
+    from app.roles.factory import build_actor, build_critic, build_reference
+    from app.trainer.loop import RLTrainer
+    from app.trainer.scoring import build_scorer
+    from app.trainer.tracking import Tracking
+
+    tokenizer = load_tokenizer(cfg)
+    train, val = load_datasets(cfg, tokenizer)
+    loader = PromptDataLoader(train, batch_size=cfg.data.train_batch_size, pad_token_id=pad_token_id_of(tokenizer),
+                              shuffle=cfg.data.shuffle, seed=cfg.data.seed)
+    _set_total_steps(cfg, len(loader))
+    arr = cfg.actor_rollout_ref
+    actor = build_actor(arr, device=device, seed=cfg.trainer.seed)
+    needs_reference = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    reference = build_reference(arr, actor.engine, device=device) if needs_reference else None
+    critic = None
+    if cfg.algorithm.adv_estimator == "gae":
+        critic = build_critic(cfg.critic, rollout_n=arr.rollout.n, device=device, seed=cfg.trainer.seed)
+    out_dir = Path(cfg.trainer.default_local_dir)
+    tracking = None
+    if actor.engine.dp_rank == 0:
+        from app.trainer import checkpoints
+
+        resume = checkpoints.find_resume_dir(out_dir, cfg.trainer.resume_mode)
+        start = checkpoints.read_state(resume)["global_step"] if resume else 0
+        tracking = Tracking(cfg.trainer.logger, out_dir, total_steps=cfg.trainer.total_training_steps,
+                            start_step=start, project=cfg.trainer.project_name,
+                            experiment=cfg.trainer.experiment_name, flat_config=_flatten(dataclasses.asdict(cfg)))
+    return RLTrainer(cfg, tokenizer=tokenizer, train_loader=loader, val_dataset=val, actor=actor,
+                     reference=reference, critic=critic, rollout=rollout, scorer=build_scorer(cfg, tokenizer),
+                     out_dir=out_dir, report=report, tracking=tracking)
+
+
+def _set_total_steps(cfg: TrainerRunConfig, batches_per_epoch: int) -> None:
+    """Fill trainer.total_training_steps and the optimisers' schedule length from the data size."""
+    if not cfg.trainer.total_training_steps:
+        cfg.trainer.total_training_steps = batches_per_epoch * cfg.trainer.total_epochs
+    for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
+        if optim.total_training_steps <= 0:
+            optim.total_training_steps = cfg.trainer.total_training_steps
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
