@@ -1,40 +1,43 @@
-"""Pure tensor RL math: advantages, policy/value losses, KL, log-probs. Imports only torch/numpy/stdlib."""
+"""Pure tensor RL math: advantages, policy/value losses, KL, log-probs. Imports only torch/numpy/stdlib.
 
-from algos.advantages import ADV_ESTIMATORS, compute_advantages
-from algos.aggregation import LOSS_AGG_MODES, agg_loss, loss_normalizer
-from algos.kl import KL_KINDS, LOG_PROB_KL_KINDS, apply_kl_penalty_to_rewards, full_kl, kl_penalty
-from algos.kl_controller import AdaptiveKLController, FixedKLController, make_kl_controller
-from algos.logprobs import entropy_from_logits, full_kl_from_logits, log_probs_from_logits
-from algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
-from algos.policy_loss import POLICY_LOSSES, PolicyLossConfig, resolve_loss_agg_mode
-from algos.registry import Registry, call_with_supported_kwargs
-from algos.value_loss import compute_value_loss
+Names load on first use, so reward worker processes that import `algos.rewards` (pure Python) never pay for torch.
+"""
+import importlib
+from typing import Any
 
-__all__ = [
-    "ADV_ESTIMATORS",
-    "LOSS_AGG_MODES",
-    "KL_KINDS",
-    "LOG_PROB_KL_KINDS",
-    "POLICY_LOSSES",
-    "AdaptiveKLController",
-    "FixedKLController",
-    "PolicyLossConfig",
-    "Registry",
-    "agg_loss",
-    "apply_kl_penalty_to_rewards",
-    "call_with_supported_kwargs",
-    "compute_advantages",
-    "compute_value_loss",
-    "entropy_from_logits",
-    "full_kl",
-    "full_kl_from_logits",
-    "kl_penalty",
-    "log_probs_from_logits",
-    "loss_normalizer",
-    "make_kl_controller",
-    "masked_mean",
-    "masked_sum",
-    "masked_var",
-    "masked_whiten",
-    "resolve_loss_agg_mode",
-]
+_EXPORTS = {
+    "ADV_ESTIMATORS": "algos.advantages",
+    "compute_advantages": "algos.advantages",
+    "LOSS_AGG_MODES": "algos.aggregation",
+    "agg_loss": "algos.aggregation",
+    "loss_normalizer": "algos.aggregation",
+    "KL_KINDS": "algos.kl",
+    "LOG_PROB_KL_KINDS": "algos.kl",
+    "apply_kl_penalty_to_rewards": "algos.kl",
+    "full_kl": "algos.kl",
+    "kl_penalty": "algos.kl",
+    "AdaptiveKLController": "algos.kl_controller",
+    "FixedKLController": "algos.kl_controller",
+    "make_kl_controller": "algos.kl_controller",
+    "entropy_from_logits": "algos.logprobs",
+    "full_kl_from_logits": "algos.logprobs",
+    "log_probs_from_logits": "algos.logprobs",
+    "masked_mean": "algos.masked",
+    "masked_sum": "algos.masked",
+    "masked_var": "algos.masked",
+    "masked_whiten": "algos.masked",
+    "POLICY_LOSSES": "algos.policy_loss",
+    "PolicyLossConfig": "algos.policy_loss",
+    "resolve_loss_agg_mode": "algos.policy_loss",
+    "Registry": "algos.registry",
+    "call_with_supported_kwargs": "algos.registry",
+    "compute_value_loss": "algos.value_loss",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'algos' has no attribute {name!r}")

@@ -22,17 +22,11 @@ def load_tokenizer(cfg: TrainerRunConfig):
 def load_datasets(cfg: TrainerRunConfig, tokenizer) -> tuple[PromptDataset, Optional[PromptDataset]]:
     """Train and validation prompts, templated and tokenized; raises DataError naming the file and row."""
     options = PromptDataOptions.from_mapping(cfg.data)
-    train = _capped(load_prompt_dataset(cfg.data.train_files, tokenizer, options), cfg.data.train_max_samples)
+    train = load_prompt_dataset(cfg.data.train_files, tokenizer, options, max_samples=cfg.data.train_max_samples)
     val = None
     if cfg.data.val_files:
-        val = _capped(load_prompt_dataset(cfg.data.val_files, tokenizer, options), cfg.data.val_max_samples)
+        val = load_prompt_dataset(cfg.data.val_files, tokenizer, options, max_samples=cfg.data.val_max_samples)
     return train, val
-
-
-def _capped(dataset: PromptDataset, limit: Optional[int]) -> PromptDataset:
-    if limit is None or limit >= len(dataset):
-        return dataset
-    return dataclasses.replace(dataset, records=dataset.records[:limit])
 
 
 def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:

@@ -1,0 +1,60 @@
+"""How to turn rows into prompts: the data.* settings this package uses, as one small dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from app.data.errors import DataError
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+
+
+@dataclass
+class PromptDataOptions:
+    """Field names are verl's ``data.*`` keys (plus ``default_data_source`` and ``extra_info_key``).
+
+    Attributes:
+        prompt_key: column with a list of chat messages or a plain string (wrapped as one user message).
+        system_prompt: prepended as a system message to rows that do not start with one.
+        ground_truth_key: dotted path to the ground truth, e.g. ``reward_model.ground_truth`` or ``solution``;
+            None when the data has none (reward-model only).
+        reward_fn_key: column naming the data source that picks the reward function.
+        default_data_source: used when the file has no ``reward_fn_key`` column; without it that is an error.
+        max_prompt_length: longest templated prompt, in tokens.
+        filter_overlong_prompts: drop longer prompts (and report how many) instead of truncating.
+        truncation: for longer prompts when not filtering: ``error`` (name file, row and length), ``left`` (keep the
+            end), ``right`` (keep the start), ``middle`` (keep both ends).
+        extra_info_key: column with per-row metadata passed to reward functions.
+    """
+
+    prompt_key: str = "prompt"
+    system_prompt: str | None = None
+    ground_truth_key: str | None = "reward_model.ground_truth"
+    reward_fn_key: str = "data_source"
+    default_data_source: str | None = None
+    max_prompt_length: int = 512
+    filter_overlong_prompts: bool = False
+    truncation: str = "error"
+    extra_info_key: str = "extra_info"
+
+    def __post_init__(self) -> None:
+        if self.truncation not in TRUNCATION_MODES:
+            raise DataError(f"data.truncation={self.truncation!r}; choose one of {', '.join(TRUNCATION_MODES)}")
+        if not isinstance(self.max_prompt_length, int) or self.max_prompt_length <= 0:
+            raise DataError(f"data.max_prompt_length must be a positive integer, got {self.max_prompt_length!r}")
+        if not self.prompt_key:
+            raise DataError("data.prompt_key is empty")
+
+    @classmethod
+    def from_mapping(cls, source: Mapping[str, Any] | Any) -> "PromptDataOptions":
+        """Build from any mapping or object with these attribute names (e.g. ``cfg.data``); other keys are ignored
+        and absent ones keep their defaults."""
+        values = {}
+        for f in fields(cls):
+            if isinstance(source, Mapping):
+                if f.name in source:
+                    values[f.name] = source[f.name]
+            elif hasattr(source, f.name):
+                values[f.name] = getattr(source, f.name)
+        return cls(**values)

@@ -1,0 +1,73 @@
+"""Write datasets in the verl parquet schema.
+
+    python -m app.prepare gsm8k --input DIR --output DIR
+        DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
+    python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S]
+        generated arithmetic word problems (no download) -> train.parquet, test.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from app.data.arithmetic_task import arithmetic_rows, generate_problems
+from app.data.errors import DataError
+from app.data.gsm8k_task import gsm8k_rows
+from app.data.verl_rows import write_parquet
+
+
+def prepare_gsm8k(input_dir: str, output_dir: str) -> dict[str, int]:
+    """Convert ``input_dir/{train,test}.jsonl``; returns rows written per split."""
+    counts = {}
+    for split in ("train", "test"):
+        rows = gsm8k_rows(os.path.join(input_dir, f"{split}.jsonl"), split)
+        write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
+        counts[split] = len(rows)
+    return counts
+
+
+def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int = 500, seed: int = 0) -> dict[str, int]:
+    """Generate and write the arithmetic task; returns rows written per split."""
+    counts = {}
+    for split, size in (("train", train_size), ("test", test_size)):
+        if size <= 0:
+            raise DataError(f"--{split}-size must be positive, got {size}")
+        rows = arithmetic_rows(generate_problems(size, seed, split), split)
+        write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
+        counts[split] = len(rows)
+    return counts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m app.prepare", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="task", required=True)
+    g = sub.add_parser("gsm8k", help="convert GSM8K train.jsonl/test.jsonl")
+    g.add_argument("--input", required=True, help="folder with train.jsonl and test.jsonl")
+    g.add_argument("--output", required=True, help="folder for train.parquet and test.parquet")
+    a = sub.add_parser("arithmetic", help="generate the built-in arithmetic task")
+    a.add_argument("--output", required=True, help="folder for train.parquet and test.parquet")
+    a.add_argument("--train-size", type=int, default=5000)
+    a.add_argument("--test-size", type=int, default=500)
+    a.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.task == "gsm8k":
+            counts = prepare_gsm8k(args.input, args.output)
+        else:
+            counts = prepare_arithmetic(args.output, args.train_size, args.test_size, args.seed)
+    except DataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for split, n in counts.items():
+        print(f"wrote {n} rows to {os.path.join(args.output, split + '.parquet')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

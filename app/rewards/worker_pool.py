@@ -1,0 +1,221 @@
+"""Processes that run a reward function on one sample at a time, with a per-sample time limit.
+
+A sample that runs past the limit gets its worker killed and replaced, so one hung reward call costs one timeout, not
+the run. Kept free of torch and of the rest of the app so a worker starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Callable, Sequence
+
+
+@dataclass
+class TaskOutcome:
+    """What happened to one sample: a value, an error (a phrase such as "raised ValueError: x", and the worker's
+    traceback) or a timeout."""
+
+    value: Any = None
+    error: str | None = None
+    traceback: str = ""
+    timed_out: bool = False
+
+
+def resolve_reward_fn(target: Any) -> Callable[..., Any]:
+    """A RewardFnSpec is loaded; a plain callable is used as is."""
+    from app.rewards.custom import RewardFnSpec, load_reward_fn
+
+    return load_reward_fn(target) if isinstance(target, RewardFnSpec) else target
+
+
+def _worker_main(conn: Any, target: Any) -> None:
+    try:
+        fn = resolve_reward_fn(target)
+    except BaseException as err:  # report why this worker is useless, then stop
+        conn.send(("load_error", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        task_id, kwargs = message
+        try:
+            reply = (task_id, fn(**kwargs), None, "")
+        except BaseException as err:  # SystemExit from user code is an error too, not a reason to die
+            reply = (task_id, None, f"raised {type(err).__name__}: {err}", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except Exception as err:  # the result could not be pickled
+            conn.send((task_id, None, f"returned a value that cannot be sent back ({type(err).__name__}: {err})", ""))
+
+
+class _Worker:
+    def __init__(self, ctx: Any, target: Any):
+        self.conn, child_conn = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child_conn, target), daemon=True)
+        self.process.start()
+        child_conn.close()
+        self.ready = False
+        self.task: int | None = None  # index of the sample in flight
+        self.deadline = 0.0  # for the sample in flight, or for start-up while not ready
+        self.started_at = time.monotonic()
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()  # SIGKILL: a hung reward may ignore SIGTERM
+        self.process.join(timeout=10)
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            if self.process.is_alive() and self.task is None:
+                self.conn.send(None)
+                self.process.join(timeout=2)
+        except (OSError, BrokenPipeError):
+            pass
+        self.kill()
+
+
+class RewardWorkerPool:
+    """``num_workers`` processes calling ``target(**kwargs)``; ``target`` is a RewardFnSpec or a picklable function.
+
+    ``forkserver`` (default) starts workers by forking a clean, single-threaded server process that has the reward
+    modules imported: safe in a process with threads (Ray, torch) and quick to replace a killed worker.
+    """
+
+    def __init__(
+        self,
+        target: Any,
+        num_workers: int,
+        timeout_s: float,
+        mp_context: str = "forkserver",
+        start_timeout_s: float = 120.0,
+    ):
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        self.target = target
+        self.num_workers = num_workers
+        self.timeout_s = float(timeout_s)
+        self.start_timeout_s = float(start_timeout_s)
+        self._ctx = multiprocessing.get_context(mp_context)
+        if mp_context == "forkserver":
+            # Imported once in the fork server, so each (re)started worker is a cheap fork that already has them.
+            self._ctx.set_forkserver_preload([__name__, "app.rewards.custom", "algos.rewards"])
+        self._workers: list[_Worker] = []
+        self.workers_replaced = 0
+
+    def _start_worker(self) -> _Worker:
+        try:
+            return _Worker(self._ctx, self.target)
+        except Exception as err:  # typically: a lambda or local function cannot be pickled for a spawned worker
+            raise ValueError(
+                f"cannot start a reward worker process with {self.target!r}: {type(err).__name__}: {err}. "
+                "Use custom_reward_function.path or a module-level function"
+            ) from err
+
+    def _fill(self) -> None:
+        self._workers = [w for w in self._workers if w.process.is_alive() or w.task is not None]
+        while len(self._workers) < self.num_workers:
+            self._workers.append(self._start_worker())
+
+    def run(self, tasks: Sequence[dict[str, Any]], stop_on_failure: bool = False) -> list[TaskOutcome | None]:
+        """Outcomes in task order. With ``stop_on_failure`` it returns at the first error or timeout (other samples
+        are left None and busy workers are killed so that nothing stale is left running)."""
+        outcomes: list[TaskOutcome | None] = [None] * len(tasks)
+        queue = deque(range(len(tasks)))
+        self._fill()
+        try:
+            while queue or any(w.task is not None for w in self._workers):
+                self._dispatch(queue, tasks)
+                failed = self._collect(outcomes)
+                if failed and stop_on_failure:
+                    self._abort_busy()
+                    return outcomes
+        except BaseException:
+            self._abort_busy()
+            raise
+        return outcomes
+
+    def _dispatch(self, queue: deque, tasks: Sequence[dict[str, Any]]) -> None:
+        for worker in self._workers:
+            if queue and worker.ready and worker.task is None:
+                index = queue.popleft()
+                try:
+                    worker.conn.send((index, tasks[index]))
+                except (BrokenPipeError, ConnectionResetError, EOFError):  # it died while idle: retry on a new one
+                    queue.appendleft(index)
+                    self._replace(worker)
+                    continue
+                worker.task = index
+                worker.deadline = time.monotonic() + self.timeout_s
+
+    def _collect(self, outcomes: list[TaskOutcome | None]) -> bool:
+        """Wait for the next message or deadline; record outcomes; returns whether a sample failed."""
+        busy = [w for w in self._workers if w.task is not None]
+        waiting = [w for w in self._workers if w.task is not None or not w.ready]
+        now = time.monotonic()
+        deadlines = [w.deadline for w in busy] + [w.started_at + self.start_timeout_s for w in waiting if not w.ready]
+        timeout = max(0.0, min(deadlines, default=now) - now)
+        ready_conns = wait([w.conn for w in waiting], timeout=timeout)
+        failed = False
+        for worker in waiting:
+            if worker.conn not in ready_conns:
+                continue
+            try:
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                failed |= self._lost(worker, outcomes)
+                continue
+            if message[0] == "ready":
+                worker.ready = True
+            elif message[0] == "load_error":
+                raise RuntimeError(f"reward worker could not load its function: {message[1]}")
+            else:
+                task_id, value, error, trace = message
+                outcomes[task_id] = TaskOutcome(value=value, error=error, traceback=trace)
+                failed |= error is not None
+                worker.task = None
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if worker.task is not None and now >= worker.deadline:
+                outcomes[worker.task] = TaskOutcome(timed_out=True)
+                failed = True
+                self._replace(worker)
+            elif not worker.ready and now >= worker.started_at + self.start_timeout_s:
+                raise RuntimeError(f"reward worker did not start within {self.start_timeout_s:.0f}s")
+        return failed
+
+    def _lost(self, worker: _Worker, outcomes: list[TaskOutcome | None]) -> bool:
+        """A worker died (os._exit, segfault, out of memory): its sample fails, a new worker takes its place."""
+        worker.process.join(timeout=10)
+        code = worker.process.exitcode
+        task = worker.task
+        self._replace(worker)
+        if task is None:
+            raise RuntimeError(f"reward worker exited during start-up (exit code {code})")
+        outcomes[task] = TaskOutcome(error=f"killed its worker process (exit code {code}); a new worker replaced it")
+        return True
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.kill()
+        self._workers[self._workers.index(worker)] = self._start_worker()
+        self.workers_replaced += 1
+
+    def _abort_busy(self) -> None:
+        for worker in list(self._workers):
+            if worker.task is not None:
+                self._replace(worker)
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.stop()
+        self._workers = []

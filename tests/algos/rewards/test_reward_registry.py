@@ -1,0 +1,78 @@
+import pytest
+
+from algos.rewards import (
+    UnknownDataSourceError,
+    default_compute_score,
+    get_reward_fn,
+    known_data_sources,
+    load_callable,
+    register_reward,
+    unregister_reward,
+)
+
+
+def test_builtin_sources_are_registered():
+    for name in ("openai/gsm8k", "gsm8k", "math", "lighteval/MATH", "arithmetic", "format_hash", "format_boxed"):
+        assert name in known_data_sources()
+
+
+def test_unknown_data_source_lists_known_names():
+    with pytest.raises(UnknownDataSourceError) as err:
+        default_compute_score("no/such-source", "#### 1", "1")
+    message = str(err.value)
+    assert "no/such-source" in message
+    assert "openai/gsm8k" in message and "arithmetic" in message
+
+
+def test_decorator_registers_under_every_alias():
+    @register_reward("test/alias-a", "test/alias-b")
+    def exact(solution_str, ground_truth, extra_info=None):
+        return float(solution_str == ground_truth)
+
+    try:
+        assert get_reward_fn("test/alias-a") is exact
+        assert default_compute_score("test/alias-b", "x", "x") == 1.0
+        assert default_compute_score("test/alias-b", "x", "y") == 0.0
+    finally:
+        unregister_reward("test/alias-a")
+        unregister_reward("test/alias-b")
+
+
+def test_reregistering_a_name_needs_overwrite():
+    register_reward("test/dup", fn=lambda s, g, e=None: 1.0)
+    try:
+        with pytest.raises(ValueError, match="test/dup"):
+            register_reward("test/dup", fn=lambda s, g, e=None: 0.0)
+        register_reward("test/dup", fn=lambda s, g, e=None: 0.5, overwrite=True)
+        assert default_compute_score("test/dup", "", "") == 0.5
+    finally:
+        unregister_reward("test/dup")
+
+
+def test_module_function_string_is_imported_on_first_lookup():
+    register_reward("test/lazy", fn="algos.rewards.gsm8k:compute_score")
+    try:
+        from algos.rewards.gsm8k import compute_score
+
+        assert get_reward_fn("test/lazy") is compute_score
+    finally:
+        unregister_reward("test/lazy")
+
+
+def test_kwargs_reach_the_rule():
+    # flexible extraction finds the last number without the #### marker; strict finds nothing
+    assert default_compute_score("openai/gsm8k", "the answer is 42", "42") == 0.0
+    assert default_compute_score("openai/gsm8k", "the answer is 42", "42", method="flexible") == 1.0
+
+
+def test_load_callable_from_file(tmp_path):
+    path = tmp_path / "my_reward.py"
+    path.write_text("def score_it(solution_str, ground_truth, extra_info=None):\n    return 0.25\n")
+    assert load_callable(f"{path}:score_it")("", "") == 0.25
+    with pytest.raises(AttributeError, match="score_it"):  # the error lists what the file does define
+        load_callable(f"{path}:missing")
+
+
+def test_load_callable_rejects_bad_spec():
+    with pytest.raises(ValueError, match="module:function"):
+        load_callable("no_colon_here")

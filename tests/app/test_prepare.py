@@ -1,0 +1,91 @@
+"""`python -m app.prepare`: GSM8K conversion (checked item by item against its gold answers) and the arithmetic task."""
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from algos.rewards import default_compute_score
+from app.data import DataError, PromptDataLoader, load_prompt_dataset, pad_token_id_of
+from app.data.gsm8k_task import gsm8k_final_answer
+from app.prepare import main, prepare_gsm8k
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+@pytest.fixture(scope="module")
+def gsm8k_parquet(gsm8k_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gsm8k")
+    assert main(["gsm8k", "--input", str(gsm8k_dir), "--output", str(out)]) == 0
+    return out
+
+
+def test_gsm8k_schema(gsm8k_parquet, gsm8k_dir):
+    table = pq.read_table(gsm8k_parquet / "test.parquet")
+    assert table.column_names == ["data_source", "prompt", "ability", "reward_model", "extra_info"]
+    first = json.loads((gsm8k_dir / "test.jsonl").read_text().splitlines()[0])
+    row = table.slice(0, 1).to_pylist()[0]
+    assert row["data_source"] == "openai/gsm8k"
+    assert row["prompt"][0]["role"] == "user" and row["prompt"][0]["content"].startswith(first["question"])
+    assert "#### <answer>" in row["prompt"][0]["content"]
+    assert row["reward_model"]["ground_truth"] == first["answer"].split("####")[-1].strip().replace(",", "")
+    assert row["extra_info"] == {"split": "test", "index": 0, "answer": first["answer"], "question": first["question"]}
+    assert pq.read_table(gsm8k_parquet / "train.parquet").num_rows == 7473
+
+
+def test_every_gsm8k_test_item_through_loader_and_reward(gsm8k_parquet, tokenizer):
+    """All 1,319 test items: the gold solution text scores 1.0, the same text with a wrong final number scores 0."""
+    ds = load_prompt_dataset(str(gsm8k_parquet / "test.parquet"), tokenizer)
+    assert len(ds) == 1319 and ds.num_filtered == 0
+    loader = PromptDataLoader(ds, batch_size=1319, pad_token_id=pad_token_id_of(tokenizer), shuffle=False)
+    batch = loader.next_batch()
+    assert batch.index == list(range(1319))
+    for source, truth, info in zip(batch.data_source, batch.ground_truth, batch.extra_info):
+        gold = info["answer"]  # the dataset's own worked solution, ending in "#### N"
+        assert default_compute_score(source, gold, truth) == 1.0, (info["index"], gold[-40:], truth)
+        wrong = gold.rpartition("####")[0] + f"#### {int(truth) + 1}"
+        assert default_compute_score(source, wrong, truth) == 0.0, info["index"]
+
+
+def test_gsm8k_answers_with_commas():
+    assert gsm8k_final_answer("so 1,000 + 450,000 = 451,000\n#### 451,000") == "451000"
+    with pytest.raises(DataError, match="file.jsonl line 3"):
+        gsm8k_final_answer("no final answer", "file.jsonl line 3")
+
+
+def test_gsm8k_missing_input(tmp_path):
+    with pytest.raises(DataError, match="train.jsonl"):
+        prepare_gsm8k(str(tmp_path), str(tmp_path / "out"))
+
+
+def test_gsm8k_bad_line_named(tmp_path):
+    (tmp_path / "train.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n{"question": "q"}\n')
+    with pytest.raises(DataError, match=r"train.jsonl line 2: missing answer"):
+        prepare_gsm8k(str(tmp_path), str(tmp_path / "out"))
+
+
+def test_arithmetic_cli_is_deterministic(tmp_path):
+    for name in ("a", "b"):
+        assert main(["arithmetic", "--output", str(tmp_path / name), "--train-size", "40", "--test-size", "10",
+                     "--seed", "3"]) == 0
+    for split, n in (("train", 40), ("test", 10)):
+        a = pq.read_table(tmp_path / "a" / f"{split}.parquet")
+        assert a.num_rows == n
+        assert a.equals(pq.read_table(tmp_path / "b" / f"{split}.parquet"))
+    assert set(a.column("data_source").to_pylist()) == {"arithmetic"}
+
+
+def test_cli_entry_point_reports_errors(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "app.prepare", "gsm8k", "--input", str(tmp_path), "--output", str(tmp_path / "o")],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 2
+    assert "GSM8K file not found" in done.stderr and "train.jsonl" in done.stderr
