@@ -1,6 +1,7 @@
 """Driver side of a training run: Ray, the rollout application, and the Ray Train `TorchTrainer` of FSDP workers."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -35,6 +36,29 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
              include_dashboard=False, log_to_driver=True)
 
 
+def with_absolute_paths(cfg: TrainerRunConfig) -> TrainerRunConfig:
+    """A copy whose file and folder keys are absolute: Ray Train workers run in their own working directory."""
+    cfg = copy.deepcopy(cfg)
+
+    def absolute(value):
+        if isinstance(value, list):
+            return [absolute(v) for v in value]
+        return str(Path(value).expanduser().resolve()) if value else value
+
+    cfg.data.train_files = absolute(cfg.data.train_files)
+    cfg.data.val_files = absolute(cfg.data.val_files)
+    cfg.trainer.default_local_dir = absolute(cfg.trainer.default_local_dir)
+    cfg.trainer.rollout_data_dir = absolute(cfg.trainer.rollout_data_dir)
+    for model in (cfg.actor_rollout_ref.model, cfg.critic.model, cfg.reward_model.model):
+        if model.path and Path(model.path).expanduser().exists():  # a hub id stays as it is
+            model.path = absolute(model.path)
+    if cfg.custom_reward_function.path:
+        cfg.custom_reward_function.path = absolute(cfg.custom_reward_function.path)
+    if cfg.trainer.resume_mode not in ("auto", "disable"):
+        cfg.trainer.resume_mode = absolute(cfg.trainer.resume_mode)
+    return cfg
+
+
 def worker_entry(loop_config: dict[str, Any]) -> None:
     """What each Ray Train worker runs."""
     import ray.train
@@ -65,9 +89,9 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None) -> dict[str,
     from serve import deploy_rollout
 
     ensure_ray(cfg)
-    out_dir = Path(cfg.trainer.default_local_dir).resolve()
+    cfg = with_absolute_paths(cfg)
+    out_dir = Path(cfg.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, default_local_dir=str(out_dir)))
     app_name = rollout_app or rollout_app_name(cfg)
     if rollout_app is None:
         model = cfg.actor_rollout_ref.model

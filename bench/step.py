@@ -1,0 +1,81 @@
+"""Per-phase time of one GRPO step on the reference CPU workload, through the real trainer (Ray Train + Serve + vLLM).
+
+Workload: SmolLM2-135M-Instruct, LoRA r=16 on all linear layers, 8 GSM8K prompts × 4 samples × 64 response tokens,
+KL loss `low_var_kl` at 0.04. Target on a 2-core machine: a whole step in at most 25 s.
+
+    python bench/step.py [--gsm8k-dir ../shared/data/gsm8k] [--steps 4] [key=value overrides ...]
+
+Step 1 carries one-off warm-up (first compile of kernels, first adapter load), so the table averages steps 2..N and
+prints step 1 beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "bench"
+PHASES = ["gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync", "step"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gsm8k-dir", type=Path, default=REPO.parent / "shared" / "data" / "gsm8k")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. trainer.num_workers=2")
+    args = parser.parse_args()
+
+    from hydra import compose, initialize_config_dir
+
+    from app.config import load_config
+    from app.import_model import import_model
+    from app.prepare import main as prepare
+    from app.trainer.launch import train
+    from app.trainer.tracking import read_metrics
+
+    model = import_model("smollm2-135m-instruct", CACHE / "smollm2-135m-instruct")
+    data = CACHE / "gsm8k"
+    if not (data / "train.parquet").is_file():
+        assert prepare(["gsm8k", "--input", str(args.gsm8k_dir), "--output", str(data)]) == 0
+    out = CACHE / "step-run"
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    overrides = [
+        f"actor_rollout_ref.model.path={model}", f"data.train_files={data / 'train.parquet'}", "data.val_files=''",
+        "data.train_batch_size=8", "data.max_prompt_length=320", "data.max_response_length=64",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
+        "actor_rollout_ref.model.target_modules=all-linear",
+        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        "actor_rollout_ref.actor.kl_loss_coef=0.04", "actor_rollout_ref.actor.optim.lr=1e-5",
+        "trainer.num_workers=1", "trainer.cpus_per_worker=2", f"trainer.total_training_steps={args.steps}",
+        "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[jsonl]",
+        f"trainer.default_local_dir={out}", "trainer.experiment_name=bench-step", *args.overrides,
+    ]
+    with initialize_config_dir(str(REPO / "configs"), version_base=None):
+        cfg = load_config(compose("grpo_trainer", overrides=overrides))
+    train(cfg)
+    rows = [r for r in read_metrics(out / "metrics.jsonl") if r.get("step", 0) >= 1]
+    first, rest = rows[0], rows[1:] or rows[:1]
+    print(f"\nGRPO step on SmolLM2-135M, LoRA r=16, 8 prompts x 4 samples x 64 tokens ({len(rest)} steps averaged)")
+    print(f"{'phase':<14}{'step 1 (s)':>12}{'steps 2+ (s)':>14}{'share':>8}")
+    step_mean = statistics.mean(r["timing_s/step"] for r in rest)
+    for phase in PHASES:
+        key = f"timing_s/{phase}"
+        if key not in first:
+            continue
+        mean = statistics.mean(r.get(key, 0.0) for r in rest)
+        print(f"{phase:<14}{first[key]:>12.2f}{mean:>14.2f}{mean / step_mean:>8.0%}")
+    tokens = statistics.mean(r["response_length/mean"] * 32 for r in rest)
+    gen = statistics.mean(r["timing_s/gen"] for r in rest)
+    print(f"rollout: {tokens / gen:.0f} generated tokens/s; whole step: "
+          f"{statistics.mean(r['perf/throughput'] for r in rest):.0f} tokens/s (prompt+response)")
+    print(f"step time {step_mean:.1f} s against the 25 s target: {'met' if step_mean <= 25 else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

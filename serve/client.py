@@ -1,0 +1,277 @@
+"""What the trainer holds: a `RolloutClient` around the Serve handle, and the functions that deploy or find one.
+
+The trainer talks to the rollout service only through this client (generate / update_weights / sleep / wake_up)
+and the payload classes in `serve.types`.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import time
+from typing import Any, Iterator, Optional, Sequence, Union
+
+import ray
+from ray import serve
+
+from serve.payload import DEFAULT_CHUNK_BYTES, encode_tensors
+from serve.types import (FullWeights, LoraAdapter, PolicyVersionMismatch, RolloutSample, SamplingOptions,
+                         WirePayload)
+
+DEPLOYMENT = "rollout"
+
+
+class RolloutClient:
+    """Trainer-side view of one rollout application. Cheap to pickle: it holds names, not handles."""
+
+    def __init__(self, app_name: str, rollout: Any):
+        self.app_name = app_name
+        self.rollout = rollout  # the RolloutConfig (duck-typed): sampling defaults, replicas, max_num_seqs
+        self._handle = None
+
+    def __getstate__(self):
+        return {"app_name": self.app_name, "rollout": self.rollout, "_handle": None}
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            self._handle = serve.get_deployment_handle(DEPLOYMENT, self.app_name)
+        return self._handle
+
+    # ------------------------------------------------------------------ sampling
+    def sampling(self, *, validation: bool = False, max_tokens: Optional[int] = None, **overrides) -> SamplingOptions:
+        """Options from the config (`val_kwargs` when `validation`), with keyword overrides, e.g. seed=1."""
+        base = SamplingOptions.from_rollout_config(self.rollout, validation=validation, max_tokens=max_tokens)
+        return SamplingOptions(**{**base.__dict__, **overrides}) if overrides else base
+
+    def _chunks(self, num_prompts: int, n: int) -> list[tuple[int, int]]:
+        """[start, stop) slices: at least one per replica, none over what one engine schedules at once."""
+        replicas = max(1, int(getattr(self.rollout, "replicas", 1)))
+        per_engine = max(1, int(getattr(self.rollout, "max_num_seqs", 1024)) // n)
+        size = max(1, min(math.ceil(num_prompts / replicas), per_engine))
+        return [(s, min(s + size, num_prompts)) for s in range(0, num_prompts, size)]
+
+    def generate_iter(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        *,
+        expect_version: int,
+        sampling: Optional[SamplingOptions] = None,
+        validation: bool = False,
+    ) -> Iterator[list[RolloutSample]]:
+        """Like `generate`, but yields each chunk's samples as soon as that chunk finishes (any order)."""
+        if sampling is None:
+            sampling = self.sampling(validation=validation)
+        prompts = [list(map(int, p)) for p in prompt_token_ids]
+        responses = [
+            self.handle.generate.remote(prompts[a:b], sampling, expect_version, a)
+            for a, b in self._chunks(len(prompts), sampling.n)
+        ]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(responses))) as pool:
+            futures = [pool.submit(_result, r) for r in responses]
+            for future in concurrent.futures.as_completed(futures):
+                yield future.result()
+
+    def generate(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        *,
+        expect_version: int,
+        sampling: Optional[SamplingOptions] = None,
+        validation: bool = False,
+    ) -> list[RolloutSample]:
+        """`n` samples for every prompt, sorted by (prompt_index, sample_index).
+
+        `prompt_token_ids`: one list of token ids per prompt (already chat-templated, no padding).
+        `sampling`: None takes `actor_rollout_ref.rollout.*`, or its `val_kwargs` when `validation=True`.
+        `expect_version`: the policy version the caller believes the replicas serve; any replica serving another
+        raises `PolicyVersionMismatch` (message names both versions). The batch is split into chunks that Serve
+        spreads over the replicas.
+        """
+        samples = [s for chunk in self.generate_iter(prompt_token_ids, expect_version=expect_version,
+                                                     sampling=sampling, validation=validation) for s in chunk]
+        samples.sort(key=lambda s: (s.prompt_index, s.sample_index))
+        return samples
+
+    # ------------------------------------------------------------------ weights
+    def update_weights(self, version: int, payload: Union[FullWeights, LoraAdapter],
+                       chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict[str, int]:
+        """Send `payload` through the object store to every replica as policy `version`.
+
+        Full fine-tuning: `FullWeights(state_dict)` with HF names. LoRA: `LoraAdapter(adapter_config, adapter
+        state dict)` in peft format; each version becomes a new adapter in vLLM. Returns {replica: version} for
+        every live replica (all equal to `version`); replicas that die meanwhile are replaced and load it from the
+        policy store.
+        """
+        wire = to_wire(payload, chunk_bytes)
+        results = self.handle.broadcast("update_weights", version, wire).results(return_exceptions=True)
+        return self._check_broadcast(results, version, "update_weights")
+
+    def replica_versions(self) -> dict[str, int]:
+        """{replica tag: policy version} for every live replica."""
+        out = self.handle.broadcast("policy_version").results()
+        return {r["replica"]: r["version"] for r in out}
+
+    def weights_checksums(self) -> list[str]:
+        """One digest per replica of its engine's weights; equal digests mean equal weights."""
+        return self.handle.broadcast("weights_checksum").results()
+
+    def _check_broadcast(self, results: list, version: int, what: str) -> dict[str, int]:
+        errors = [r for r in results if isinstance(r, BaseException)]
+        fatal = [e for e in errors if not isinstance(e, ray.exceptions.RayActorError)]
+        if fatal:
+            raise RuntimeError(f"{what}(version={version}) failed on a replica: {fatal[0]}") from fatal[0]
+        if len(errors) == len(results):
+            raise RuntimeError(f"{what}(version={version}): every replica died during the call: {errors[0]}")
+        versions = self.replica_versions()
+        stale = {r: v for r, v in versions.items() if v != version}
+        if stale:
+            raise RuntimeError(f"{what}(version={version}) left replicas on other versions: {stale}")
+        return versions
+
+    # ------------------------------------------------------------------ colocated GPU placement
+    def sleep(self, level: int = 1) -> None:
+        """Free the engines' GPU memory (weights offloaded at level 1) while the trainer uses the GPUs."""
+        self.handle.broadcast("sleep", level).results()
+
+    def wake_up(self) -> None:
+        self.handle.broadcast("wake_up").results()
+
+    # ------------------------------------------------------------------ GPU NCCL path
+    def nccl_sync_client(self) -> "NcclSyncClient":
+        """A `vllm.distributed.weight_transfer.base.VLLMWeightSyncClient` for vLLM's trainer-side NCCL engine.
+
+        Usage on the trainer's rank 0 (GPU, deployed with `nccl_weight_transfer=True`)::
+
+            sync = client.nccl_sync_client()
+            engine = WeightTransferTrainerFactory.trainer_init(
+                NCCLTrainerInitInfo(master_address=ip, master_port=port,
+                                    world_size=1 + replicas * tensor_model_parallel_size),
+                client=sync, source=weight_source)
+            sync.next_version = version; engine.send_weights()   # every replica now serves `version`
+
+        Not testable on CPU-only machines; replacement replicas come back at version 0 (nothing to replay).
+        """
+        return NcclSyncClient(self)
+
+
+class NcclSyncClient:
+    """vLLM's four-method weight-sync control plane, fanned out to every replica."""
+
+    def __init__(self, client: RolloutClient):
+        self.client = client
+        self.next_version: Optional[int] = None
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.client.handle.broadcast("nccl_init", init_info).results()
+
+    def start_weight_update(self) -> None:
+        self.client.handle.broadcast("nccl_start").results()
+
+    def update_weights(self, update_info: dict) -> None:
+        self.client.handle.broadcast("nccl_receive", update_info).results()
+
+    def finish_weight_update(self, weight_version: Optional[str] = None) -> None:
+        version = self.next_version if weight_version is None else int(weight_version)
+        if version is None:
+            raise ValueError("set NcclSyncClient.next_version to the new policy version before send_weights()")
+        self.client.handle.broadcast("nccl_finish", version).results()
+
+
+def to_wire(payload: Union[FullWeights, LoraAdapter], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> WirePayload:
+    """`ray.put` the payload's tensors as safetensors buffers; the refs travel, the bytes stay in the object store."""
+    if isinstance(payload, FullWeights):
+        buffers = encode_tensors(payload.tensors, chunk_bytes)
+        return WirePayload("full", [ray.put(b) for b in buffers], sum(b.nbytes for b in buffers))
+    if isinstance(payload, LoraAdapter):
+        buffers = encode_tensors(payload.tensors, chunk_bytes=1 << 62)  # one buffer: one adapter file
+        return WirePayload("lora", [ray.put(b) for b in buffers], sum(b.nbytes for b in buffers),
+                           adapter_config=_jsonable(dict(payload.adapter_config)))
+    raise TypeError(f"update_weights payload must be FullWeights or LoraAdapter, got {type(payload).__name__}")
+
+
+def _jsonable(config: dict) -> dict:
+    """peft configs hold sets and enums; adapter_config.json needs plain JSON values."""
+    import enum
+    import json
+
+    def convert(value):
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, (set, frozenset, tuple)):
+            return [convert(v) for v in value]
+        if isinstance(value, list):
+            return [convert(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): convert(v) for k, v in value.items()}
+        return value
+
+    out = convert(config)
+    json.dumps(out)  # fail here, in the trainer, rather than in a replica
+    return out
+
+
+def _result(response):
+    try:
+        return response.result()
+    except PolicyVersionMismatch:
+        raise
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, PolicyVersionMismatch):
+            raise PolicyVersionMismatch(cause.expected, cause.actual, cause.replica) from None
+        raise
+
+
+# ---------------------------------------------------------------------- deploy / find
+def deploy_rollout(
+    rollout: Any,
+    model_path: Union[str, os.PathLike],
+    app_name: str,
+    *,
+    max_lora_rank: Optional[int] = None,
+    nccl_weight_transfer: bool = False,
+    route_prefix: Optional[str] = "/",
+    seed: int = 0,
+    ray_actor_options: Optional[dict] = None,
+) -> RolloutClient:
+    """Deploy the rollout application `app_name` for `rollout` (a `RolloutConfig`) and return its client.
+
+    Blocks until every replica's engine is up and serving policy version 0 (the weights at `model_path`).
+    `max_lora_rank` enables LoRA (each `update_weights(LoraAdapter)` then adds an adapter). The HTTP proxy binds to
+    `rollout.http_host:rollout.http_port` (127.0.0.1 by default) if Serve is not running yet; `route_prefix=None`
+    serves no HTTP for this application. Requires `ray.init` first.
+    """
+    from serve.deployment import build_rollout_app
+
+    serve.start(http_options={"host": getattr(rollout, "http_host", "127.0.0.1"),
+                              "port": int(getattr(rollout, "http_port", 8000))})
+    app = build_rollout_app(rollout, str(model_path), max_lora_rank=max_lora_rank,
+                            nccl_weight_transfer=nccl_weight_transfer, seed=seed,
+                            served_model_name=app_name, ray_actor_options=ray_actor_options)
+    serve.run(app, name=app_name, route_prefix=route_prefix)
+    return RolloutClient(app_name, rollout)
+
+
+def get_rollout_client(app_name: str, rollout: Any) -> RolloutClient:
+    """The client of an application deployed elsewhere (e.g. inside a Ray Train worker)."""
+    status = serve.status().applications.get(app_name)
+    if status is None:
+        raise LookupError(f"no Serve application named {app_name!r}; deploy it with deploy_rollout first")
+    return RolloutClient(app_name, rollout)
+
+
+def wait_for_replicas(app_name: str, count: int, timeout_s: float = 300.0, exclude: Sequence[str] = ()) -> list[str]:
+    """Block until `count` replicas of the app run, none of them in `exclude`; returns their tags."""
+    deadline = time.monotonic() + timeout_s
+    handle = serve.get_deployment_handle(DEPLOYMENT, app_name)
+    tags: list[str] = []
+    while time.monotonic() < deadline:
+        try:
+            tags = [r["replica"] for r in handle.broadcast("policy_version").results(timeout_s=30)]
+        except Exception:
+            tags = []
+        if len(tags) >= count and not set(tags) & set(exclude):
+            return tags
+        time.sleep(1.0)
+    raise TimeoutError(f"{app_name}: wanted {count} replicas not in {list(exclude)}, have {tags}")

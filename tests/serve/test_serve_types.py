@@ -1,0 +1,119 @@
+"""Pure pieces of the rollout service: sampling options, the version error, payload encoding, batch chunking.
+
+No Ray cluster and no vLLM engine: these run in milliseconds.
+"""
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from serve.payload import decode_tensors, encode_tensors, write_full_weights, write_peft_adapter, iter_safetensors
+from serve.types import PolicyVersionMismatch, SamplingOptions
+
+
+def test_sampling_from_config_uses_training_keys_or_val_kwargs():
+    from app.config.schema import RolloutConfig
+
+    cfg = replace(RolloutConfig(), temperature=0.6, top_p=0.9, top_k=20, n=4, response_length=32, ignore_eos=True)
+    train = SamplingOptions.from_rollout_config(cfg)
+    assert (train.temperature, train.top_p, train.top_k, train.n, train.max_tokens) == (0.6, 0.9, 20, 4, 32)
+    assert train.do_sample and train.ignore_eos
+    val = SamplingOptions.from_rollout_config(cfg, validation=True)
+    # val_kwargs default to greedy with one sample (verl's validation), max_tokens still from response_length.
+    assert val.greedy and val.n == 1 and val.max_tokens == 32
+
+
+def test_sampling_needs_a_length_and_valid_values():
+    from app.config.schema import RolloutConfig
+
+    with pytest.raises(ValueError, match="response_length"):
+        SamplingOptions.from_rollout_config(RolloutConfig())  # response_length defaults to None
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingOptions(max_tokens=4, top_k=0)
+    with pytest.raises(ValueError, match="do_sample=False for greedy"):
+        SamplingOptions(max_tokens=4, temperature=0.0)
+    assert SamplingOptions(max_tokens=4, temperature=0.0, do_sample=False).greedy
+
+
+def test_version_mismatch_names_both_versions_and_survives_pickling():
+    err = PolicyVersionMismatch(expected=3, actual=5, replica="abc")
+    assert "expected version 3" in str(err) and "serves version 5" in str(err) and "abc" in str(err)
+    back = pickle.loads(pickle.dumps(err))  # Ray pickles replica errors back to the caller
+    assert (back.expected, back.actual, back.replica) == (3, 5, "abc")
+
+
+def test_payload_round_trips_dtypes_and_splits_into_chunks(tmp_path):
+    tensors = {
+        "a": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        "b": torch.tensor([1.5, -2.25], dtype=torch.bfloat16),  # bf16 has no numpy dtype: must survive as bytes
+        "c": torch.ones(256, dtype=torch.float16),
+    }
+    # a (24 B) and b (4 B) fit under 100 bytes together; c (512 B) starts a second chunk.
+    buffers = encode_tensors(tensors, chunk_bytes=100)
+    assert len(buffers) == 2 and all(b.dtype == np.uint8 for b in buffers)
+    back = decode_tensors(buffers)
+    assert set(back) == set(tensors)
+    for k in tensors:
+        assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k])
+    # Staged files stream back the same tensors, in order.
+    paths = write_full_weights(buffers, tmp_path / "full")
+    assert [n for n, _ in iter_safetensors(paths)] == ["a", "b", "c"]
+
+
+def test_tied_tensors_are_sent_as_separate_copies():
+    shared = torch.randn(4, 4)
+    back = decode_tensors(encode_tensors({"model.embed_tokens.weight": shared, "lm_head.weight": shared}))
+    assert torch.equal(back["lm_head.weight"], shared) and torch.equal(back["model.embed_tokens.weight"], shared)
+
+
+def test_lora_payload_is_staged_as_a_peft_folder(tmp_path):
+    buffers = encode_tensors({"base_model.model.x.lora_A.weight": torch.zeros(2, 3)})
+    folder = write_peft_adapter({"r": 2, "peft_type": "LORA"}, buffers, tmp_path / "adapter")
+    assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == ["adapter_config.json",
+                                                                      "adapter_model.safetensors"]
+    assert folder == str(tmp_path / "adapter")
+    with pytest.raises(ValueError, match="one safetensors buffer"):
+        write_peft_adapter({}, buffers * 2, tmp_path / "two")
+
+
+def test_batches_are_split_for_every_replica_and_capped_by_engine_capacity():
+    from app.config.schema import RolloutConfig
+
+    from serve.client import RolloutClient
+
+    client = RolloutClient("unused", replace(RolloutConfig(), replicas=2, max_num_seqs=4))
+    # n=2 -> one engine schedules 4 // 2 = 2 prompts at once; 10 prompts over 2 replicas would be 5 each, so 2 win.
+    assert client._chunks(10, n=2) == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    # n=1 and a roomy engine: one chunk per replica, the last one shorter.
+    roomy = RolloutClient("unused", replace(RolloutConfig(), replicas=2, max_num_seqs=1024))
+    assert roomy._chunks(5, n=1) == [(0, 3), (3, 5)]
+
+
+def test_dead_replicas_shared_memory_is_reaped_but_live_or_mapped_memory_is_kept(tmp_path):
+    import mmap
+    import os
+    import subprocess
+
+    from serve.shm import RECORD, reap_dead_replicas
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs
+    dead = tmp_path / f"rayrl-rollout-app-r1-{gone.pid}"
+    live = tmp_path / f"rayrl-rollout-app-r2-{os.getpid()}"
+    for folder in (dead, live):
+        folder.mkdir()
+    (dead / RECORD).write_text("psm_free\npsm_held")
+    (live / RECORD).write_text("psm_mine")
+    for name in ("psm_free", "psm_held", "psm_mine"):
+        (tmp_path / name).write_bytes(b"\0" * 4096)
+    with open(tmp_path / "psm_held", "r+b") as f, mmap.mmap(f.fileno(), 4096):  # still mapped by a live process
+        assert reap_dead_replicas(str(tmp_path)) == []  # the dead folder stays: one of its segments is in use
+        assert not (tmp_path / "psm_free").exists() and (tmp_path / "psm_held").exists()
+        assert (dead / RECORD).read_text() == "psm_held"
+    assert reap_dead_replicas(str(tmp_path)) == [dead.name]  # unmapped now: reaped, folder and all
+    assert not (tmp_path / "psm_held").exists() and not dead.exists()
+    assert (tmp_path / "psm_mine").exists() and live.exists()  # a live replica's memory is never touched
