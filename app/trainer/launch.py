@@ -75,11 +75,14 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
     trainer.fit()
 
 
-def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None) -> dict[str, float]:
+def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
+          route_prefix: Optional[str] = "/") -> dict[str, float]:
     """Run the whole job; returns the last validation metrics. The config must already be validated.
 
     `rollout_app`: an already deployed rollout application to use (and leave running) instead of deploying one;
     the loop then pushes its own initial weights before the first rollout.
+    `route_prefix`: the HTTP route of the chat-completions endpoint of the deployed application; only one
+    application can hold a route, so concurrent runs (sweep trials) pass their own or None (no HTTP).
     """
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -96,7 +99,7 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None) -> dict[str,
     if rollout_app is None:
         model = cfg.actor_rollout_ref.model
         deploy_rollout(cfg.actor_rollout_ref.rollout, model.path, app_name,
-                       max_lora_rank=model.lora_rank or None, seed=cfg.trainer.seed)
+                       max_lora_rank=model.lora_rank or None, seed=cfg.trainer.seed, route_prefix=route_prefix)
     use_gpu = cfg.trainer.n_gpus_per_node > 0
     trainer = TorchTrainer(
         worker_entry,

@@ -39,6 +39,8 @@ class RolloutService(Protocol):
                  validation: bool = False) -> list[Any]: ...
     def update_weights(self, version: int, payload: Any) -> Any: ...
     def replica_versions(self) -> dict[str, int]: ...
+    def sleep(self) -> None: ...
+    def wake_up(self) -> None: ...
 
 
 class RewardScorer(Protocol):
@@ -70,6 +72,7 @@ class RLTrainer:
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl,
                                           algo.kl_ctrl.horizon)
         self.n = cfg.actor_rollout_ref.rollout.n
+        self.colocated = cfg.trainer.placement == "colocated"
         self.temperature = cfg.actor_rollout_ref.rollout.temperature
         self.step = 0
         self.version = self._rollout_version()
@@ -91,12 +94,15 @@ class RLTrainer:
                 prompts = self._next_prompts()
                 with timer.phase("gen"):
                     group = self.generate(prompts)
+                if self.colocated:
+                    self._rollout_sleep()  # give the GPU memory back to the trainer until the next sync
                 with timer.phase("reward"):
                     metrics = self.score(group)
                 if self.cfg.trainer.rollout_data_dir:
                     self._dump_rollouts(group)
-                with timer.phase("old_log_prob"):
-                    group.batch.update(self.actor.compute_log_prob(group.batch))
+                if self._needs_old_log_probs(group):
+                    with timer.phase("old_log_prob"):
+                        group.batch.update(self.actor.compute_log_prob(group.batch))
                 if self.reference is not None:
                     with timer.phase("ref"):
                         group.batch.update(self.reference.compute_ref_log_prob(group.batch))
@@ -183,6 +189,8 @@ class RLTrainer:
     def sync_weights(self) -> None:
         """Gather the new weights (or LoRA adapter) and push them as version + 1; every rank then expects it."""
         payload = self.engine.state_dict_for_sync()
+        if self.colocated:
+            self._rollout_wake_up()
         if self.rank == 0:
             if payload.kind == "lora":
                 wire = LoraAdapter(adapter_config=payload.adapter_config, tensors=payload.tensors)
@@ -318,6 +326,22 @@ class RLTrainer:
     def _decode(self, batch: TensorBatch) -> list[str]:
         ids = [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def _rollout_sleep(self) -> None:
+        """Colocated GPU placement: every rank has finished sampling before the engines release their memory."""
+        self._barrier()
+        if self.rank == 0:
+            self.rollout.sleep()
+        self._barrier()
+
+    def _rollout_wake_up(self) -> None:
+        if self.rank == 0:
+            self.rollout.wake_up()
+        self._barrier()
+
+    def _needs_old_log_probs(self, group: RolloutGroup) -> bool:
+        """Old log-probs need their own pass unless the update is on-policy and nothing else reads them."""
+        return self.cfg.algorithm.use_kl_in_reward or not self.actor.is_on_policy(len(group.batch))
 
     def _rollout_version(self) -> int:
         """The version every replica serves (they agree after any completed sync)."""

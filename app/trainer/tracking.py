@@ -21,14 +21,16 @@ class MetricSink(Protocol):
 
 
 class JsonlSink:
-    """Appends; on resume, lines past the resumed step are dropped so the file tells one consistent history."""
+    """Appends; on resume, lines past the resumed step are dropped so the file tells one consistent history, and a
+    fresh run replaces an old file."""
 
     def __init__(self, path: Path, resume_step: int = 0) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
+            # a fresh run (resume_step 0) starts a new history; a resumed one keeps the steps its checkpoint covers
             kept = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+                    if resume_step and line.strip() and json.loads(line).get("step", 0) <= resume_step]
             path.write_text("".join(line + "\n" for line in kept))
         self._file = path.open("a")
 

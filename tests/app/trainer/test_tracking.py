@@ -24,3 +24,14 @@ def test_jsonl_drops_lines_after_the_resumed_step(tmp_path):
 def test_unknown_logger_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"trainer.logger: unknown logger 'wandbb'"):
         Tracking(["wandbb"], tmp_path, total_steps=1, start_step=0, project="p", experiment="e")
+
+
+def test_fresh_run_replaces_an_old_history(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    sink = JsonlSink(path)
+    sink.log({"val-core/reward/mean": 0.2}, 0)
+    sink.close()
+    sink = JsonlSink(path, resume_step=0)  # a new run in the same folder, not a resume
+    sink.log({"val-core/reward/mean": 0.3}, 0)
+    sink.close()
+    assert read_metrics(path) == [{"step": 0, "val-core/reward/mean": 0.3}]

@@ -3,31 +3,15 @@ resume, PPO with a critic, and the actor/rollout log-prob match. One rollout dep
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
-from app.config import load_config
 from app.trainer.launch import train
 from app.trainer.tracking import read_metrics
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 APP = "trainer-e2e-rollout"
 pytestmark = pytest.mark.slow
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-
-    with initialize_config_dir(str(CONFIGS), version_base=None):
-        return load_config(hydra_compose("grpo_trainer", overrides=overrides))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +24,7 @@ def arith_data(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rollout_app(ray_cluster, tiny_model_dir):
+def rollout_app(ray_cluster, tiny_model_dir, free_port):
     """fp32 vLLM so the actor (fp32 here) and the rollout agree to rounding; LoRA enabled for the LoRA runs."""
     from ray import serve
 
@@ -79,7 +63,7 @@ def dataset_indices(rollouts: Path, step: int) -> set[int]:
     return {r["dataset_index"] for r in rows}
 
 
-def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(rollout_app, tiny_model_dir, arith_data, tmp_path):
+def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(compose, rollout_app, tiny_model_dir, arith_data, tmp_path):
     out = tmp_path / "grpo"
     overrides = base_overrides(tiny_model_dir, arith_data, out) + ["trainer.num_workers=2", "trainer.save_freq=3",
                                                                    "trainer.experiment_name=grpo-e2e"]
@@ -107,7 +91,7 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(rollout_app, tin
     assert (out / "hf_model" / "config.json").is_file()
 
 
-def test_actor_log_probs_match_rollout_log_probs(rollout_app, tiny_model_dir, arith_data, tmp_path):
+def test_actor_log_probs_match_rollout_log_probs(compose, rollout_app, tiny_model_dir, arith_data, tmp_path):
     out = tmp_path / "match"
     train(compose(base_overrides(tiny_model_dir, arith_data, out)
                   + ["trainer.num_workers=1", "trainer.total_training_steps=1", "trainer.experiment_name=match"]),
@@ -118,7 +102,7 @@ def test_actor_log_probs_match_rollout_log_probs(rollout_app, tiny_model_dir, ar
     assert row["actor/rollout_logprob_diff"] < 1e-3
 
 
-def test_ppo_with_critic_runs_two_steps(rollout_app, tiny_model_dir, arith_data, tmp_path):
+def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, arith_data, tmp_path):
     out = tmp_path / "ppo"
     overrides = base_overrides(tiny_model_dir, arith_data, out) + [
         "algorithm.adv_estimator=gae", "algorithm.lam=0.95", "actor_rollout_ref.model.lora_rank=0",
@@ -131,3 +115,4 @@ def test_ppo_with_critic_runs_two_steps(rollout_app, tiny_model_dir, arith_data,
     for key in ("critic/vf_loss", "critic/values/mean", "actor/pg_loss", "actor/reward_kl_penalty"):
         assert key in rows[-1], key
     assert (out / "hf_model" / "model.safetensors").is_file()
+

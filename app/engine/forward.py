@@ -1,0 +1,83 @@
+"""One model forward that yields per-response-token outputs ``(b, R)``: log-probs (+ entropy) or values.
+
+Works on any Hugging Face causal LM / token-classification model (plain, peft-wrapped or FSDP-sharded): it only
+calls the root module, so FSDP's hooks and peft's adapter switches apply. See ``app.engine.packing`` for the
+column layout.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from algos.logprobs import entropy_from_logits, log_probs_from_logits
+from app.batch import TensorBatch
+from app.engine.packing import pack_inputs, trim_padding
+
+
+def _position_ids(micro: TensorBatch) -> torch.Tensor:
+    if "position_ids" in micro:
+        return micro["position_ids"]
+    # left-padded prompts: positions count real tokens, padding gets 0
+    return (torch.cumsum(micro["attention_mask"].long(), dim=1) - 1).clamp(min=0)
+
+
+def _lm_outputs(logits: torch.Tensor, labels: torch.Tensor, *, temperature: float, compute_entropy: bool,
+                entropy_requires_grad: bool, chunk_size: int) -> dict[str, torch.Tensor]:
+    """logits ``(..., V)`` and labels ``(...)`` -> log-probs (and entropy) ``(...)`` float32."""
+    if temperature != 1.0:
+        logits = logits / temperature
+    out = {"log_probs": log_probs_from_logits(logits, labels, chunk_size)}
+    if compute_entropy:
+        if entropy_requires_grad:
+            out["entropy"] = entropy_from_logits(logits, chunk_size)
+        else:
+            with torch.no_grad():
+                out["entropy"] = entropy_from_logits(logits.detach(), chunk_size)
+    return out
+
+
+def _value_model(model: torch.nn.Module, **inputs) -> torch.Tensor:
+    """Logits ``(b, L, 1)`` of a value model. Its head returns a view, which FSDP warns about because an in-place op
+    on it would skip a hook; we only read it out of place, so the warning is noise here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+        return model(use_cache=False, **inputs).logits
+
+
+def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: str, remove_padding: bool,
+                     temperature: float = 1.0, compute_entropy: bool = False, entropy_requires_grad: bool = False,
+                     chunk_size: int = 1024) -> dict[str, torch.Tensor]:
+    """Run ``model`` on ``micro`` (needs ``input_ids``, ``attention_mask``, ``responses``; ``position_ids``
+    optional) and return ``{"log_probs", ["entropy"]}`` (causal LM) or ``{"values"}`` (value model), each
+    ``(b, R)`` float32 and 0 at padding."""
+    input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
+    response_len = micro["responses"].shape[1]
+    position_ids = _position_ids(micro)
+    lm_kwargs = dict(temperature=temperature, compute_entropy=compute_entropy,
+                     entropy_requires_grad=entropy_requires_grad, chunk_size=chunk_size)
+    if remove_padding:
+        p = pack_inputs(input_ids, attention_mask, position_ids, response_len)
+        varlen = dict(cu_seq_lens_q=p.cu_seqlens, cu_seq_lens_k=p.cu_seqlens, max_length_q=p.max_seqlen,
+                      max_length_k=p.max_seqlen)
+        if model_kind == "causal_lm":
+            logits = model(input_ids=p.input_ids, position_ids=p.position_ids, logits_to_keep=p.output_index,
+                           use_cache=False, **varlen).logits[0]  # (K, V)
+            return {k: p.scatter(v) for k, v in _lm_outputs(logits, p.labels, **lm_kwargs).items()}
+        values = _value_model(model, input_ids=p.input_ids, position_ids=p.position_ids, **varlen)
+        return {"values": p.scatter(values[0, p.output_index, 0].float())}
+    t = trim_padding(input_ids, attention_mask, position_ids, response_len)
+    kept = t.kept_response_len
+    labels = input_ids[:, -response_len:][:, :kept]
+    if model_kind == "causal_lm":
+        # the last kept+1 positions: P-1 .. P+kept-1; the very last predicts past the kept columns
+        logits = model(input_ids=t.input_ids, attention_mask=t.attention_mask, position_ids=t.position_ids,
+                       logits_to_keep=kept + 1, use_cache=False).logits[:, :-1]
+        outs = _lm_outputs(logits, labels, **lm_kwargs)
+    else:
+        values = _value_model(model, input_ids=t.input_ids, attention_mask=t.attention_mask,
+                              position_ids=t.position_ids)
+        outs = {"values": values[:, -kept - 1:-1, 0].float()}
+    real = attention_mask[:, -response_len:][:, :kept].bool()
+    return {k: t.pad_response(torch.where(real, v, torch.zeros((), dtype=v.dtype, device=v.device)))
+            for k, v in outs.items()}

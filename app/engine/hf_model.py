@@ -1,0 +1,93 @@
+"""Building the Hugging Face model an engine trains: causal LM or value model, optional peft LoRA."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+from app.engine.packed_attention import register_packed_attention
+from app.engine.spec import EngineSpec
+
+
+def attention_implementation(device: torch.device) -> str:
+    """flash-attention 2 (varlen) on GPUs that have it; otherwise per-sequence sdpa for packed rows."""
+    if device.type == "cuda":
+        try:
+            import flash_attn  # noqa: F401
+            return "flash_attention_2"
+        except ImportError:
+            pass
+    return register_packed_attention()
+
+
+def model_class(model_kind: str):
+    if model_kind == "causal_lm":
+        return AutoModelForCausalLM
+    if model_kind == "value":
+        return AutoModelForTokenClassification
+    raise ValueError(f"model_kind={model_kind!r}; use 'causal_lm' or 'value'")
+
+
+def load_config(spec: EngineSpec):
+    kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
+    if spec.model_kind == "value":
+        kwargs["num_labels"] = 1  # one scalar value per token
+    return AutoConfig.from_pretrained(spec.model_path, **kwargs)
+
+
+def load_model(spec: EngineSpec, dtype: torch.dtype, attn_implementation: str) -> torch.nn.Module:
+    """Weights from ``spec.model_path`` (a value model gets a fresh ``score`` head if the folder has none)."""
+    config = load_config(spec)
+    model = model_class(spec.model_kind).from_pretrained(
+        spec.model_path, config=config, dtype=dtype, trust_remote_code=spec.trust_remote_code,
+        attn_implementation=attn_implementation)
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False
+    # No dropout anywhere (the token-classification head defaults to 0.1): train-mode outputs must equal the
+    # eval-mode ones used for old log-probs and values, or the PPO ratio and value clip see noise.
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+def lora_config(spec: EngineSpec):
+    from peft import LoraConfig, TaskType
+
+    target = spec.target_modules
+    if isinstance(target, (list, tuple)):
+        target = list(target)
+    return LoraConfig(
+        r=spec.lora_rank, lora_alpha=spec.lora_alpha, target_modules=target, exclude_modules=spec.exclude_modules,
+        lora_dropout=0.0, bias="none",
+        task_type=TaskType.CAUSAL_LM if spec.model_kind == "causal_lm" else TaskType.TOKEN_CLS)
+
+
+def apply_lora(model: torch.nn.Module, spec: EngineSpec) -> torch.nn.Module:
+    """Wrap with a peft LoRA adapter; only adapter weights (and a value head) stay trainable."""
+    from peft import get_peft_model
+
+    peft_model = get_peft_model(model, lora_config(spec))
+    n_trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    if n_trainable == 0:
+        raise ValueError(f"LoRA with target_modules={spec.target_modules!r}, exclude_modules={spec.exclude_modules!r}"
+                         " matched no module: nothing would train")
+    return peft_model
+
+
+def adapter_config_dict(peft_model: torch.nn.Module, base_model_path: str) -> dict[str, Any]:
+    """The adapter's ``adapter_config.json`` content (JSON-safe)."""
+    cfg = peft_model.peft_config["default"].to_dict()
+    cfg["base_model_name_or_path"] = base_model_path
+    return json.loads(json.dumps(cfg, default=lambda o: sorted(o) if isinstance(o, set) else str(o)))
+
+
+def decoder_layer_class_names(model: torch.nn.Module) -> set[str]:
+    """Names of the transformer-block classes (each becomes one FSDP unit)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    names = set(getattr(base, "_no_split_modules", None) or [])
+    if not names:
+        raise ValueError(f"{type(base).__name__} does not declare _no_split_modules; cannot find its layers to shard")
+    return names

@@ -1,0 +1,93 @@
+"""Model inputs for computing per-response-token outputs, padded or packed ("remove padding").
+
+Row layout (verl): ``input_ids (b, P+R)`` with the prompt left-padded in columns ``[0, P)`` and the response
+right-padded in ``[P, P+R)``. Response token ``j`` (column ``P+j``) is predicted by the model output at column
+``P+j-1``, so the outputs we need sit at columns ``P-1 .. P+R-2``.
+
+Packed: the real tokens of all rows are concatenated into one row ``(1, T)``; ``position_ids`` restart at each
+sequence and ``cu_seqlens`` marks the boundaries for per-sequence attention. Only the ``K`` positions that predict
+a real response token are sent through the LM head (``output_index``), which on a 49k vocabulary is a large saving.
+
+Padded: columns that are padding in every row are trimmed (leading prompt padding, trailing response padding).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PackedInputs:
+    input_ids: torch.Tensor  # (1, T) real tokens of all rows, row after row
+    position_ids: torch.Tensor  # (1, T) restarting at 0 for each row
+    cu_seqlens: torch.Tensor  # (b+1,) int32 sequence boundaries in the packed row
+    max_seqlen: int
+    output_index: torch.Tensor  # (K,) packed positions whose output predicts a real response token
+    rows: torch.Tensor  # (K,) row of each kept output in the (b, R) response grid
+    cols: torch.Tensor  # (K,) response column of each kept output
+    labels: torch.Tensor  # (K,) the response token each kept output predicts
+    batch_size: int
+    response_len: int
+
+    def scatter(self, values: torch.Tensor) -> torch.Tensor:
+        """``(K,)`` per-output values -> ``(b, R)`` grid, 0 where there is no real response token."""
+        out = values.new_zeros(self.batch_size, self.response_len)
+        out[self.rows, self.cols] = values
+        return out
+
+
+def pack_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                response_len: int) -> PackedInputs:
+    """Pack the real tokens (``attention_mask == 1``) of ``(b, P+R)`` rows into one row."""
+    b, total = input_ids.shape
+    prompt_len = total - response_len
+    if prompt_len < 1:
+        raise ValueError(f"input_ids has {total} columns but the response is {response_len} long: no prompt column")
+    keep = attention_mask.bool()
+    lens = keep.sum(dim=1)
+    if (lens == 0).any():
+        raise ValueError(f"rows {torch.nonzero(lens == 0).flatten().tolist()} have no real token (attention_mask all 0)")
+    flat_keep = keep.flatten()
+    packed_ids = input_ids.flatten()[flat_keep].unsqueeze(0)
+    packed_pos = position_ids.flatten()[flat_keep].unsqueeze(0)
+    # packed position of every (row, column) that holds a real token
+    packed_index = (torch.cumsum(flat_keep.long(), 0) - 1).view(b, total)
+    response_real = keep[:, prompt_len:]  # (b, R)
+    rows, cols = torch.nonzero(response_real, as_tuple=True)
+    source = packed_index[:, prompt_len - 1: total - 1]  # (b, R): position whose output predicts column P+j
+    cu = torch.zeros(b + 1, dtype=torch.int32, device=input_ids.device)
+    cu[1:] = torch.cumsum(lens, 0)
+    return PackedInputs(input_ids=packed_ids, position_ids=packed_pos, cu_seqlens=cu, max_seqlen=int(lens.max()),
+                        output_index=source[rows, cols], rows=rows, cols=cols,
+                        labels=input_ids[:, prompt_len:][rows, cols], batch_size=b, response_len=response_len)
+
+
+@dataclass
+class PaddedInputs:
+    input_ids: torch.Tensor  # (b, L') after trimming all-padding columns
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    kept_response_len: int  # response columns kept (R' <= R); outputs for the rest are 0
+    response_len: int
+
+    def pad_response(self, values: torch.Tensor) -> torch.Tensor:
+        """``(b, R')`` -> ``(b, R)`` with zeros in the trimmed columns."""
+        missing = self.response_len - values.shape[1]
+        return torch.nn.functional.pad(values, (0, missing)) if missing else values
+
+
+def trim_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 response_len: int) -> PaddedInputs:
+    """Drop leading columns that are padding in every row, and response columns after the last real token."""
+    total = input_ids.shape[1]
+    prompt_len = total - response_len
+    keep = attention_mask.bool()
+    any_real = keep.any(dim=0)
+    first = int(torch.nonzero(any_real[:prompt_len]).min()) if any_real[:prompt_len].any() else prompt_len - 1
+    first = min(first, prompt_len - 1)  # the last prompt column predicts the first response token
+    real_resp = torch.nonzero(any_real[prompt_len:])
+    kept = int(real_resp.max()) + 1 if real_resp.numel() else 1
+    end = prompt_len + kept
+    return PaddedInputs(input_ids=input_ids[:, first:end], attention_mask=attention_mask[:, first:end],
+                        position_ids=position_ids[:, first:end], kept_response_len=kept, response_len=response_len)

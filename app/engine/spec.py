@@ -1,0 +1,93 @@
+"""The engine's own settings, independent of where they came from.
+
+Roles build an ``EngineSpec`` from the verl-named config sections (``actor_rollout_ref.model`` + ``actor``,
+``ref``, ``critic``); see ``app.roles.factory``. Keeping the engine on this small dataclass means the engine never
+depends on the config schema's layout, and a benchmark can build one by hand.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional, Union
+
+import torch
+
+_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+           "fp32": torch.float32, "float32": torch.float32}
+
+
+def to_dtype(name: Union[str, torch.dtype], key: str = "dtype") -> torch.dtype:
+    """``"bf16"``/``"fp32"``/... (verl spellings) -> torch dtype; ``key`` names the config key in the error."""
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return _DTYPES[str(name).lower()]
+    except KeyError:
+        raise ValueError(f"{key}={name!r} is not a dtype; use one of {sorted(_DTYPES)}") from None
+
+
+@dataclass
+class OptimSpec:
+    """AdamW and the learning-rate schedule (verl ``optim`` keys)."""
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    lr_warmup_steps: int = -1  # -1: lr_warmup_steps_ratio * total_training_steps
+    lr_warmup_steps_ratio: float = 0.0
+    warmup_style: Literal["constant", "cosine"] = "constant"  # schedule after warm-up
+    min_lr_ratio: float = 0.0  # cosine floor as a fraction of lr
+    total_training_steps: int = -1  # needed by cosine and by the warm-up ratio
+
+    @classmethod
+    def from_config(cls, optim) -> "OptimSpec":
+        """From a verl ``optim`` section (any object with those attributes). ``lr_scheduler_type`` is accepted as
+        a newer-verl alias of ``warmup_style``."""
+        style = getattr(optim, "lr_scheduler_type", None) or getattr(optim, "warmup_style", "constant")
+        return cls(lr=float(optim.lr), weight_decay=float(optim.weight_decay), betas=tuple(optim.betas),
+                   lr_warmup_steps=int(getattr(optim, "lr_warmup_steps", -1)),
+                   lr_warmup_steps_ratio=float(getattr(optim, "lr_warmup_steps_ratio", 0.0)),
+                   warmup_style=style, min_lr_ratio=float(getattr(optim, "min_lr_ratio", 0.0)),
+                   total_training_steps=int(getattr(optim, "total_training_steps", -1)))
+
+
+@dataclass
+class EngineSpec:
+    """Everything one engine (one model + optimizer) needs.
+
+    ``model_kind``: ``causal_lm`` gives response log-probs (and entropy); ``value`` is a value-head model
+    (``AutoModelForTokenClassification`` with one label) giving per-response-token values.
+    """
+    model_path: str
+    model_kind: Literal["causal_lm", "value"] = "causal_lm"
+    trust_remote_code: bool = False
+    # LoRA (peft); lora_rank 0 = full fine-tuning
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: Union[str, list[str]] = "all-linear"
+    exclude_modules: Optional[str] = None  # regex over module names
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = True
+    # optimisation; optim None = inference only (a reference model)
+    optim: Optional[OptimSpec] = None
+    grad_clip: float = 1.0
+    # micro-batching: a fixed number of samples, or a token budget (use_dynamic_bsz)
+    micro_batch_size_per_gpu: Optional[int] = None  # None: the whole batch in one forward
+    use_dynamic_bsz: bool = False
+    max_token_len_per_gpu: int = 16384
+    logits_chunk_size: int = 1024
+    # precision and memory
+    model_dtype: str = "fp32"  # master weights (what the optimizer steps)
+    param_dtype: str = "bf16"  # compute dtype
+    reduce_dtype: str = "fp32"  # gradient reduction dtype
+    buffer_dtype: str = "fp32"
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    # torch.compile each decoder layer's forward (fuses the many small element-wise ops; ~2x less CPU work per
+    # step on a CPU, after a one-off compile of ~30-100 s). Off by default: tests and short runs pay the compile.
+    compile_layers: bool = False
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 0  # all ranks build identical fresh heads (critic score, LoRA) from this seed
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def use_lora(self) -> bool:
+        return self.lora_rank > 0

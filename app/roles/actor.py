@@ -1,0 +1,156 @@
+"""The actor: log-probs of sampled responses under the current policy, and the PPO-style policy update.
+
+Talks only to ``BaseEngine``. Settings come from verl's ``actor_rollout_ref.actor`` section (duck-typed: any
+object with those attribute names).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from algos.aggregation import agg_loss
+from algos.kl import kl_penalty
+from algos.masked import masked_count
+from algos.policy_loss import POLICY_LOSSES, PolicyLossConfig, resolve_loss_agg_mode
+from app.batch import TensorBatch
+from app.engine.base import BaseEngine, StepContext
+from app.roles.common import (MetricMeans, global_loss_sums, global_means, iter_mini_batches, rank_normalizer,
+                              samples_per_rank)
+
+_MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+
+
+def _present(batch: TensorBatch, keys: tuple[str, ...], required: tuple[str, ...], who: str) -> TensorBatch:
+    missing = [k for k in required if k not in batch]
+    if missing:
+        raise KeyError(f"{who}: batch lacks {missing}; it has {batch.keys()}")
+    return batch.select(keys, strict=False)
+
+
+class Actor:
+    """``config``: the ``actor`` section (ppo_mini_batch_size, ppo_epochs, shuffle, clip_ratio*, loss_agg_mode,
+    entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type, policy_loss.loss_mode).
+
+    ``rollout_n``: samples per prompt (mini-batch sizes count prompts). ``log_prob_micro_batch_size``: samples per
+    forward in ``compute_log_prob`` (verl ``rollout.log_prob_micro_batch_size_per_gpu``; None: the engine's).
+    """
+
+    def __init__(self, engine: BaseEngine, config: Any, *, rollout_n: int = 1,
+                 log_prob_micro_batch_size: Optional[int] = None, seed: int = 0) -> None:
+        self.engine = engine
+        self.config = config
+        self.rollout_n = rollout_n
+        self.log_prob_micro_batch_size = log_prob_micro_batch_size
+        self.seed = seed
+        self._updates = 0
+        loss_mode = config.policy_loss.loss_mode
+        self.policy_loss_fn = POLICY_LOSSES.get(loss_mode)
+        self.loss_agg_mode = resolve_loss_agg_mode(loss_mode, config.loss_agg_mode)
+        self.policy_loss_config = PolicyLossConfig(
+            clip_ratio=config.clip_ratio, clip_ratio_low=getattr(config, "clip_ratio_low", None),
+            clip_ratio_high=getattr(config, "clip_ratio_high", None),
+            clip_ratio_c=getattr(config, "clip_ratio_c", 3.0))
+
+    # ------------------------------------------------------------------ log-probs
+    def compute_log_prob(self, batch: TensorBatch, *, calculate_entropy: bool = True) -> TensorBatch:
+        """``old_log_probs`` (and ``entropys``) ``(b, R)`` of ``responses`` at ``batch.meta['temperature']``
+        (default 1). 0 at padding."""
+        inputs = _present(batch, _MODEL_INPUTS, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
+        ctx = StepContext(temperature=float(batch.meta.get("temperature", 1.0)), compute_entropy=calculate_entropy,
+                          micro_batch_size=self.log_prob_micro_batch_size)
+        with torch.no_grad(), self.engine.eval_mode():
+            result = self.engine.forward_backward_step(inputs, ctx, forward_only=True)
+        out = TensorBatch({"old_log_probs": result.outputs["log_probs"]})
+        if calculate_entropy:
+            out["entropys"] = result.outputs["entropy"]
+        return out
+
+    # ------------------------------------------------------------------ update
+    def _loss_fn(self, token_means: MetricMeans, loss_sums: dict[str, float]):
+        cfg = self.config
+
+        def loss_fn(out: dict[str, torch.Tensor], micro: TensorBatch, ctx: StepContext):
+            mask = micro["response_mask"]
+            log_prob = out["log_probs"]
+            tokens = float(masked_count(mask))
+            if "old_log_probs" in micro:
+                old_log_prob = micro["old_log_probs"]
+            else:
+                # On-policy (one epoch, one mini-batch): the behaviour policy is the current one, so its log-probs are
+                # this very forward pass; the trainer skipped the separate old-log-prob pass.
+                old_log_prob = log_prob.detach()
+                if "rollout_log_probs" in micro:
+                    gap = ((old_log_prob - micro["rollout_log_probs"]).abs() * mask).sum() / max(tokens, 1.0)
+                    token_means.add("actor/rollout_logprob_diff", float(gap), tokens)
+            pg_loss, pg_metrics = self.policy_loss_fn(
+                old_log_prob, log_prob, micro["advantages"], mask, loss_agg_mode=self.loss_agg_mode,
+                config=self.policy_loss_config, normalizer=ctx.loss_normalizer)
+            loss = pg_loss
+            # globally normalised micro-batch losses add up to the mini-batch loss
+            loss_sums["actor/pg_loss"] = loss_sums.get("actor/pg_loss", 0.0) + float(pg_loss.detach())
+            for name, value in pg_metrics.items():  # token means of this micro-batch
+                token_means.add(f"actor/{name}", float(value), tokens)
+            if "entropy" in out:
+                entropy = out["entropy"]
+                token_means.add("actor/entropy", float((entropy.detach() * mask).sum()) / max(tokens, 1.0), tokens)
+                if cfg.entropy_coeff != 0:
+                    entropy_loss = agg_loss(entropy, mask, self.loss_agg_mode, ctx.loss_normalizer)
+                    loss = loss - cfg.entropy_coeff * entropy_loss
+            if cfg.use_kl_loss:
+                kld = kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type)
+                kl_loss = agg_loss(kld, mask, self.loss_agg_mode, ctx.loss_normalizer)
+                loss = loss + cfg.kl_loss_coef * kl_loss
+                loss_sums["actor/kl_loss"] = loss_sums.get("actor/kl_loss", 0.0) + float(kl_loss.detach())
+            return loss, {}
+
+        return loss_fn
+
+    def is_on_policy(self, samples_on_this_rank: int) -> bool:
+        """True when the update is one optimiser step on exactly the sampled policy (one epoch, one mini-batch):
+        then old log-probs equal the update's own forward pass and need no separate pass."""
+        mini_size = samples_per_rank("actor.ppo_mini_batch_size", self.config.ppo_mini_batch_size, self.rollout_n,
+                                     self.engine.dp_world_size)
+        return self.config.ppo_epochs == 1 and mini_size == samples_on_this_rank
+
+    def update_policy(self, batch: TensorBatch) -> dict[str, float]:
+        """PPO epochs over mini-batches of this rank's share of the batch; one optimizer step per mini-batch and one
+        LR-scheduler step per call. Returns ``actor/*`` metrics: per mini-batch over the global (all-rank)
+        mini-batch, then averaged over mini-batches and epochs. Same values on every rank."""
+        cfg = self.config
+        required = ["input_ids", "attention_mask", "responses", "response_mask", "advantages"]
+        if cfg.use_kl_loss:
+            required.append("ref_log_prob")
+        if "old_log_probs" not in batch and not self.is_on_policy(len(batch)):
+            raise KeyError("update_policy: batch lacks old_log_probs, which only an on-policy update (ppo_epochs=1 and "
+                           "one mini-batch) may leave out")
+        keys = (*_MODEL_INPUTS, "old_log_probs", "advantages", "ref_log_prob", "rollout_log_probs")
+        data = _present(batch, keys, tuple(required), "update_policy")
+        mini_size = samples_per_rank("actor.ppo_mini_batch_size", cfg.ppo_mini_batch_size, self.rollout_n,
+                                     self.engine.dp_world_size)
+        temperature = float(batch.meta.get("temperature", 1.0))
+        # entropy for the metric always; with a gradient only when it is part of the loss
+        ctx_kwargs = dict(temperature=temperature, compute_entropy=True, entropy_requires_grad=cfg.entropy_coeff != 0)
+        per_step = MetricMeans()
+        lr = self.engine.get_lr()
+        with self.engine.train_mode():
+            for epoch in range(cfg.ppo_epochs):
+                minis = iter_mini_batches(data, mini_size, shuffle=bool(getattr(cfg, "shuffle", False)),
+                                          seed=self.seed + 1000 * self._updates + epoch,
+                                          key="actor.ppo_mini_batch_size")
+                for mini in minis:
+                    token_means, loss_sums = MetricMeans(), {}
+                    self.engine.set_loss_fn(self._loss_fn(token_means, loss_sums))
+                    normalizer = rank_normalizer(self.engine, mini["response_mask"], self.loss_agg_mode)
+                    self.engine.optimizer_zero_grad()
+                    self.engine.forward_backward_step(mini, StepContext(loss_normalizer=normalizer, **ctx_kwargs))
+                    per_step.add("actor/grad_norm", self.engine.optimizer_step())
+                    per_step.add_all(global_means(self.engine, token_means))
+                    per_step.add_all(global_loss_sums(self.engine, loss_sums))
+        self.engine.lr_scheduler_step()
+        self._updates += 1
+        metrics = per_step.means()  # over mini-batches and epochs; each value is already global over ranks
+        metrics["actor/lr"] = lr
+        if cfg.use_kl_loss:
+            metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
+        return metrics

@@ -1,0 +1,86 @@
+"""The critic: per-token values of the sampled responses, and the clipped value-loss update.
+
+Settings from verl's ``critic`` section (ppo_mini_batch_size, ppo_epochs, cliprange_value, loss_agg_mode, shuffle).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from algos.masked import masked_count
+from algos.value_loss import compute_value_loss
+from app.batch import TensorBatch
+from app.engine.base import BaseEngine, StepContext
+from app.roles.common import (MetricMeans, global_loss_sums, global_means, iter_mini_batches, rank_normalizer,
+                              samples_per_rank)
+
+_MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+
+
+class Critic:
+    def __init__(self, engine: BaseEngine, config: Any, *, rollout_n: int = 1,
+                 forward_micro_batch_size: Optional[int] = None, seed: int = 0) -> None:
+        self.engine = engine
+        self.config = config
+        self.rollout_n = rollout_n
+        self.forward_micro_batch_size = forward_micro_batch_size
+        self.seed = seed
+        self._updates = 0
+
+    def compute_values(self, batch: TensorBatch) -> TensorBatch:
+        """``values (b, R)``: the value of the state before each response token, 0 at padding."""
+        inputs = batch.select(_MODEL_INPUTS, strict=False)
+        ctx = StepContext(micro_batch_size=self.forward_micro_batch_size)
+        with torch.no_grad(), self.engine.eval_mode():
+            result = self.engine.forward_backward_step(inputs, ctx, forward_only=True)
+        return TensorBatch({"values": result.outputs["values"]})
+
+    def _loss_fn(self, token_means: MetricMeans, loss_sums: dict[str, float]):
+        cfg = self.config
+
+        def loss_fn(out: dict[str, torch.Tensor], micro: TensorBatch, ctx: StepContext):
+            mask = micro["response_mask"]
+            loss, metrics = compute_value_loss(out["values"], micro["values"], micro["returns"], mask,
+                                               cliprange_value=cfg.cliprange_value, loss_agg_mode=cfg.loss_agg_mode,
+                                               normalizer=ctx.loss_normalizer)
+            tokens = float(masked_count(mask))
+            loss_sums["critic/vf_loss"] = loss_sums.get("critic/vf_loss", 0.0) + float(loss.detach())
+            for name, value in metrics.items():
+                token_means.add(f"critic/{name}", float(value), tokens)
+            return loss, {}
+
+        return loss_fn
+
+    def update_critic(self, batch: TensorBatch) -> dict[str, float]:
+        """Epochs over mini-batches (one optimizer step each, one LR-scheduler step per call). Needs ``values``
+        (at rollout time) and ``returns``. Returns ``critic/*`` metrics averaged over mini-batches and ranks."""
+        cfg = self.config
+        missing = [k for k in ("input_ids", "attention_mask", "responses", "response_mask", "values", "returns")
+                   if k not in batch]
+        if missing:
+            raise KeyError(f"update_critic: batch lacks {missing}; it has {batch.keys()}")
+        data = batch.select((*_MODEL_INPUTS, "values", "returns"), strict=False)
+        mini_size = samples_per_rank("critic.ppo_mini_batch_size", cfg.ppo_mini_batch_size, self.rollout_n,
+                                     self.engine.dp_world_size)
+        per_step = MetricMeans()
+        lr = self.engine.get_lr()
+        with self.engine.train_mode():
+            for epoch in range(cfg.ppo_epochs):
+                minis = iter_mini_batches(data, mini_size, shuffle=bool(getattr(cfg, "shuffle", False)),
+                                          seed=self.seed + 1000 * self._updates + epoch,
+                                          key="critic.ppo_mini_batch_size")
+                for mini in minis:
+                    token_means, loss_sums = MetricMeans(), {}
+                    self.engine.set_loss_fn(self._loss_fn(token_means, loss_sums))
+                    normalizer = rank_normalizer(self.engine, mini["response_mask"], cfg.loss_agg_mode)
+                    self.engine.optimizer_zero_grad()
+                    self.engine.forward_backward_step(mini, StepContext(loss_normalizer=normalizer))
+                    per_step.add("critic/grad_norm", self.engine.optimizer_step())
+                    per_step.add_all(global_means(self.engine, token_means))
+                    per_step.add_all(global_loss_sums(self.engine, loss_sums))
+        self.engine.lr_scheduler_step()
+        self._updates += 1
+        metrics = per_step.means()  # over mini-batches and epochs; each value is already global over ranks
+        metrics["critic/lr"] = lr
+        return metrics

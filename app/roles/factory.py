@@ -1,0 +1,91 @@
+"""Engine specs and roles from the verl-named config sections (``app.config.schema``; duck-typed).
+
+``actor_rollout_ref.model`` + ``actor`` -> the actor engine; ``ref`` -> a reference engine, or none with LoRA (the
+actor's engine without its adapter is the reference); ``critic`` -> a value-model engine.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from app.engine import BaseEngine, EngineSpec, OptimSpec, make_engine
+from app.roles.actor import Actor
+from app.roles.critic import Critic
+from app.roles.reference import Reference
+
+
+def _precision(fsdp_config: Any) -> dict[str, Any]:
+    mp = fsdp_config.mixed_precision
+    return dict(model_dtype=fsdp_config.model_dtype, param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype,
+                buffer_dtype=mp.buffer_dtype, param_offload=fsdp_config.param_offload,
+                optimizer_offload=fsdp_config.optimizer_offload)
+
+
+def _lora(model_cfg: Any) -> dict[str, Any]:
+    return dict(lora_rank=int(getattr(model_cfg, "lora_rank", 0) or 0), lora_alpha=getattr(model_cfg, "lora_alpha", 16),
+                target_modules=getattr(model_cfg, "target_modules", "all-linear"),
+                exclude_modules=getattr(model_cfg, "exclude_modules", None))
+
+
+def actor_engine_spec(model_cfg: Any, actor_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
+    return EngineSpec(
+        model_path=model_cfg.path, model_kind="causal_lm", trust_remote_code=model_cfg.trust_remote_code,
+        enable_gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
+        use_remove_padding=model_cfg.use_remove_padding, optim=OptimSpec.from_config(actor_cfg.optim),
+        grad_clip=actor_cfg.grad_clip, micro_batch_size_per_gpu=actor_cfg.ppo_micro_batch_size_per_gpu,
+        use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
+        logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024), device=device, seed=seed,
+        compile_layers=bool(getattr(actor_cfg, "use_torch_compile", False)),
+        **_lora(model_cfg), **_precision(actor_cfg.fsdp_config))
+
+
+def ref_engine_spec(model_cfg: Any, ref_cfg: Any, actor_cfg: Any, *, device: str = "auto") -> EngineSpec:
+    """An inference-only copy of the initial policy (full fine-tuning only)."""
+    return EngineSpec(
+        model_path=model_cfg.path, model_kind="causal_lm", trust_remote_code=model_cfg.trust_remote_code,
+        use_remove_padding=model_cfg.use_remove_padding, optim=None,
+        micro_batch_size_per_gpu=getattr(ref_cfg, "log_prob_micro_batch_size_per_gpu", None),
+        use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
+        logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024), device=device,
+        compile_layers=bool(getattr(actor_cfg, "use_torch_compile", False)),
+        **_precision(ref_cfg.fsdp_config))
+
+
+def critic_engine_spec(critic_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
+    model = critic_cfg.model
+    if not model.path:
+        raise ValueError("critic.model.path is empty (validate() fills it from actor_rollout_ref.model.path)")
+    return EngineSpec(
+        model_path=model.path, model_kind="value", trust_remote_code=model.trust_remote_code,
+        enable_gradient_checkpointing=model.enable_gradient_checkpointing,
+        use_remove_padding=model.use_remove_padding, optim=OptimSpec.from_config(critic_cfg.optim),
+        grad_clip=critic_cfg.grad_clip, micro_batch_size_per_gpu=critic_cfg.ppo_micro_batch_size_per_gpu,
+        use_dynamic_bsz=critic_cfg.use_dynamic_bsz, max_token_len_per_gpu=critic_cfg.ppo_max_token_len_per_gpu,
+        device=device, seed=seed, compile_layers=bool(getattr(critic_cfg, "use_torch_compile", False)),
+        **_lora(model), **_precision(critic_cfg.fsdp_config))
+
+
+def build_actor(arr_cfg: Any, *, device: str = "auto", seed: int = 0) -> Actor:
+    """``arr_cfg``: the ``actor_rollout_ref`` section. Initialises the engine (collective: call on all ranks)."""
+    actor_cfg = arr_cfg.actor
+    engine = make_engine(actor_cfg.strategy, actor_engine_spec(arr_cfg.model, actor_cfg, device=device, seed=seed))
+    engine.init_model()
+    rollout = getattr(arr_cfg, "rollout", None)
+    return Actor(engine, actor_cfg, rollout_n=getattr(rollout, "n", 1),
+                 log_prob_micro_batch_size=getattr(rollout, "log_prob_micro_batch_size_per_gpu", None), seed=seed)
+
+
+def build_reference(arr_cfg: Any, actor_engine: Optional[BaseEngine] = None, *, device: str = "auto") -> Reference:
+    """LoRA: the actor's engine with the adapter disabled. Otherwise a new inference-only engine."""
+    micro = getattr(arr_cfg.ref, "log_prob_micro_batch_size_per_gpu", None)
+    if actor_engine is not None and actor_engine.has_adapter:
+        return Reference(actor_engine, disable_adapter=True, micro_batch_size=micro)
+    engine = make_engine(arr_cfg.actor.strategy, ref_engine_spec(arr_cfg.model, arr_cfg.ref, arr_cfg.actor,
+                                                                 device=device))
+    engine.init_model()
+    return Reference(engine, micro_batch_size=micro)
+
+
+def build_critic(critic_cfg: Any, *, rollout_n: int = 1, device: str = "auto", seed: int = 0) -> Critic:
+    engine = make_engine(critic_cfg.strategy, critic_engine_spec(critic_cfg, device=device, seed=seed))
+    engine.init_model()
+    return Critic(engine, critic_cfg, rollout_n=rollout_n, seed=seed)

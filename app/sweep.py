@@ -1,0 +1,93 @@
+"""`python -m app.sweep [--config-name sweep/grpo_small] key=value ...`: a Ray Tune sweep of training runs.
+
+The sweep file (configs/sweep/*.yaml, see app.tuning.spec) names a base trainer config and overrides, the parameters
+to search (learning rate, KL coefficient, rollout.n, ...), the search method (grid, random, optuna), the metric and
+mode, and the ASHA scheduler. Each trial is one `python -m app.train` run (see app.tuning.trial); at the end the
+results table is printed and written to the sweep folder with the best config (`best.yaml`).
+
+Examples:
+    python -m app.sweep                                           # configs/sweep/grpo_small.yaml
+    python -m app.sweep search.num_samples=8 scheduler.grace_period=4
+    python -m app.sweep 'base.overrides=["trainer.total_training_steps=6"]' output_dir=outputs/sweeps/try2
+    python -m app.sweep '~params' '+params={actor_rollout_ref.actor.optim.lr:{grid:[1e-5,1e-4]}}'   # other spaces
+    python -m app.sweep resume=true                               # continue an interrupted sweep
+    python -m app.plot outputs/sweeps/grpo_small                  # one curve per trial
+Sweep files outside configs/: `--config-dir DIR --config-name NAME` (DIR is added to the search path, so base
+configs in configs/ are still found). Works unchanged under `ray job submit --working-dir . -- python -m app.sweep`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+
+def compose_base(config_name: str, overrides: list[str]) -> dict:
+    """The base trainer config tree, composed by Hydra (interpolations kept), with local paths made absolute."""
+    from hydra import compose
+    from omegaconf import OmegaConf
+
+    from app.tuning.trial import absolutize_paths
+
+    cfg = compose(config_name=config_name, overrides=list(overrides))
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    tree.pop("hydra", None)
+    return absolutize_paths(tree, Path.cwd())
+
+
+def total_steps_of(cfg, n_train: int) -> int:
+    """What the trainer will run: trainer.total_training_steps, else epochs × full batches of the training data."""
+    if cfg.trainer.total_training_steps:
+        return int(cfg.trainer.total_training_steps)
+    return (n_train // cfg.data.train_batch_size) * cfg.trainer.total_epochs
+
+
+def run(cfg: DictConfig) -> int:
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from app.config import ConfigError, load_config, to_container
+    from app.data import DataError
+    from app.tuning.spec import parse_sweep, resolve_params
+
+    try:
+        spec = parse_sweep(to_container(cfg))
+        try:
+            base_tree = compose_base(spec.base_config, list(spec.base_overrides))
+        except HydraException as exc:
+            raise ConfigError(f"sweep base.config={spec.base_config!r} / base.overrides: {exc}") from exc
+        base_cfg = load_config(OmegaConf.create(base_tree))
+        spec = resolve_params(spec, base_cfg)
+        from app.trainer.setup import check_data
+
+        n_train, n_val = check_data(base_cfg)
+        total_steps = total_steps_of(base_cfg, n_train)
+        from app.tuning.runner import run_sweep
+
+        outcome = run_sweep(spec, base_tree, total_steps=total_steps)
+    except (ConfigError, DataError, OSError) as exc:  # OSError: a missing model/data path
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"\nsweep {spec.name}: {len(outcome.rows)} trials, sorted by {spec.metric} ({spec.mode})")
+    print(outcome.table_markdown)
+    print(f"results: {outcome.sweep_dir / 'results.csv'}  {outcome.sweep_dir / 'results.md'}")
+    if outcome.best_config is not None:
+        print(f"best config: {outcome.best_config}")
+        print(f"  rerun: python -m app.train --config-path {outcome.sweep_dir} --config-name best")
+    else:
+        print("no trial reported a finite metric; no best config written")
+    print(f"curves: python -m app.plot {outcome.sweep_dir}")
+    return 0
+
+
+@hydra.main(config_path="../configs", config_name="sweep/grpo_small", version_base=None)
+def main(cfg: DictConfig) -> None:
+    code = run(cfg)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""How many trials fit on the cluster at once.
+
+A trial's Tune actor only waits on its training job, so it holds a token CPU share (Tune refuses an empty
+request); what a trial really takes is its Ray Train workers plus its rollout replicas. Tune cannot see those (they are requested later, from inside the
+trial), so the sweep caps `max_concurrent_trials` at what the cluster can hold side by side.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.config.loader import ConfigError
+from app.config.schema import TrainerRunConfig
+
+TRIAL_ACTOR_CPUS = 0.01  # the trial's own Tune actor, which only waits on its job
+
+
+@dataclass(frozen=True)
+class TrialNeeds:
+    cpus: float
+    gpus: float
+    explain: str  # the arithmetic, for error messages
+
+
+def trial_needs(cfg: TrainerRunConfig, cluster_has_gpus: bool = False) -> TrialNeeds:
+    """num_workers × cpus_per_worker + replicas × cpus_per_replica CPUs; GPUs when training or vLLM use them."""
+    t, r = cfg.trainer, cfg.actor_rollout_ref.rollout
+    cpus = t.num_workers * t.cpus_per_worker + r.replicas * r.cpus_per_replica
+    gpus = float(t.num_workers if t.n_gpus_per_node > 0 else 0)
+    # vLLM replicas take tensor_model_parallel_size GPUs each when the cluster has GPUs (serve/deployment.py)
+    if r.name == "vllm" and cluster_has_gpus and t.placement == "split":
+        gpus += r.replicas * r.tensor_model_parallel_size
+    explain = (f"trainer.num_workers={t.num_workers} × trainer.cpus_per_worker={t.cpus_per_worker} + "
+               f"actor_rollout_ref.rollout.replicas={r.replicas} × rollout.cpus_per_replica={r.cpus_per_replica} "
+               f"= {cpus:g} CPUs" + (f" and {gpus:g} GPUs" if gpus else ""))
+    return TrialNeeds(cpus=cpus, gpus=gpus, explain=explain)
+
+
+def max_concurrent_trials(cluster: dict[str, float], needs: TrialNeeds, cap: int | None = None) -> int:
+    """Trials that fit side by side in `cluster` (ray.cluster_resources()), at most `cap`; ConfigError if none fits."""
+    have_cpus, have_gpus = float(cluster.get("CPU", 0.0)), float(cluster.get("GPU", 0.0))
+    fits = math.floor(have_cpus / (needs.cpus + TRIAL_ACTOR_CPUS) + 1e-9)
+    if needs.gpus > 0:
+        fits = min(fits, math.floor(have_gpus / needs.gpus + 1e-9))
+    if fits < 1:
+        raise ConfigError(f"one sweep trial needs {needs.explain}, but the Ray cluster has {have_cpus:g} CPUs and "
+                          f"{have_gpus:g} GPUs; lower those keys in the base config or use a bigger cluster")
+    return int(min(fits, cap) if cap else fits)

@@ -1,0 +1,262 @@
+"""Throughput and MFU of the FSDP engine's forward and forward+backward, without Ray.
+
+    .venv/bin/python bench/engine_mfu.py                       # SmolLM2-135M-sized, LoRA r=16, the CPU matrix
+    .venv/bin/python bench/engine_mfu.py --dtypes bf16 --remove-padding 1 --micro-batch-sizes 8,32
+    torchrun --nproc-per-node 8 bench/engine_mfu.py --preset smollm2-135m --lora-rank 0   # GPUs: NCCL
+
+The model is a random-init Llama with SmolLM2-135M's shape (hidden 576, 30 layers, 9 heads, 3 kv heads,
+intermediate 1536, vocab 49152), saved once to a cache folder. The batch looks like a GSM8K rollout: prompts of
+``--prompt-len`` +- ``--prompt-spread`` tokens (left-padded), responses of ``--response-len`` tokens.
+
+FLOPs counted are the *useful* ones (real tokens only): every linear layer ``2*in*out`` per token (the LM head only
+at the response positions the engine computes), causal attention ``2*s^2*d`` per layer and sequence; backward
+needs input gradients everywhere (1x) and weight gradients only for trainable weights (LoRA: adapters only);
+gradient checkpointing adds one more forward. The peak is a measured square matmul in the run's compute dtype
+(on a CPU: bf16 and fp32 both reported), so MFU = achieved / measured peak.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.batch import TensorBatch  # noqa: E402
+from app.engine import EngineSpec, OptimSpec, StepContext, make_engine  # noqa: E402
+from app.engine.spec import to_dtype  # noqa: E402
+
+PRESETS = {
+    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, vocab_size=49152, max_position_embeddings=8192,
+                         tie_word_embeddings=True, rope_theta=100000.0, rms_norm_eps=1e-5),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1024, max_position_embeddings=1024, tie_word_embeddings=True),
+}
+
+
+def build_model_dir(preset: str, cache: Path) -> Path:
+    """A random-init Llama of the preset's shape, saved once (fp32 safetensors)."""
+    out = cache / preset
+    if (out / "config.json").is_file():
+        return out
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**PRESETS[preset], pad_token_id=0, bos_token_id=1, eos_token_id=2))
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    os.replace(tmp, out)
+    return out
+
+
+def make_batch(n: int, prompt_len: int, spread: int, response_len: int, response_min: int, vocab: int,
+               seed: int = 0) -> TensorBatch:
+    g = torch.Generator().manual_seed(seed)
+    prompt_lens = torch.randint(prompt_len - spread, prompt_len + spread + 1, (n,), generator=g)
+    response_lens = torch.randint(response_min, response_len + 1, (n,), generator=g)
+    width = int(prompt_lens.max())
+    ids = torch.randint(3, vocab, (n, width + response_len), generator=g)
+    mask = torch.zeros_like(ids)
+    for i in range(n):
+        mask[i, width - int(prompt_lens[i]):width + int(response_lens[i])] = 1
+    ids = ids * mask
+    return TensorBatch({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+                        "responses": ids[:, width:].clone(), "response_mask": mask[:, width:].clone()})
+
+
+def useful_flops(model: torch.nn.Module, config, batch: TensorBatch, grad_ckpt: bool) -> dict[str, float]:
+    """Forward and forward+backward FLOPs on the real tokens of ``batch`` (see the module docstring)."""
+    real = batch["attention_mask"].sum(dim=1).double()
+    tokens = float(real.sum())
+    response_tokens = float(batch["response_mask"].sum())
+    fwd = bwd = 0.0
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        per_token = 2.0 * module.in_features * module.out_features
+        n = response_tokens if name.endswith("lm_head") else tokens
+        fwd += per_token * n
+        bwd += per_token * n  # input gradient
+        if module.weight.requires_grad:
+            bwd += per_token * n  # weight gradient
+    d_attn = config.num_attention_heads * getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
+    attn = float((2.0 * real.pow(2) * d_attn).sum()) * config.num_hidden_layers  # causal: half of 4*s^2*d
+    fwd += attn
+    bwd += 2.0 * attn
+    head = 2.0 * config.hidden_size * config.vocab_size * response_tokens
+    recompute = (fwd - head) if grad_ckpt else 0.0
+    return {"forward": fwd, "forward_backward": fwd + bwd + recompute, "tokens": tokens}
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, seconds: float = 2.0) -> float:
+    """Sustained GFLOP/s of an ``n x n`` matmul in ``dtype``."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    for _ in range(3):
+        a @ b
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    reps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        reps += 1
+        if device.type == "cuda" and reps % 10:
+            continue
+        sync()
+    sync()
+    return 2.0 * n ** 3 * reps / (time.perf_counter() - start) / 1e9
+
+
+def _loss(out, micro, ctx):
+    keep = micro["response_mask"].bool()
+    return -(out["log_probs"] * keep).sum() / ctx.loss_normalizer, {}
+
+
+def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding: bool, micro: int, lora_rank: int,
+             grad_ckpt: bool, compile_layers: bool, steps: int, device: str) -> dict:
+    spec = EngineSpec(model_path=str(model_dir), optim=OptimSpec(lr=1e-5), param_dtype=dtype,
+                      use_remove_padding=remove_padding, micro_batch_size_per_gpu=micro, lora_rank=lora_rank,
+                      lora_alpha=2 * max(lora_rank, 1), target_modules="all-linear",
+                      enable_gradient_checkpointing=grad_ckpt, compile_layers=compile_layers, device=device)
+    engine = make_engine("fsdp2", spec)
+    engine.init_model()
+    engine.set_loss_fn(_loss)
+    shard = engine.shard_data(batch) if len(batch) % engine.dp_world_size == 0 else batch
+    flops = useful_flops(engine.model, engine.model.config, shard, grad_ckpt)
+    ctx = StepContext(loss_normalizer=float(batch["response_mask"].sum()) / engine.dp_world_size)
+    sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
+    wall: dict[str, list[float]] = {"fwd": [], "train": [], "opt": []}
+    cpu: dict[str, list[float]] = {"fwd": [], "train": [], "opt": []}
+    compile_s = 0.0
+    for step in range(steps + 1):  # the first is warm-up (and compilation)
+        marks = []
+
+        def mark():
+            sync()
+            marks.append((time.perf_counter(), time.process_time()))
+
+        with engine.eval_mode(), torch.no_grad():
+            mark()
+            engine.forward_backward_step(shard, StepContext(), forward_only=True)
+            mark()
+        with engine.train_mode():
+            engine.optimizer_zero_grad()
+            engine.forward_backward_step(shard, ctx)
+            mark()
+            engine.optimizer_step()
+            mark()
+        if step == 0:
+            compile_s = marks[-1][0] - marks[0][0]
+            continue
+        for i, key in enumerate(("fwd", "train", "opt")):
+            wall[key].append(marks[i + 1][0] - marks[i][0])
+            cpu[key].append(marks[i + 1][1] - marks[i][1])
+    fwd_t, train_t, opt_t = (statistics.median(wall[k]) for k in ("fwd", "train", "opt"))
+    fwd_c, train_c, opt_c = (statistics.median(cpu[k]) for k in ("fwd", "train", "opt"))
+    del engine
+    return {"dtype": dtype, "remove_padding": remove_padding, "micro_batch": micro, "lora_rank": lora_rank,
+            "grad_ckpt": grad_ckpt, "compile": compile_layers, "tokens_per_rank": flops["tokens"],
+            "first_step_s": compile_s, "forward_s": fwd_t, "forward_cpu_s": fwd_c,
+            "forward_backward_cpu_s": train_c, "optimizer_cpu_s": opt_c,
+            "forward_backward_s": train_t, "optimizer_s": opt_t,
+            "forward_gflops": flops["forward"] / fwd_t / 1e9,
+            "forward_backward_gflops": flops["forward_backward"] / train_t / 1e9,
+            "forward_backward_tokens_per_s": flops["tokens"] / train_t,
+            # one RL step's compute on this engine: old log-probs + reference (adapter off) + update
+            "rl_step_compute_s": 2 * fwd_t + train_t + opt_t}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="smollm2-135m", choices=sorted(PRESETS))
+    p.add_argument("--model-path", default=None, help="a real HF folder instead of a random preset")
+    p.add_argument("--cache", default=os.environ.get("RAYRL_BENCH_CACHE", "/tmp/rayrl-bench-models"))
+    p.add_argument("--batch", type=int, default=32, help="sequences (global, over all ranks)")
+    p.add_argument("--prompt-len", type=int, default=150)
+    p.add_argument("--prompt-spread", type=int, default=30)
+    p.add_argument("--response-len", type=int, default=64)
+    p.add_argument("--response-min", type=int, default=None,
+                   help="shortest response (default: --response-len, i.e. every response full length)")
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--dtypes", default="bf16,fp32")
+    p.add_argument("--remove-padding", default="1,0")
+    p.add_argument("--micro-batch-sizes", default="32")
+    p.add_argument("--grad-ckpt", default="0")
+    p.add_argument("--compile", default="0", help="torch.compile the decoder layers: 0, 1 or 0,1")
+    p.add_argument("--steps", type=int, default=2, help="timed steps per case (after one warm-up step)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--json", default=None, help="append one JSON line per case to this file")
+    args = p.parse_args()
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if "RANK" in os.environ and not dist.is_initialized():  # torchrun
+        use_cuda = torch.cuda.is_available() and args.device != "cpu"
+        if use_cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank0 = not dist.is_initialized() or dist.get_rank() == 0
+    model_dir = Path(args.model_path) if args.model_path else None
+    if model_dir is None:
+        if rank0:
+            build_model_dir(args.preset, Path(args.cache))
+        if dist.is_initialized():
+            dist.barrier()
+        model_dir = Path(args.cache) / args.preset
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(model_dir).vocab_size
+    response_min = args.response_len if args.response_min is None else args.response_min
+    batch = make_batch(args.batch, args.prompt_len, args.prompt_spread, args.response_len, response_min, vocab)
+    device = torch.device("cuda", torch.cuda.current_device()) if (
+        args.device != "cpu" and torch.cuda.is_available()) else torch.device("cpu")
+    peak_n = 8192 if device.type == "cuda" else 2048
+    peaks = {d: matmul_peak(device, to_dtype(d), peak_n) for d in sorted(set(args.dtypes.split(",")) | {"bf16"})}
+    if rank0:
+        print(f"device={device} threads={torch.get_num_threads()} world={dist.get_world_size() if dist.is_initialized() else 1}"
+              f" model={model_dir} batch={args.batch} real_tokens={int(batch['attention_mask'].sum())}"
+              f" padded_tokens={batch['attention_mask'].numel()}")
+        print("measured matmul peak GFLOP/s: " + ", ".join(f"{k}={v:.0f}" for k, v in peaks.items()))
+        print("wall seconds (median of the timed steps); cpu = process CPU seconds, robust to other load")
+        print(f"{'dtype':5} {'rmpad':5} {'micro':5} {'ckpt':4} {'comp':4} | {'fwd s':>6} {'cpu':>6} {'GF/s':>5} | "
+              f"{'f+b s':>6} {'cpu':>6} {'GF/s':>5} {'MFU':>6} {'MFU/bf16':>8} {'tok/s':>6} | {'opt s':>5} "
+              f"{'RL-step s':>9} | {'1st s':>6} load")
+    for dtype in args.dtypes.split(","):
+        for rp in (bool(int(x)) for x in args.remove_padding.split(",")):
+            for micro in (int(x) for x in args.micro_batch_sizes.split(",")):
+                for ckpt, comp in ((bool(int(c)), bool(int(k))) for c in args.grad_ckpt.split(",")
+                                   for k in args.compile.split(",")):
+                    r = run_case(model_dir, batch, dtype=dtype, remove_padding=rp, micro=micro,
+                                 lora_rank=args.lora_rank, grad_ckpt=ckpt, compile_layers=comp, steps=args.steps,
+                                 device=args.device)
+                    r["mfu"] = r["forward_backward_gflops"] / peaks[dtype]
+                    r["mfu_vs_bf16_peak"] = r["forward_backward_gflops"] / peaks["bf16"]
+                    r["peak_gflops"] = peaks[dtype]
+                    r["device"] = str(device)
+                    if rank0:
+                        r["load_avg_1m"] = os.getloadavg()[0]
+                        print(f"{dtype:5} {int(rp):5} {micro:5} {int(ckpt):4} {int(comp):4} | "
+                              f"{r['forward_s']:6.2f} {r['forward_cpu_s']:6.2f} {r['forward_gflops']:5.0f} | "
+                              f"{r['forward_backward_s']:6.2f} {r['forward_backward_cpu_s']:6.2f} "
+                              f"{r['forward_backward_gflops']:5.0f} {r['mfu']:6.1%} {r['mfu_vs_bf16_peak']:8.1%} "
+                              f"{r['forward_backward_tokens_per_s']:6.0f} | {r['optimizer_s']:5.2f} "
+                              f"{r['rl_step_compute_s']:9.2f} | {r['first_step_s']:6.1f} {r['load_avg_1m']:.1f}",
+                              flush=True)
+                        if args.json:
+                            with open(args.json, "a") as f:
+                                f.write(json.dumps({**vars(args), **r}) + "\n")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

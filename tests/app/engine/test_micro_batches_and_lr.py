@@ -1,0 +1,51 @@
+import math
+
+import pytest
+import torch
+
+from app.engine.lr_schedule import lr_factor
+from app.engine.micro_batches import balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order
+from app.engine.spec import OptimSpec
+
+
+def test_fixed_size_groups_are_consecutive():
+    assert fixed_size_groups(5, 2) == [[0, 1], [2, 3], [4]]
+    assert fixed_size_groups(5, None) == [[0, 1, 2, 3, 4]]
+
+
+def test_token_budget_bin_count():
+    # 9+1 | 8+2 | 5+5 fit a budget of 10 exactly: first-fit-decreasing needs 3 bins
+    assert num_bins_for_budget([5, 9, 1, 8, 2, 5], 10) == 3
+    # a sequence longer than the budget still gets a bin of its own
+    assert num_bins_for_budget([30, 1], 10) == 2
+
+
+def test_balanced_groups_cover_every_row_once_and_balance_load():
+    lens = [5, 9, 1, 8, 2, 5]
+    groups = balanced_groups(lens, 3)
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    loads = sorted(sum(lens[i] for i in g) for g in groups)
+    assert loads == [10, 10, 10]  # 9+1, 8+2, 5+5
+    with pytest.raises(ValueError, match="cannot split 2 rows into 3"):
+        balanced_groups([1, 2], 3)
+
+
+def test_restore_order_inverts_the_grouping():
+    groups = [[2, 0], [3], [1]]
+    flat = torch.tensor([10 * i for g in groups for i in g])  # outputs in group order
+    assert flat[restore_order(groups)].tolist() == [0, 10, 20, 30]
+
+
+def test_lr_warmup_then_constant_and_cosine():
+    const = OptimSpec(lr=1.0, lr_warmup_steps=4, warmup_style="constant")
+    # verl/transformers warm-up: step / warmup, so step 0 runs at 0
+    assert [lr_factor(s, const) for s in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    cos = OptimSpec(lr=1.0, lr_warmup_steps=2, warmup_style="cosine", total_training_steps=6, min_lr_ratio=0.1)
+    # after warm-up: 0.1 + 0.9 * 0.5 * (1 + cos(pi * (s - 2) / 4))
+    expected = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - 2) / 4)) for s in range(2, 7)]
+    assert [lr_factor(s, cos) for s in range(2, 7)] == pytest.approx(expected)
+    assert lr_factor(6, cos) == pytest.approx(0.1)
+    ratio = OptimSpec(lr_warmup_steps=-1, lr_warmup_steps_ratio=0.5, total_training_steps=8)
+    assert lr_factor(2, ratio) == pytest.approx(0.5)  # 4 warm-up steps from the ratio
+    with pytest.raises(ValueError, match="total_training_steps"):
+        lr_factor(0, OptimSpec(warmup_style="cosine", lr_warmup_steps=0))

@@ -1,0 +1,119 @@
+"""Actor and reference roles on the tiny random Llama, configured through the real config schema."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.batch import TensorBatch
+from app.config.schema import ActorRolloutRefConfig
+from app.roles.factory import build_actor, build_reference
+
+PROMPTS, RESPONSES = [5, 3, 6, 2, 4, 6, 3, 5], [4, 2, 4, 3, 4, 1, 3, 4]
+ACTOR_METRICS = {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
+                 "actor/lr", "actor/pg_clipfrac_lower"}
+
+
+def _config(model_dir, **actor_overrides):
+    cfg = ActorRolloutRefConfig()
+    cfg.model.path = str(model_dir)
+    actor = cfg.actor
+    actor.ppo_mini_batch_size = 4  # prompts; rollout.n = 1 -> 2 mini-batches of 4 samples
+    actor.ppo_micro_batch_size_per_gpu = 2
+    actor.optim.lr = 1e-2
+    actor.optim.weight_decay = 0.0
+    for key, value in actor_overrides.items():
+        setattr(actor, key, value)
+    return cfg
+
+
+def _mean_log_prob(log_probs, mask, rows):
+    return float((log_probs[rows] * mask[rows]).sum() / mask[rows].sum())
+
+
+def test_update_raises_log_probs_of_positive_advantage_samples(tiny_llama_dir, make_rl_batch):
+    cfg = _config(tiny_llama_dir, ppo_epochs=2, shuffle=True)
+    actor = build_actor(cfg, device="cpu")
+    batch = make_rl_batch(PROMPTS, RESPONSES)
+    batch.meta["temperature"] = 1.0
+    batch.update(actor.compute_log_prob(batch))
+    sign = torch.tensor([1.0, -1.0] * 4)  # rows 0, 2, 4, 6 good; 1, 3, 5, 7 bad
+    batch["advantages"] = sign[:, None] * batch["response_mask"].float()
+    metrics = actor.update_policy(batch)
+    assert ACTOR_METRICS <= metrics.keys()
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert metrics["actor/lr"] == pytest.approx(1e-2)  # no warm-up configured
+    assert 0.0 <= metrics["actor/pg_clipfrac"] <= 1.0 and metrics["actor/grad_norm"] > 0
+    assert "actor/kl_loss" not in metrics  # use_kl_loss is off
+    after = actor.compute_log_prob(batch)["old_log_probs"]
+    mask = batch["response_mask"]
+    good, bad = [0, 2, 4, 6], [1, 3, 5, 7]
+    old = batch["old_log_probs"]
+    assert _mean_log_prob(after, mask, good) > _mean_log_prob(old, mask, good) + 0.05
+    assert _mean_log_prob(after, mask, bad) < _mean_log_prob(old, mask, bad) - 0.05
+
+
+def test_lora_reference_is_the_base_model_and_kl_loss_starts_at_zero(tiny_llama_dir, make_rl_batch):
+    cfg = _config(tiny_llama_dir, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl",
+                  ppo_mini_batch_size=8)
+    cfg.model.lora_rank = 4
+    actor = build_actor(cfg, device="cpu")
+    reference = build_reference(cfg, actor.engine, device="cpu")
+    assert reference.engine is actor.engine  # no second copy of the weights
+    batch = make_rl_batch(PROMPTS, RESPONSES)
+    batch.update(actor.compute_log_prob(batch))
+    batch.update(reference.compute_ref_log_prob(batch))
+    # lora_B starts at zero: the adapter adds exactly nothing yet
+    assert torch.equal(batch["ref_log_prob"], batch["old_log_probs"])
+    batch["advantages"] = torch.linspace(-1, 1, len(batch))[:, None] * batch["response_mask"]
+    first = actor.update_policy(batch)
+    assert first["actor/kl_loss"] == 0.0  # one mini-batch: the policy still equals the reference
+    second = actor.update_policy(batch)
+    assert second["actor/kl_loss"] > 0.0
+    # the reference did not move with the adapter
+    torch.testing.assert_close(reference.compute_ref_log_prob(batch)["ref_log_prob"], batch["ref_log_prob"],
+                               rtol=0, atol=0)
+    del batch.tensors["ref_log_prob"]
+    with pytest.raises(KeyError, match="ref_log_prob"):
+        actor.update_policy(batch)
+
+
+def test_full_finetune_reference_matches_initial_actor(tiny_llama_dir, make_rl_batch):
+    cfg = _config(tiny_llama_dir)
+    actor = build_actor(cfg, device="cpu")
+    reference = build_reference(cfg, actor.engine, device="cpu")
+    assert reference.engine is not actor.engine and not reference.disable_adapter
+    batch = make_rl_batch(PROMPTS, RESPONSES)
+    torch.testing.assert_close(reference.compute_ref_log_prob(batch)["ref_log_prob"],
+                               actor.compute_log_prob(batch, calculate_entropy=False)["old_log_probs"],
+                               rtol=0, atol=0)
+
+
+def test_mini_batch_size_must_divide_the_batch(tiny_llama_dir, make_rl_batch):
+    actor = build_actor(_config(tiny_llama_dir, ppo_mini_batch_size=3), device="cpu")
+    batch = make_rl_batch(PROMPTS, RESPONSES)
+    batch.update(actor.compute_log_prob(batch))
+    batch["advantages"] = torch.zeros_like(batch["old_log_probs"])
+    with pytest.raises(ValueError, match="actor.ppo_mini_batch_size"):
+        actor.update_policy(batch)
+
+
+def test_on_policy_update_without_old_log_probs_equals_the_update_with_them(tiny_llama_dir, make_rl_batch):
+    # one epoch over one mini-batch: old log-probs equal the update's own, so the forward pass can be skipped
+    batch = make_rl_batch(PROMPTS, RESPONSES)
+    batch["advantages"] = torch.linspace(-1, 1, len(batch))[:, None] * batch["response_mask"]
+    results = []
+    for give_old in (True, False):
+        cfg = _config(tiny_llama_dir, ppo_mini_batch_size=8)
+        cfg.actor.fsdp_config.mixed_precision.param_dtype = "fp32"
+        actor = build_actor(cfg, device="cpu")
+        assert actor.is_on_policy(len(batch))
+        data = TensorBatch(dict(batch.tensors))
+        if give_old:
+            data.update(actor.compute_log_prob(data, calculate_entropy=False))
+        metrics = actor.update_policy(data)
+        results.append((metrics, actor.compute_log_prob(batch, calculate_entropy=False)["old_log_probs"]))
+    (with_old, after_with), (without, after_without) = results
+    assert without["actor/ppo_kl"] == 0.0 and without["actor/pg_clipfrac"] == 0.0
+    assert abs(with_old["actor/pg_loss"] - without["actor/pg_loss"]) < 1e-6
+    torch.testing.assert_close(after_without, after_with, rtol=0, atol=1e-5)
+    assert not build_actor(_config(tiny_llama_dir, ppo_epochs=2), device="cpu").is_on_policy(8)

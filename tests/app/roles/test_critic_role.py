@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import torch
+
+from app.config.schema import CriticConfig
+from app.roles.factory import build_critic
+
+
+def test_critic_update_lowers_the_value_loss(tiny_llama_dir, make_rl_batch):
+    cfg = CriticConfig()
+    cfg.model.path = str(tiny_llama_dir)
+    cfg.ppo_mini_batch_size = 4
+    cfg.ppo_epochs = 1
+    cfg.cliprange_value = 100.0  # effectively unclipped: the loss can keep falling over several updates
+    cfg.optim.lr = 1e-2
+    cfg.optim.weight_decay = 0.0
+    critic = build_critic(cfg, device="cpu")
+    batch = make_rl_batch([5, 3, 6, 2], [4, 2, 4, 3])
+    values = critic.compute_values(batch)["values"]
+    assert values.shape == batch["responses"].shape
+    assert (values[batch["response_mask"] == 0] == 0).all()
+    batch["values"] = values
+    batch["returns"] = torch.tensor([1.0, -1.0, 0.5, 2.0])[:, None] * batch["response_mask"]
+    losses = [critic.update_critic(batch)["critic/vf_loss"] for _ in range(6)]
+    metrics = critic.update_critic(batch)
+    assert {"critic/vf_loss", "critic/vf_clipfrac", "critic/grad_norm", "critic/lr"} <= metrics.keys()
+    assert metrics["critic/vf_clipfrac"] == 0.0  # a clip range of 100 never binds
+    assert losses[-1] < 0.5 * losses[0], losses
+    # the reported loss is the clipped value loss of the batch before the step: 0.5 * token-mean squared error
+    fresh = critic.compute_values(batch)["values"]
+    mask = batch["response_mask"].bool()
+    expected = 0.5 * ((fresh - batch["returns"])[mask] ** 2).mean()
+    assert abs(critic.update_critic(batch)["critic/vf_loss"] - float(expected)) < 1e-3 * float(expected) + 1e-6

@@ -1,0 +1,147 @@
+"""`ray job submit --working-dir <repo> -- python -m app.train ...` on a Ray head node of our own.
+
+The test starts its own head node (`ray start --head` with its own --temp-dir and free ports, so it neither meets nor
+stops any other cluster on the machine: `ray stop` would stop them all, so the test kills only the processes of its
+temp dir), submits a tiny training job with the CLI (which returns once the job has ended; the call is bounded by a
+timeout), checks that it SUCCEEDED, the run's artifacts, and that the run's dashboard metrics reached the cluster's
+Prometheus endpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent  # the venv's ray and python
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kill_ray_under(temp_dir: str) -> None:
+    """Stop only the Ray processes whose command line names `temp_dir`, and their children."""
+    import psutil
+
+    procs = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(temp_dir in part for part in (p.info["cmdline"] or [])):
+                procs.append(p)
+                procs.extend(p.children(recursive=True))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=30)
+
+
+def cluster_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # the job's `python` is the venv's
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    env["RAY_AUTH_MODE"] = "token"  # Ray 2.60's `ray start` requires a token; the CLI sends ~/.ray's only in this mode
+    return env
+
+
+@pytest.fixture
+def head_node():
+    """A Ray head node of this test's own: {'dashboard': http address for jobs, 'temp_dir': its temp dir}."""
+    temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths must stay under 107 chars
+    dashboard_port, metrics_port = free_port(), free_port()
+    cmd = [str(BIN / "ray"), "start", "--head", "--port", str(free_port()), "--num-cpus", "8",
+           "--disable-usage-stats", "--temp-dir", temp_dir, "--include-dashboard", "true",
+           "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port),
+           "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port()),
+           "--metrics-export-port", str(metrics_port)]
+    try:
+        started = subprocess.run(cmd, env=cluster_env(), capture_output=True, text=True, timeout=180)
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield {"dashboard": f"http://127.0.0.1:{dashboard_port}", "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+               "temp_dir": temp_dir}
+    finally:
+        kill_ray_under(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def submit(head: dict, entrypoint: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """`ray job submit` as the README shows: it streams the job's logs and returns when the job has finished."""
+    return subprocess.run([str(BIN / "ray"), "job", "submit", "--address", head["dashboard"], "--working-dir",
+                           str(REPO), "--", *entrypoint], env=cluster_env(), capture_output=True, text=True,
+                          timeout=timeout_s)
+
+
+def tiny_overrides(model_dir: Path, data_dir: Path, out_dir: Path) -> list[str]:
+    """A tiny GRPO run: the suite's tiny random Llama, 16 arithmetic prompts, 2 steps, n=2, 16 response tokens."""
+    return [
+        f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'test.parquet'}",
+        "data.train_batch_size=2", "data.max_prompt_length=256", "data.max_response_length=16",
+        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.lora_rank=0",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.rollout.http_port={free_port()}", "reward_model.num_workers=1",
+        "trainer.num_workers=1", "trainer.cpus_per_worker=1", "trainer.total_training_steps=2",
+        "trainer.test_freq=1", "trainer.save_freq=-1", "trainer.logger=[console,jsonl]",
+        "trainer.experiment_name=job-submit", f"trainer.default_local_dir={out_dir}",
+    ]
+
+
+def scrape(url: str, experiment: str) -> dict[str, float]:
+    """{sample name: value} of the Prometheus endpoint's series tagged with `experiment`."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        body = urllib.request.urlopen(url, timeout=5).read().decode()
+    except OSError:
+        return {}
+    return {s.name: s.value for family in text_string_to_metric_families(body) for s in family.samples
+            if s.labels.get("experiment") == experiment}
+
+
+def prepare_arithmetic(out: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "app.prepare", "arithmetic", "--output", str(out), "--train-size", "16",
+                    "--test-size", "8"], cwd=REPO, check=True, capture_output=True, timeout=120)
+    return out
+
+
+def test_training_job_submitted_to_a_cluster_succeeds(head_node, tiny_model_dir, tmp_path):
+    data_dir = prepare_arithmetic(tmp_path / "data")
+    out_dir = tmp_path / "run"
+    entry = ["python", "-m", "app.train", "--config-name", "grpo_trainer",
+             *tiny_overrides(tiny_model_dir, data_dir, out_dir)]
+    done = submit(head_node, entry, timeout_s=420)
+    assert done.returncode == 0 and "succeeded" in done.stdout, (done.stdout + done.stderr)[-8000:]
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert [r["step"] for r in rows] == [0, 1, 2]  # validation before training, then two steps
+    assert all("val-core/reward/mean" in r for r in rows)  # trainer.test_freq=1
+    assert "critic/score/mean" in rows[1] and "timing_s/step" in rows[2]
+    assert (out_dir / "hf_model" / "config.json").is_file()
+    assert any(p.name.endswith(".safetensors") for p in (out_dir / "hf_model").iterdir())
+
+    # the rank-0 worker published the run's dashboard metrics: the cluster's Prometheus endpoint has them
+    want = {"ray_rayrl_training_step": 2.0, "ray_rayrl_steps_total": 2.0,
+            "ray_rayrl_val_reward_mean": rows[-1]["val-core/reward/mean"]}
+    deadline, seen = time.monotonic() + 60, {}
+    while time.monotonic() < deadline and not all(name in seen for name in want):
+        seen = scrape(head_node["metrics"], experiment="job-submit")
+        time.sleep(1)  # bounded poll: the metrics agent exports every few seconds
+    assert {name: seen.get(name) for name in want} == want

@@ -1,0 +1,37 @@
+"""Helpers for the sweep tests: compose configs from configs/ with Hydra, as `app.sweep` does."""
+from pathlib import Path
+
+import pytest
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+
+
+def compose_tree(name: str, overrides=(), resolve: bool = False) -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+        cfg = compose(config_name=name, overrides=list(overrides))
+    tree = OmegaConf.to_container(cfg, resolve=resolve)
+    tree.pop("hydra", None)
+    return tree
+
+
+def load_tree(tree: dict):
+    from omegaconf import OmegaConf
+
+    from app.config import load_config
+
+    return load_config(OmegaConf.create(tree))
+
+
+@pytest.fixture
+def compose():
+    """compose(name, overrides=(), resolve=False) -> the config tree Hydra composes from configs/."""
+    return compose_tree
+
+
+@pytest.fixture
+def base_cfg():
+    """base_cfg(**overrides) -> quickstart as a validated TrainerRunConfig."""
+    return lambda **overrides: load_tree(compose_tree("quickstart", [f"{k}={v}" for k, v in overrides.items()]))
