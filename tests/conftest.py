@@ -67,13 +67,30 @@ def gsm8k_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
-    """One local Ray cluster for the whole session; logical CPUs exceed the 2 cores so Serve and Train both fit."""
+def serve_http_port() -> int:
+    """The one port Serve's HTTP proxy listens on for the whole session (127.0.0.1, never the default 8000)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(serve_http_port):
+    """One local Ray cluster for the whole session; logical CPUs exceed the 2 cores so Serve and Train both fit.
+
+    Serve starts here, on `serve_http_port`: its proxy binds once per cluster, so whichever test deployed first would
+    otherwise decide the port for all the others.
+    """
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         yield ray
         return
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    from ray import serve
+
+    serve.start(http_options={"host": "127.0.0.1", "port": serve_http_port})
     try:
         yield ray
     finally:

@@ -99,6 +99,7 @@ class ActorConfig:
     ppo_epochs: int = 1
     shuffle: bool = False
     logits_chunk_size: int = 1024  # tokens per chunk when turning logits into log-probs/entropy
+    use_torch_compile: bool = False  # compile each decoder layer: faster steps after a slow first one
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
@@ -180,6 +181,7 @@ class CriticConfig:
     cliprange_value: float = 0.5
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     grad_clip: float = 1.0
+    use_torch_compile: bool = False
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,14 +36,8 @@ def vllm_tiny_model_dir(tiny_model_dir: Path) -> Path:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
-def rollout_config():
+def rollout_config(serve_http_port):
     """A small-footprint RolloutConfig for tests: fp32 (so log-probs can be compared tightly), 1 GiB KV cache."""
     from app.config.schema import RolloutConfig
 
@@ -58,7 +51,7 @@ def rollout_config():
         cpu_kv_cache_gib=1.0,
         cpus_per_replica=1.0,
         replicas=1,
-        http_port=free_port(),
+        http_port=serve_http_port,  # where the session's Serve proxy listens (tests/conftest.py)
     )
 
 
