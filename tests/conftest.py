@@ -69,11 +69,9 @@ def gsm8k_dir() -> Path:
 @pytest.fixture(scope="session")
 def serve_http_port() -> int:
     """The one port Serve's HTTP proxy listens on for the whole session (127.0.0.1, never the default 8000)."""
-    import socket
+    from support import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,36 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from support import free_port, kill_ray_under
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's ray and python
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def kill_ray_under(temp_dir: str) -> None:
-    """Stop only the Ray processes whose command line names `temp_dir`, and their children."""
-    import psutil
-
-    procs = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(temp_dir in part for part in (p.info["cmdline"] or [])):
-                procs.append(p)
-                procs.extend(p.children(recursive=True))
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=30)
 
 
 def cluster_env() -> dict:

@@ -1,7 +1,6 @@
 """Fixtures the trainer's end-to-end tests share: composing the Hydra config, a free local port."""
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,6 @@ def _compose(overrides: list[str], config_name: str = "grpo_trainer"):
         return load_config(hydra_compose(config_name, overrides=overrides))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def compose():
     return _compose
@@ -32,4 +25,6 @@ def compose():
 
 @pytest.fixture(scope="session")
 def free_port():
-    return _free_port
+    from support import free_port as port
+
+    return port

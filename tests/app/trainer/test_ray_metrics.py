@@ -1,8 +1,6 @@
 """Dashboard metrics: the values derived from a step's metrics, and the series a Prometheus scrape of Ray returns."""
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from app.trainer.ray_metrics import dashboard_values, publish_step_metrics
+
+from support import free_port, kill_ray_under
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -100,32 +100,6 @@ PUBLISHER = textwrap.dedent("""
     sys.stdin.readline()  # the test closes stdin when it has scraped
     ray.shutdown()
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def kill_ray_under(temp_dir: str) -> None:
-    """Stop only the Ray processes of the cluster whose --temp-dir is `temp_dir` (`ray stop` would stop every one)."""
-    import psutil
-
-    procs = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(temp_dir in part for part in (p.info["cmdline"] or [])):
-                procs.append(p)
-                procs.extend(p.children(recursive=True))
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    for p in procs:
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=30)
 
 
 @pytest.mark.slow
