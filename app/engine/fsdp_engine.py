@@ -347,8 +347,19 @@ class FSDPEngine(BaseEngine):
     def disable_adapter(self) -> Iterator[None]:
         if not self.has_adapter:
             raise RuntimeError("disable_adapter() needs a LoRA engine (actor_rollout_ref.model.lora_rank > 0)")
-        with self._require_model().disable_adapter():
+        # Flip only the LoRA layers' "disabled" flag. peft's own disable_adapter() also turns requires_grad off and
+        # on again, and FSDP2 then reduces the next micro-batches' bf16 gradients without the fp32 cast and fails.
+        from peft.tuners.lora import LoraLayer
+
+        layers = [m for m in self._require_model().modules() if isinstance(m, LoraLayer)]
+        previous = [layer._disable_adapters for layer in layers]
+        for layer in layers:
+            layer._disable_adapters = True
+        try:
             yield
+        finally:
+            for layer, was in zip(layers, previous):
+                layer._disable_adapters = was
 
     def _full_state_dict(self, trainable_only: bool) -> dict[str, torch.Tensor]:
         """Unsharded weights on rank 0 (CPU); ``{}`` on other ranks. Collective."""

@@ -117,3 +117,20 @@ def test_on_policy_update_without_old_log_probs_equals_the_update_with_them(tiny
     assert abs(with_old["actor/pg_loss"] - without["actor/pg_loss"]) < 1e-6
     torch.testing.assert_close(after_without, after_with, rtol=0, atol=1e-5)
     assert not build_actor(_config(tiny_llama_dir, ppo_epochs=2), device="cpu").is_on_policy(8)
+
+
+def test_lora_reference_pass_then_bf16_micro_batched_update(tiny_llama_dir, make_rl_batch):
+    # The on-policy step order: the reference pass (adapter off, no grad) comes straight before an update split
+    # into micro-batches in bf16. peft's own disable_adapter() toggles requires_grad, after which FSDP2 reduced the
+    # second micro-batch's bf16 gradient into the fp32 master weight and raised; this must train normally.
+    cfg = _config(tiny_llama_dir, use_kl_loss=True, kl_loss_coef=0.1, ppo_mini_batch_size=8)
+    cfg.model.lora_rank = 4
+    cfg.actor.fsdp_config.mixed_precision.param_dtype = "bf16"
+    actor = build_actor(cfg, device="cpu")
+    reference = build_reference(cfg, actor.engine, device="cpu")
+    batch = make_rl_batch(PROMPTS, RESPONSES)
+    batch.update(reference.compute_ref_log_prob(batch))
+    batch["advantages"] = torch.linspace(-1, 1, len(batch))[:, None] * batch["response_mask"]
+    metrics = actor.update_policy(batch)  # no old_log_probs: the on-policy path, 4 micro-batches of 2
+    assert metrics["actor/grad_norm"] > 0
+    assert all(p.dtype == torch.float32 for p in actor.engine.model.parameters() if p.requires_grad)
