@@ -148,8 +148,9 @@ class BaseEngine(abc.ABC):
         """Context: the base model without the LoRA adapter (the reference policy). Raises without LoRA."""
 
     @abc.abstractmethod
-    def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None) -> WeightSyncPayload:
-        """Gathered weights for the rollout engine (full HF-named weights, or the LoRA adapter only)."""
+    def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False) -> WeightSyncPayload:
+        """Gathered weights for the rollout engine: full HF-named weights, or with LoRA the adapter only, or with
+        `merge_lora` the adapter folded into full weights (the rollout engine then needs no LoRA support)."""
 
     @abc.abstractmethod
     def export_hf(self, path: str, dtype: Optional[torch.dtype] = None) -> None:

@@ -366,8 +366,18 @@ class FSDPEngine(BaseEngine):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
         return get_model_state_dict(self._require_model(), options=options)
 
-    def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None) -> WeightSyncPayload:
+    def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False) -> WeightSyncPayload:
         model = self._require_model()
+        if self.has_adapter and merge_lora:
+            from app.engine.lora_merge import merge_lora_state_dict
+
+            state = self._full_state_dict(trainable_only=False)
+            if self.dp_rank != 0:
+                return WeightSyncPayload(kind="full", tensors={})
+            tensors = merge_lora_state_dict(state, scaling=self.spec.lora_alpha / self.spec.lora_rank)
+            if dtype is not None:
+                tensors = {k: v.to(dtype) for k, v in tensors.items()}
+            return WeightSyncPayload(kind="full", tensors=tensors)
         if self.has_adapter:
             from peft import get_peft_model_state_dict
 

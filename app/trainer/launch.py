@@ -98,8 +98,10 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
     app_name = rollout_app or rollout_app_name(cfg)
     if rollout_app is None:
         model = cfg.actor_rollout_ref.model
+        adapters = model.lora_rank and cfg.actor_rollout_ref.rollout.lora_sync == "adapter"
         deploy_rollout(cfg.actor_rollout_ref.rollout, model.path, app_name,
-                       max_lora_rank=model.lora_rank or None, seed=cfg.trainer.seed, route_prefix=route_prefix)
+                       max_lora_rank=model.lora_rank if adapters else None, seed=cfg.trainer.seed,
+                       route_prefix=route_prefix)
     use_gpu = cfg.trainer.n_gpus_per_node > 0
     trainer = TorchTrainer(
         worker_entry,

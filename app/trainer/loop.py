@@ -74,6 +74,7 @@ class RLTrainer:
         self.n = cfg.actor_rollout_ref.rollout.n
         self.colocated = cfg.trainer.placement == "colocated"
         self.sync_dtype = getattr(torch, cfg.actor_rollout_ref.rollout.dtype)  # what vLLM computes in: half the bytes
+        self.merge_lora = cfg.actor_rollout_ref.rollout.lora_sync == "merged"
         self.temperature = cfg.actor_rollout_ref.rollout.temperature
         self.step = 0
         self.version = self._rollout_version()
@@ -189,7 +190,7 @@ class RLTrainer:
 
     def sync_weights(self) -> None:
         """Gather the new weights (or LoRA adapter) and push them as version + 1; every rank then expects it."""
-        payload = self.engine.state_dict_for_sync(dtype=self.sync_dtype)
+        payload = self.engine.state_dict_for_sync(dtype=self.sync_dtype, merge_lora=self.merge_lora)
         if self.colocated:
             self._rollout_wake_up()
         if self.rank == 0:

@@ -1,0 +1,36 @@
+"""Fold LoRA adapters into their base weights: a peft model's full state dict -> plain Hugging Face names.
+
+Used to sync a LoRA policy to the rollout engine as ordinary full weights, so it generates with base-model kernels
+(vLLM's CPU LoRA path is several times slower than its plain one).
+"""
+from __future__ import annotations
+
+import torch
+
+_PEFT_PREFIX = "base_model.model."
+
+
+def merge_lora_state_dict(state: dict[str, torch.Tensor], scaling: float,
+                          adapter: str = "default") -> dict[str, torch.Tensor]:
+    """`W + scaling * B @ A` for every LoRA-wrapped linear, and every other tensor renamed to its base name.
+
+    `state`: names like `base_model.model.<module>.base_layer.weight`, `<module>.lora_A.<adapter>.weight` (r, in) and
+    `<module>.lora_B.<adapter>.weight` (out, r); `scaling` = lora_alpha / lora_rank. Returns `<module>.weight` (out, in)
+    in the base weight's dtype; the merge is computed in float32.
+    """
+    lora_a_suffix, lora_b_suffix = f".lora_A.{adapter}.weight", f".lora_B.{adapter}.weight"
+    merged: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name.endswith((lora_a_suffix, lora_b_suffix)):
+            continue
+        plain = name[len(_PEFT_PREFIX):] if name.startswith(_PEFT_PREFIX) else name
+        if plain.endswith(".base_layer.weight"):
+            module = name[: -len(".base_layer.weight")]
+            lora_a, lora_b = state[module + lora_a_suffix], state[module + lora_b_suffix]
+            delta = scaling * (lora_b.float() @ lora_a.float())
+            tensor = (tensor.float() + delta).to(tensor.dtype)
+            plain = plain[: -len(".base_layer.weight")] + ".weight"
+        elif ".base_layer." in plain:  # a bias of a wrapped linear
+            plain = plain.replace(".base_layer.", ".")
+        merged[plain] = tensor
+    return merged
