@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -229,7 +230,7 @@ def main() -> None:
         print("wall seconds (median of the timed steps); cpu = process CPU seconds, robust to other load")
         print(f"{'dtype':5} {'rmpad':5} {'micro':5} {'ckpt':4} {'comp':4} | {'fwd s':>6} {'cpu':>6} {'GF/s':>5} | "
               f"{'f+b s':>6} {'cpu':>6} {'GF/s':>5} {'MFU':>6} {'MFU/bf16':>8} {'tok/s':>6} | {'opt s':>5} "
-              f"{'RL-step s':>9} | {'1st s':>6} load")
+              f"{'RL-step s':>9} | {'1st s':>6} load maxRSS")
     for dtype in args.dtypes.split(","):
         for rp in (bool(int(x)) for x in args.remove_padding.split(",")):
             for micro in (int(x) for x in args.micro_batch_sizes.split(",")):
@@ -244,12 +245,15 @@ def main() -> None:
                     r["device"] = str(device)
                     if rank0:
                         r["load_avg_1m"] = os.getloadavg()[0]
+                        # peak resident memory of this process so far (all cases up to this one), GiB
+                        r["max_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
                         print(f"{dtype:5} {int(rp):5} {micro:5} {int(ckpt):4} {int(comp):4} | "
                               f"{r['forward_s']:6.2f} {r['forward_cpu_s']:6.2f} {r['forward_gflops']:5.0f} | "
                               f"{r['forward_backward_s']:6.2f} {r['forward_backward_cpu_s']:6.2f} "
                               f"{r['forward_backward_gflops']:5.0f} {r['mfu']:6.1%} {r['mfu_vs_bf16_peak']:8.1%} "
                               f"{r['forward_backward_tokens_per_s']:6.0f} | {r['optimizer_s']:5.2f} "
-                              f"{r['rl_step_compute_s']:9.2f} | {r['first_step_s']:6.1f} {r['load_avg_1m']:.1f}",
+                              f"{r['rl_step_compute_s']:9.2f} | {r['first_step_s']:6.1f} {r['load_avg_1m']:4.1f} "
+                              f"{r['max_rss_gib']:5.1f}G",
                               flush=True)
                         if args.json:
                             with open(args.json, "a") as f:
