@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from algos.aggregation import loss_normalizer
 from app.batch import TensorBatch
-from app.engine.base import BaseEngine
+from app.engine.base import BaseEngine, StepContext
 
 
 def rank_normalizer(engine: BaseEngine, response_mask: torch.Tensor, loss_agg_mode: str) -> float:
@@ -89,3 +89,26 @@ def global_loss_sums(engine: BaseEngine, sums: dict[str, float]) -> dict[str, fl
         return {}
     reduced = engine.all_reduce(torch.tensor([sums[k] for k in names], dtype=torch.float64), "mean").tolist()
     return dict(zip(names, reduced))
+
+
+def run_ppo_epochs(engine: BaseEngine, data: TensorBatch, *, epochs: int, mini_batch_size: int, shuffle: bool,
+                   seed: int, key: str, loss_agg_mode: str,
+                   make_loss_fn: Callable[[MetricMeans, dict[str, float]], Any],
+                   grad_norm_metric: str, ctx_kwargs: dict[str, Any] | None = None) -> MetricMeans:
+    """Epochs over mini-batches, one optimiser step each (the shared body of the actor and critic updates).
+
+    `make_loss_fn(token_means, loss_sums)` returns the engine loss for one mini-batch and fills its metrics; the loss
+    is normalised over the whole mini-batch on all ranks. Returns per-mini-batch metrics, each global over ranks.
+    """
+    per_step = MetricMeans()
+    for epoch in range(epochs):
+        for mini in iter_mini_batches(data, mini_batch_size, shuffle=shuffle, seed=seed + epoch, key=key):
+            token_means, loss_sums = MetricMeans(), {}
+            engine.set_loss_fn(make_loss_fn(token_means, loss_sums))
+            normalizer = rank_normalizer(engine, mini["response_mask"], loss_agg_mode)
+            engine.optimizer_zero_grad()
+            engine.forward_backward_step(mini, StepContext(loss_normalizer=normalizer, **(ctx_kwargs or {})))
+            per_step.add(grad_norm_metric, engine.optimizer_step())
+            per_step.add_all(global_means(engine, token_means))
+            per_step.add_all(global_loss_sums(engine, loss_sums))
+    return per_step

@@ -12,8 +12,7 @@ from algos.masked import masked_count
 from algos.value_loss import compute_value_loss
 from app.batch import TensorBatch
 from app.engine.base import BaseEngine, StepContext
-from app.roles.common import (MetricMeans, global_loss_sums, global_means, iter_mini_batches, rank_normalizer,
-                              samples_per_rank)
+from app.roles.common import MetricMeans, run_ppo_epochs, samples_per_rank
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
 
@@ -63,22 +62,13 @@ class Critic:
         data = batch.select((*_MODEL_INPUTS, "values", "returns"), strict=False)
         mini_size = samples_per_rank("critic.ppo_mini_batch_size", cfg.ppo_mini_batch_size, self.rollout_n,
                                      self.engine.dp_world_size)
-        per_step = MetricMeans()
         lr = self.engine.get_lr()
         with self.engine.train_mode():
-            for epoch in range(cfg.ppo_epochs):
-                minis = iter_mini_batches(data, mini_size, shuffle=bool(getattr(cfg, "shuffle", False)),
-                                          seed=self.seed + 1000 * self._updates + epoch,
-                                          key="critic.ppo_mini_batch_size")
-                for mini in minis:
-                    token_means, loss_sums = MetricMeans(), {}
-                    self.engine.set_loss_fn(self._loss_fn(token_means, loss_sums))
-                    normalizer = rank_normalizer(self.engine, mini["response_mask"], cfg.loss_agg_mode)
-                    self.engine.optimizer_zero_grad()
-                    self.engine.forward_backward_step(mini, StepContext(loss_normalizer=normalizer))
-                    per_step.add("critic/grad_norm", self.engine.optimizer_step())
-                    per_step.add_all(global_means(self.engine, token_means))
-                    per_step.add_all(global_loss_sums(self.engine, loss_sums))
+            per_step = run_ppo_epochs(
+                self.engine, data, epochs=cfg.ppo_epochs, mini_batch_size=mini_size,
+                shuffle=bool(getattr(cfg, "shuffle", False)), seed=self.seed + 1000 * self._updates,
+                key="critic.ppo_mini_batch_size", loss_agg_mode=cfg.loss_agg_mode, make_loss_fn=self._loss_fn,
+                grad_norm_metric="critic/grad_norm")
         self.engine.lr_scheduler_step()
         self._updates += 1
         metrics = per_step.means()  # over mini-batches and epochs; each value is already global over ranks
