@@ -31,7 +31,9 @@ def run(cfg: DictConfig) -> int:
         return 2
     print(f"data: {n_train} training prompts, {n_val} validation prompts", flush=True)
     from app.trainer.launch import train, validation_history
+    from serve.memory import release_free_heap
 
+    release_free_heap()  # the data check's tables and token lists: the driver only waits from here on
     train(run_cfg)
     history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
     if history:

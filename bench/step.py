@@ -51,6 +51,9 @@ def main() -> int:
         "actor_rollout_ref.model.target_modules=all-linear",
         "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
         "actor_rollout_ref.actor.kl_loss_coef=0.04", "actor_rollout_ref.actor.optim.lr=1e-5",
+        # how this repository runs it on a 2-core box (the make-run settings): merged LoRA sync, so vLLM generates
+        # without its slow CPU LoRA kernels, and both cores for vLLM's threads while the trainer waits
+        "actor_rollout_ref.rollout.lora_sync=merged", "actor_rollout_ref.rollout.omp_threads=2",
         "trainer.num_workers=1", "trainer.cpus_per_worker=2", f"trainer.total_training_steps={args.steps}",
         "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[jsonl]",
         f"trainer.default_local_dir={out}", "trainer.experiment_name=bench-step", *args.overrides,

@@ -27,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
+from serve.memory import release_free_heap
 from serve.payload import remove_quietly, stage_dir, write_full_weights, write_peft_adapter
 from serve.shm import reap_dead_replicas, record_engine_segments
 from serve.types import PolicyVersionMismatch, RolloutSample, SamplingOptions, WirePayload
@@ -307,6 +308,7 @@ class RolloutServer:
             raise
         await self._engine.reset_prefix_cache()
         self._version = version
+        release_free_heap()  # the deserialised payload is garbage now
 
     async def __del__(self):
         with contextlib.suppress(Exception):

@@ -269,6 +269,9 @@ class WeightSyncWorkerExtension:
         # Re-run its post-load processing so it packs the updated shared weight.
         for module in followers:
             module.quant_method.process_weights_after_loading(module)
+        from serve.memory import release_free_heap
+
+        release_free_heap()  # the loaded checkpoint tensors and the repacking temporaries
         return count
 
     def rayrl_weights_checksum(self) -> str:

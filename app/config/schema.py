@@ -69,7 +69,8 @@ class MixedPrecisionConfig:
 class FSDPConfig:
     param_offload: bool = False
     optimizer_offload: bool = False
-    model_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"  # master weights; the optimiser steps these
+    # master weights, the ones the optimiser steps; frozen ones (a LoRA base, a reference) stay in param_dtype
+    model_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
 

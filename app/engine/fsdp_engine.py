@@ -33,6 +33,7 @@ from app.engine.base import BaseEngine, LossFn, PostprocessFn, PreprocessFn, Ste
 from app.engine.distributed import ensure_process_group, pick_device, reduce_op
 from app.engine.forward import response_outputs
 from app.engine.lr_schedule import build_lr_scheduler
+from app.engine.lora_fast_path import use_fused_lora_forward
 from app.engine.micro_batches import balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order
 from app.engine.spec import EngineSpec, to_dtype
 
@@ -64,19 +65,24 @@ class FSDPEngine(BaseEngine):
     def init_model(self) -> None:
         spec = self.spec
         ensure_process_group(self.device.type)
-        model_dtype = to_dtype(spec.model_dtype, "fsdp_config.model_dtype")
+        master_dtype = to_dtype(spec.model_dtype, "fsdp_config.model_dtype")
+        # Weights the optimiser never steps (a LoRA base, an inference-only reference) are stored in the dtype they
+        # are computed in: a wider copy would be cast down at every forward anyway and only cost memory.
+        frozen_base = spec.use_lora or spec.optim is None
+        load_dtype = to_dtype(spec.param_dtype, "fsdp_config.mixed_precision.param_dtype") if frozen_base \
+            else master_dtype
         with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is left untouched
             torch.manual_seed(spec.seed)  # identical fresh heads / adapters on every rank
-            model = hf_model.load_model(spec, model_dtype, hf_model.attention_implementation(self.device))
+            model = hf_model.load_model(spec, load_dtype, hf_model.attention_implementation(self.device))
             if spec.enable_gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if spec.use_lora:
                 model = hf_model.apply_lora(model, spec)
-        if spec.use_lora:
-            # adapters train in the master dtype even when the frozen base is stored in bf16
+                use_fused_lora_forward(model)
+        if spec.use_lora:  # adapters (and a value head) are what the optimiser steps: master dtype
             for p in model.parameters():
                 if p.requires_grad:
-                    p.data = p.data.to(torch.float32)
+                    p.data = p.data.to(master_dtype)
         buffer_dtype = to_dtype(spec.buffer_dtype, "fsdp_config.mixed_precision.buffer_dtype")
         for buf_owner in model.modules():
             for name, buf in buf_owner.named_buffers(recurse=False):
@@ -374,9 +380,7 @@ class FSDPEngine(BaseEngine):
             state = self._full_state_dict(trainable_only=False)
             if self.dp_rank != 0:
                 return WeightSyncPayload(kind="full", tensors={})
-            tensors = merge_lora_state_dict(state, scaling=self.spec.lora_alpha / self.spec.lora_rank)
-            if dtype is not None:
-                tensors = {k: v.to(dtype) for k, v in tensors.items()}
+            tensors = merge_lora_state_dict(state, scaling=self.spec.lora_alpha / self.spec.lora_rank, dtype=dtype)
             return WeightSyncPayload(kind="full", tensors=tensors)
         if self.has_adapter:
             from peft import get_peft_model_state_dict
@@ -397,23 +401,25 @@ class FSDPEngine(BaseEngine):
     def export_hf(self, path: str, dtype: Optional[torch.dtype] = None) -> None:
         state = self._full_state_dict(trainable_only=False)
         if self.dp_rank == 0:
-            config = hf_model.load_config(self.spec)
-            model = hf_model.model_class(self.spec.model_kind).from_config(config, dtype=torch.float32)
+            # Straight from the state dict to safetensors: building a second model to merge and save would hold
+            # another full copy of the weights (the largest allocation of a LoRA run on a small machine).
             if self.has_adapter:
-                from peft import get_peft_model
+                from app.engine.lora_merge import merge_lora_state_dict
 
-                model = get_peft_model(model, hf_model.lora_config(self.spec))
-                model.load_state_dict(state, strict=True)
-                model = model.merge_and_unload()
-            else:
-                model.load_state_dict(state, strict=True)
-            if dtype is not None:
-                model.to(dtype)
+                state = merge_lora_state_dict(state, scaling=self.spec.lora_alpha / self.spec.lora_rank, dtype=dtype)
+            elif dtype is not None:
+                state = {k: v.to(dtype) for k, v in state.items()}
+            config = hf_model.load_config(self.spec)
+            if getattr(config, "tie_word_embeddings", False):
+                state.pop("lm_head.weight", None)  # tied: transformers restores it from the embedding
+            config.torch_dtype = next(iter(state.values())).dtype
             os.makedirs(path, exist_ok=True)
-            model.save_pretrained(path, safe_serialization=True)
+            config.save_pretrained(path)
+            from huggingface_hub import save_torch_state_dict
+
+            save_torch_state_dict(state, path)
             for name in _HF_SIDE_FILES:
                 src = os.path.join(self.spec.model_path, name)
-                if os.path.isfile(src) and not (name == "generation_config.json"
-                                                and os.path.isfile(os.path.join(path, name))):
+                if os.path.isfile(src):
                     shutil.copyfile(src, os.path.join(path, name))
         dist.barrier()

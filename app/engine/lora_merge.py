@@ -5,18 +5,21 @@ Used to sync a LoRA policy to the rollout engine as ordinary full weights, so it
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 _PEFT_PREFIX = "base_model.model."
 
 
-def merge_lora_state_dict(state: dict[str, torch.Tensor], scaling: float,
-                          adapter: str = "default") -> dict[str, torch.Tensor]:
+def merge_lora_state_dict(state: dict[str, torch.Tensor], scaling: float, adapter: str = "default",
+                          dtype: Optional[torch.dtype] = None) -> dict[str, torch.Tensor]:
     """`W + scaling * B @ A` for every LoRA-wrapped linear, and every other tensor renamed to its base name.
 
     `state`: names like `base_model.model.<module>.base_layer.weight`, `<module>.lora_A.<adapter>.weight` (r, in) and
     `<module>.lora_B.<adapter>.weight` (out, r); `scaling` = lora_alpha / lora_rank. Returns `<module>.weight` (out, in)
-    in the base weight's dtype; the merge is computed in float32.
+    in `dtype` (default: each base weight's own); the merge is computed in float32. Each tensor is cast as it is
+    produced, so at most one float32 temporary exists at a time.
     """
     lora_a_suffix, lora_b_suffix = f".lora_A.{adapter}.weight", f".lora_B.{adapter}.weight"
     merged: dict[str, torch.Tensor] = {}
@@ -28,9 +31,9 @@ def merge_lora_state_dict(state: dict[str, torch.Tensor], scaling: float,
             module = name[: -len(".base_layer.weight")]
             lora_a, lora_b = state[module + lora_a_suffix], state[module + lora_b_suffix]
             delta = scaling * (lora_b.float() @ lora_a.float())
-            tensor = (tensor.float() + delta).to(tensor.dtype)
+            tensor = (tensor.float() + delta).to(dtype or tensor.dtype)
             plain = plain[: -len(".base_layer.weight")] + ".weight"
         elif ".base_layer." in plain:  # a bias of a wrapped linear
             plain = plain.replace(".base_layer.", ".")
-        merged[plain] = tensor
+        merged[plain] = tensor if dtype is None else tensor.to(dtype)
     return merged

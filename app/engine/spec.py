@@ -75,7 +75,7 @@ class EngineSpec:
     max_token_len_per_gpu: int = 16384
     logits_chunk_size: int = 1024
     # precision and memory
-    model_dtype: str = "fp32"  # master weights (what the optimizer steps)
+    model_dtype: str = "fp32"  # master weights (what the optimizer steps); frozen weights are kept in param_dtype
     param_dtype: str = "bf16"  # compute dtype
     reduce_dtype: str = "fp32"  # gradient reduction dtype
     buffer_dtype: str = "fp32"

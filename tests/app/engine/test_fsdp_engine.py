@@ -265,3 +265,17 @@ def test_compiled_layers_give_the_same_loss_and_gradients(tiny_llama_dir, make_r
     assert compiled_grads.keys() == eager_grads.keys()
     for name in eager_grads:  # inductor may reorder fp32 sums: a looser (still 1e-4) tolerance
         torch.testing.assert_close(compiled_grads[name], eager_grads[name], rtol=1e-4, atol=1e-6)
+
+
+def test_frozen_weights_are_stored_in_the_compute_dtype_and_trainable_ones_in_the_master_dtype(tiny_llama_dir):
+    def dtypes(engine, trainable):
+        return {p.dtype for p in engine.model.parameters() if p.requires_grad == trainable}
+
+    lora = _engine(tiny_llama_dir, lora_rank=4, lora_alpha=8, param_dtype="bf16", model_dtype="fp32")
+    # the LoRA base is never stepped: bf16 storage costs nothing (it is computed in bf16) and halves its memory
+    assert dtypes(lora, trainable=False) == {torch.bfloat16}
+    assert dtypes(lora, trainable=True) == {torch.float32}
+    full = _engine(tiny_llama_dir, param_dtype="bf16", model_dtype="fp32")
+    assert dtypes(full, trainable=True) == {torch.float32}  # full fine-tuning keeps fp32 master weights
+    reference = _engine(tiny_llama_dir, param_dtype="bf16", optim=None)
+    assert {p.dtype for p in reference.model.parameters()} == {torch.bfloat16}
