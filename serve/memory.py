@@ -31,3 +31,4 @@ def release_free_heap() -> bool:
         return False
     trim(0)
     return True
+

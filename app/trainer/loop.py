@@ -28,7 +28,6 @@ from app.trainer import checkpoints
 from app.trainer.ray_metrics import publish_step_metrics
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch, repeat_per_sample
 from app.trainer.step_metrics import batch_metrics, max_min_metrics
-from serve.memory import release_free_heap
 from app.trainer.timing import PhaseTimer
 from serve.types import FullWeights, LoraAdapter
 
@@ -200,10 +199,6 @@ class RLTrainer:
             else:
                 wire = FullWeights(tensors=payload.tensors)
             self.rollout.update_weights(self.version + 1, wire)
-            del wire
-        del payload
-        # the update's activations and the payload are garbage now; give the pages back between steps
-        release_free_heap()
         self._barrier()
         self.version += 1
 
