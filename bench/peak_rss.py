@@ -1,8 +1,12 @@
-"""`python bench/peak_rss.py -- CMD ...`: run CMD and print the peak total RSS of it and every process it starts.
+"""`python bench/peak_rss.py -- CMD ...`: run CMD and print the peak memory of it and every process it starts.
 
 Ray's GCS, raylet, workers, Serve replicas and vLLM's engine processes all descend from the driver of a local
-cluster, so the process tree holds the whole job. Shared pages are counted once per process (RSS), so the figure is
-an upper bound on what the job really needs.
+cluster, so the process tree holds the whole job. Two sums are tracked, each at its own peak:
+- RSS: every process's resident set, so pages shared between processes (the torch and vLLM libraries each of
+  ~15 Python processes maps, Ray's object store that the trainer writes and the replica reads) count once per
+  process: an upper bound on what the job needs;
+- PSS: each shared page split between the processes that map it, so the sum is the job's real footprint.
+The biggest processes at the RSS peak are listed.
 """
 from __future__ import annotations
 
@@ -13,14 +17,20 @@ import time
 import psutil
 
 
-def tree_rss(root: psutil.Process) -> int:
-    total = 0
+def tree_memory(root: psutil.Process) -> tuple[int, int, list[tuple[int, str]]]:
+    """(summed RSS, summed PSS, [(rss, name)]) of `root` and its descendants."""
+    rss_total = pss_total = 0
+    per_process = []
     for proc in [root, *root.children(recursive=True)]:
         try:
-            total += proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return total
+            info = proc.memory_full_info()  # smaps_rollup: RSS and PSS in one read
+            name = proc.name()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        rss_total += info.rss
+        pss_total += getattr(info, "pss", info.rss)
+        per_process.append((info.rss, name))
+    return rss_total, pss_total, per_process
 
 
 def main(argv: list[str]) -> int:
@@ -31,15 +41,22 @@ def main(argv: list[str]) -> int:
         return 2
     child = subprocess.Popen(argv)
     root = psutil.Process(child.pid)
-    peak, start = 0, time.monotonic()
+    peak_rss = peak_pss = 0
+    at_peak: list[tuple[int, str]] = []
+    start = time.monotonic()
     while child.poll() is None:
         try:
-            peak = max(peak, tree_rss(root))
+            rss, pss, per_process = tree_memory(root)
         except psutil.NoSuchProcess:
             break
+        if rss > peak_rss:
+            peak_rss, at_peak = rss, per_process
+        peak_pss = max(peak_pss, pss)
         time.sleep(0.5)
-    print(f"peak RSS of the process tree: {peak / 2**30:.2f} GiB over {time.monotonic() - start:.0f} s "
-          f"(exit code {child.returncode})", flush=True)
+    print(f"peak RSS of the process tree: {peak_rss / 2**30:.2f} GiB; peak PSS: {peak_pss / 2**30:.2f} GiB; "
+          f"over {time.monotonic() - start:.0f} s (exit code {child.returncode})", flush=True)
+    top = sorted(at_peak, reverse=True)[:8]
+    print("largest at the RSS peak (GiB): " + ", ".join(f"{name} {rss / 2**30:.2f}" for rss, name in top), flush=True)
     return child.returncode
 
 

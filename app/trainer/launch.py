@@ -32,8 +32,10 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
     # gets its own reservation even though they share the physical cores.
     needed = cfg.trainer.num_workers * cfg.trainer.cpus_per_worker + \
         cfg.actor_rollout_ref.rollout.replicas * cfg.actor_rollout_ref.rollout.cpus_per_replica + 2
+    # The dashboard shows the run (and the rayrl_* metrics); Ray Train's placement-group cleaner also needs its state
+    # API and, without it, logs a warning every few seconds for the whole run.
     ray.init(num_cpus=max(int(needed + 0.999), os.cpu_count() or 1), runtime_env=runtime_env,
-             include_dashboard=False, log_to_driver=True)
+             include_dashboard=True, log_to_driver=True)
 
 
 def with_absolute_paths(cfg: TrainerRunConfig) -> TrainerRunConfig:
