@@ -1,0 +1,90 @@
+"""Colocated placement: the rollout engine sleeps from the end of generation until the weight sync wakes it, so the
+update never shares the accelerator with vLLM, and nothing is sent to or sampled from a sleeping engine.
+
+The trainer side is the real one (tiny model, one rank, in this process). A recording stand-in replaces the Serve
+deployment: what vLLM's sleep frees is GPU memory, which a CPU machine cannot show, but the order of the calls the
+loop makes is the same on any device.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from serve.types import RolloutSample
+
+
+class RecordingRollout:
+    """Answers like `serve.RolloutClient` (random tokens) and records the lifecycle calls."""
+
+    def __init__(self, vocab_size: int, n: int, response_len: int) -> None:
+        self.vocab_size, self.n, self.response_len = vocab_size, n, response_len
+        self.calls: list[str] = []
+        self.asleep = False
+        self.version = 0
+
+    def generate(self, prompt_token_ids, *, expect_version, validation=False):
+        assert not self.asleep, "generate() reached a sleeping engine"
+        assert expect_version == self.version, (expect_version, self.version)
+        self.calls.append("generate")
+        g = torch.Generator().manual_seed(len(self.calls))
+        n = 1 if validation else self.n
+        return [RolloutSample(prompt_index=i, sample_index=j,
+                              response_token_ids=torch.randint(10, self.vocab_size, (self.response_len,),
+                                                               generator=g).tolist(),
+                              logprobs=[-1.0] * self.response_len, finish_reason="length",
+                              policy_version=self.version)
+                for i in range(len(prompt_token_ids)) for j in range(n)]
+
+    def update_weights(self, version, payload):
+        assert not self.asleep, "weights pushed into a sleeping engine"
+        self.calls.append("update_weights")
+        self.version = version
+        return version
+
+    def replica_versions(self):
+        return {"replica-0": self.version}
+
+    def sleep(self):
+        self.calls.append("sleep")
+        self.asleep = True
+
+    def wake_up(self):
+        self.calls.append("wake_up")
+        self.asleep = False
+
+
+@pytest.fixture(scope="module")
+def arith_data(tmp_path_factory) -> Path:
+    from app.prepare import main as prepare
+
+    out = tmp_path_factory.mktemp("arith-colocated")
+    assert prepare(["arithmetic", "--output", str(out), "--train-size", "8", "--test-size", "2", "--seed", "5"]) == 0
+    return out
+
+
+def test_colocated_engine_sleeps_through_the_update_and_wakes_for_the_sync(compose, tiny_model_dir, arith_data,
+                                                                          tmp_path):
+    from app.trainer.setup import build_trainer
+
+    cfg = compose([
+        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={arith_data / 'train.parquet'}",
+        f"data.val_files={arith_data / 'test.parquet'}", "data.max_prompt_length=256", "data.max_response_length=8",
+        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
+        "trainer.total_training_steps=2", "trainer.val_before_train=false", "trainer.test_freq=-1",
+        "trainer.save_freq=-1", "trainer.logger=[jsonl]", f"trainer.default_local_dir={tmp_path / 'run'}",
+        "reward_model.num_workers=1",
+    ])
+    # Validation refuses colocated without GPUs (on a CPU nothing would be freed); the loop's ordering is what is
+    # tested here, and it is the same on every device.
+    cfg.trainer.placement = "colocated"
+    rollout = RecordingRollout(vocab_size=1000, n=2, response_len=8)
+    trainer = build_trainer(cfg, rollout, device="cpu")
+    trainer.fit()
+    step = ["generate", "sleep", "wake_up", "update_weights"]
+    # two training steps, then the final validation samples from the awake, updated engine
+    assert rollout.calls == step + step + ["generate"]
+    assert rollout.version == 2 and not rollout.asleep
+    assert (tmp_path / "run" / "hf_model" / "config.json").is_file()
