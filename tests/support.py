@@ -12,6 +12,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def tiny_run_overrides(model_dir, data_dir) -> list[str]:
+    """Hydra overrides of the suite's smallest real GRPO run: the tiny random Llama, the arithmetic prompts in
+    `data_dir`, 2 steps of 2 prompts x n=2 with 16 response tokens, hf rollout, one train worker, validation every
+    step, no checkpoints. Callers add the output folder, loggers and experiment name."""
+    return [
+        f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'test.parquet'}",
+        "data.train_batch_size=2", "data.max_prompt_length=256", "data.max_response_length=16",
+        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.lora_rank=0",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.rollout.http_port={free_port()}", "reward_model.num_workers=1",
+        "trainer.num_workers=1", "trainer.cpus_per_worker=1", "trainer.total_training_steps=2",
+        "trainer.test_freq=1", "trainer.save_freq=-1",
+    ]
+
+
 def kill_ray_under(temp_dir: str) -> None:
     """Stop only the Ray processes of the cluster whose --temp-dir is `temp_dir` (`ray stop` would stop every one)."""
     import psutil

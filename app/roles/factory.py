@@ -26,16 +26,23 @@ def _lora(model_cfg: Any) -> dict[str, Any]:
                 exclude_modules=getattr(model_cfg, "exclude_modules", None))
 
 
-def actor_engine_spec(model_cfg: Any, actor_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
+def _trained_engine_spec(model_cfg: Any, role_cfg: Any, *, model_kind: str, device: str, seed: int,
+                         **extra: Any) -> EngineSpec:
+    """An engine that trains: the model section plus the role's verl keys (optim, grad_clip, ppo_* batch sizes,
+    use_torch_compile, fsdp_config), which the actor and critic sections spell the same way."""
     return EngineSpec(
-        model_path=model_cfg.path, model_kind="causal_lm", trust_remote_code=model_cfg.trust_remote_code,
+        model_path=model_cfg.path, model_kind=model_kind, trust_remote_code=model_cfg.trust_remote_code,
         enable_gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
-        use_remove_padding=model_cfg.use_remove_padding, optim=OptimSpec.from_config(actor_cfg.optim),
-        grad_clip=actor_cfg.grad_clip, micro_batch_size_per_gpu=actor_cfg.ppo_micro_batch_size_per_gpu,
-        use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
-        logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024), device=device, seed=seed,
-        compile_layers=bool(getattr(actor_cfg, "use_torch_compile", False)),
-        **_lora(model_cfg), **_precision(actor_cfg.fsdp_config))
+        use_remove_padding=model_cfg.use_remove_padding, optim=OptimSpec.from_config(role_cfg.optim),
+        grad_clip=role_cfg.grad_clip, micro_batch_size_per_gpu=role_cfg.ppo_micro_batch_size_per_gpu,
+        use_dynamic_bsz=role_cfg.use_dynamic_bsz, max_token_len_per_gpu=role_cfg.ppo_max_token_len_per_gpu,
+        device=device, seed=seed, compile_layers=bool(getattr(role_cfg, "use_torch_compile", False)),
+        **extra, **_lora(model_cfg), **_precision(role_cfg.fsdp_config))
+
+
+def actor_engine_spec(model_cfg: Any, actor_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
+    return _trained_engine_spec(model_cfg, actor_cfg, model_kind="causal_lm", device=device, seed=seed,
+                                logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024))
 
 
 def ref_engine_spec(model_cfg: Any, ref_cfg: Any, actor_cfg: Any, *, device: str = "auto") -> EngineSpec:
@@ -51,17 +58,9 @@ def ref_engine_spec(model_cfg: Any, ref_cfg: Any, actor_cfg: Any, *, device: str
 
 
 def critic_engine_spec(critic_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
-    model = critic_cfg.model
-    if not model.path:
+    if not critic_cfg.model.path:
         raise ValueError("critic.model.path is empty (validate() fills it from actor_rollout_ref.model.path)")
-    return EngineSpec(
-        model_path=model.path, model_kind="value", trust_remote_code=model.trust_remote_code,
-        enable_gradient_checkpointing=model.enable_gradient_checkpointing,
-        use_remove_padding=model.use_remove_padding, optim=OptimSpec.from_config(critic_cfg.optim),
-        grad_clip=critic_cfg.grad_clip, micro_batch_size_per_gpu=critic_cfg.ppo_micro_batch_size_per_gpu,
-        use_dynamic_bsz=critic_cfg.use_dynamic_bsz, max_token_len_per_gpu=critic_cfg.ppo_max_token_len_per_gpu,
-        device=device, seed=seed, compile_layers=bool(getattr(critic_cfg, "use_torch_compile", False)),
-        **_lora(model), **_precision(critic_cfg.fsdp_config))
+    return _trained_engine_spec(critic_cfg.model, critic_cfg, model_kind="value", device=device, seed=seed)
 
 
 def build_actor(arr_cfg: Any, *, device: str = "auto", seed: int = 0) -> Actor:

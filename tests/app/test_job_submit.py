@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from support import free_port, kill_ray_under
+from support import free_port, kill_ray_under, tiny_run_overrides
 
 pytestmark = pytest.mark.slow
 
@@ -63,18 +63,9 @@ def submit(head: dict, entrypoint: list[str], timeout_s: float) -> subprocess.Co
 
 
 def tiny_overrides(model_dir: Path, data_dir: Path, out_dir: Path) -> list[str]:
-    """A tiny GRPO run: the suite's tiny random Llama, 16 arithmetic prompts, 2 steps, n=2, 16 response tokens."""
-    return [
-        f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'test.parquet'}",
-        "data.train_batch_size=2", "data.max_prompt_length=256", "data.max_response_length=16",
-        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.lora_rank=0",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.dtype=float32",
-        f"actor_rollout_ref.rollout.http_port={free_port()}", "reward_model.num_workers=1",
-        "trainer.num_workers=1", "trainer.cpus_per_worker=1", "trainer.total_training_steps=2",
-        "trainer.test_freq=1", "trainer.save_freq=-1", "trainer.logger=[console,jsonl]",
-        "trainer.experiment_name=job-submit", f"trainer.default_local_dir={out_dir}",
-    ]
+    """The suite's tiny GRPO run (`support.tiny_run_overrides`), logging to the console and metrics.jsonl."""
+    return [*tiny_run_overrides(model_dir, data_dir), "trainer.logger=[console,jsonl]",
+            "trainer.experiment_name=job-submit", f"trainer.default_local_dir={out_dir}"]
 
 
 def scrape(url: str, experiment: str) -> dict[str, float]:

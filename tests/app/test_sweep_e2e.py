@@ -8,37 +8,17 @@ from __future__ import annotations
 
 import csv
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support import tiny_run_overrides
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tiny_base_overrides(model_dir: Path, data_dir: Path) -> list[str]:
-    """The tiny run of the job test: tiny random Llama, 16 arithmetic prompts, 2 steps, n=2, 16 response tokens."""
-    return [
-        f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'test.parquet'}",
-        "data.train_batch_size=2", "data.max_prompt_length=256", "data.max_response_length=16",
-        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.lora_rank=0",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.dtype=float32",
-        f"actor_rollout_ref.rollout.http_port={free_port()}", "reward_model.num_workers=1",
-        "trainer.num_workers=1", "trainer.cpus_per_worker=1", "trainer.total_training_steps=2",
-        "trainer.test_freq=1", "trainer.save_freq=-1",
-    ]
 
 
 def test_sweep_of_two_real_trainings(ray_cluster, tiny_model_dir, tmp_path):
@@ -54,7 +34,7 @@ def test_sweep_of_two_real_trainings(ray_cluster, tiny_model_dir, tmp_path):
     subprocess.run([sys.executable, "-m", "app.prepare", "arithmetic", "--output", str(data_dir), "--train-size",
                     "16", "--test-size", "8"], cwd=REPO, check=True, capture_output=True, timeout=120)
     sweep_dir = tmp_path / "sweep"
-    base = tiny_base_overrides(tiny_model_dir, data_dir)
+    base = tiny_run_overrides(tiny_model_dir, data_dir)
     overrides = [
         "name=e2e", f"output_dir={sweep_dir}", "base.config=grpo_trainer",
         "base.overrides=[" + ",".join(f"'{o}'" for o in base) + "]",
