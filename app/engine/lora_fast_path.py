@@ -24,9 +24,10 @@ def _fused_forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Te
         return type(self).forward(self, x, *args, **kwargs)
     name = active[0]
     lora_a, lora_b = self.lora_A[name], self.lora_B[name]
-    result = self.base_layer(x)
-    if lora_a.weight.dtype != x.dtype or lora_b.weight.dtype != result.dtype:
+    # mixed dtypes need peft's casts; decided before the base matmul so that it never runs twice
+    if not x.dtype == lora_a.weight.dtype == lora_b.weight.dtype == self.base_layer.weight.dtype:
         return type(self).forward(self, x)
+    result = self.base_layer(x)
     low_rank = F.linear(x, lora_a.weight).mul_(self.scaling[name])  # (..., r)
     flat = result.reshape(-1, result.shape[-1])
     return flat.addmm_(low_rank.reshape(-1, low_rank.shape[-1]), lora_b.weight.t()).view(result.shape)

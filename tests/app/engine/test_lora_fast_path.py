@@ -57,3 +57,19 @@ def test_disabled_adapter_gives_the_base_model():
 @pytest.mark.parametrize("lora", [dict(lora_dropout=0.1), dict(use_dora=True)])
 def test_dropout_and_dora_layers_keep_peft_forward(lora):
     assert use_fused_lora_forward(_peft_model(**lora)) == 0
+
+
+def test_mixed_dtypes_fall_back_to_peft():
+    # bf16 base with fp32 adapters (peft's default outside FSDP): only peft's own forward casts between them
+    def mixed():
+        model = _peft_model().to(torch.bfloat16)
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.data = p.data.float()
+        return model
+
+    ids = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(3))
+    reference, fused = mixed(), mixed()
+    assert use_fused_lora_forward(fused) == 14
+    with torch.no_grad():
+        torch.testing.assert_close(fused(input_ids=ids).logits, reference(input_ids=ids).logits, rtol=0, atol=0)
