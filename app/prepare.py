@@ -3,7 +3,7 @@
     python -m app.prepare gsm8k --input DIR --output DIR
         DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
     python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S]
-        generated arithmetic word problems (no download) -> train.parquet, test.parquet
+        generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from app.data.arithmetic_task import arithmetic_rows, generate_problems
+from app.data.arithmetic_task import arithmetic_rows, generate_splits
 from app.data.errors import DataError
 from app.data.gsm8k_task import gsm8k_rows
 from app.data.verl_rows import write_parquet
@@ -30,11 +30,12 @@ def prepare_gsm8k(input_dir: str, output_dir: str) -> dict[str, int]:
 
 def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int = 500, seed: int = 0) -> dict[str, int]:
     """Generate and write the arithmetic task; returns rows written per split."""
-    counts = {}
     for split, size in (("train", train_size), ("test", test_size)):
         if size <= 0:
             raise DataError(f"--{split}-size must be positive, got {size}")
-        rows = arithmetic_rows(generate_problems(size, seed, split), split)
+    counts = {}
+    for split, problems in zip(("train", "test"), generate_splits(train_size, test_size, seed)):
+        rows = arithmetic_rows(problems, split)
         write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
         counts[split] = len(rows)
     return counts

@@ -328,6 +328,9 @@ def engine_spec_from_config(rollout: Any, model_path: str, max_lora_rank: Option
     response_len = getattr(rollout, "response_length", None)
     threads = getattr(rollout, "omp_threads", None) or max(1, int(getattr(rollout, "cpus_per_replica", 1) or 1))
     kv_gib = getattr(rollout, "cpu_kv_cache_gib", None)
+    if rollout.dtype == "auto":  # the trainer's config validation resolves it for the machine
+        raise ValueError("rollout dtype 'auto' reached the rollout engine unresolved: validate the config "
+                         "(app.config.load_config) or pass bfloat16 / float16 / float32")
     return EngineSpec(
         model_path=str(model_path),
         dtype=rollout.dtype,

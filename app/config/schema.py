@@ -23,6 +23,9 @@ class DataConfig:
     max_prompt_length: int = 512  # tokens, after the chat template
     max_response_length: int = 512  # tokens generated per sample
     train_batch_size: int = 1024  # prompts per step (each sampled rollout.n times)
+    # prompts per generation round; None: train_batch_size. Differs from it only with algorithm.filter_groups, which
+    # keeps generating rounds until train_batch_size informative prompts are found (DAPO's gen_prompt_bsz)
+    gen_batch_size: Optional[int] = None
     val_batch_size: Optional[int] = None  # None: the whole validation set in one batch
     filter_overlong_prompts: bool = False  # drop prompts over max_prompt_length (and report how many)
     truncation: Literal["error", "left", "right", "middle"] = "error"
@@ -60,7 +63,8 @@ class OptimConfig:
 
 @dataclass
 class MixedPrecisionConfig:
-    param_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"  # compute dtype
+    # compute dtype; auto: bf16 on GPUs and CPUs with native bf16, fp32 on other CPUs (app/config/precision.py)
+    param_dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     reduce_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"  # gradient reduction dtype
     buffer_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"
 
@@ -126,7 +130,7 @@ class ValKwargs:
 @dataclass
 class RolloutConfig:
     name: Literal["vllm", "hf"] = "vllm"  # hf: transformers.generate, for machines without vLLM
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"  # auto: bfloat16 where bf16 is native, else float32
     gpu_memory_utilization: float = 0.5
     tensor_model_parallel_size: int = 1
     max_num_batched_tokens: int = 8192
@@ -198,6 +202,15 @@ class RewardModelPathConfig:
 
 
 @dataclass
+class OverlongBufferConfig:
+    """DAPO's soft overlong punishment (algos/rewards/overlong.py): a penalty over the last `len` response tokens."""
+    enable: bool = False
+    len: int = 0  # tokens before the response budget where the penalty ramps from 0 to -penalty_factor
+    penalty_factor: float = 1.0  # the penalty of a response that reaches the budget
+    log: bool = False  # also write each sample's penalty into trainer.rollout_data_dir dumps
+
+
+@dataclass
 class RewardModelConfig:
     enable: bool = False  # score with AutoModelForSequenceClassification as well as / instead of rules
     model: RewardModelPathConfig = field(default_factory=RewardModelPathConfig)
@@ -206,6 +219,7 @@ class RewardModelConfig:
     num_workers: int = 2  # processes that run rule/custom rewards
     timeout_s: float = 10.0  # per sample; a hung reward never hangs the run
     on_error: Literal["raise", "zero"] = "raise"  # a failing reward: stop naming the sample, or score 0 and count it
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)  # training reward only
 
 
 @dataclass
@@ -225,6 +239,19 @@ class KLCtrlConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """DAPO's dynamic sampling: drop groups whose samples all agree on `metric` (zero advantage, no signal) and
+    generate more rounds of data.gen_batch_size prompts until data.train_batch_size informative groups are found."""
+    enable: bool = False
+    # score: the reward function's score; acc: its `acc` field (verl's DAPO math reward returns one);
+    # seq_reward: the training reward after overlong shaping; seq_final_reward: after the in-reward KL too
+    metric: Literal["score", "acc", "seq_reward", "seq_final_reward"] = "score"
+    # rounds per step at most (0: no limit, as in verl). When they run out, the step trains on the informative
+    # groups found plus uninformative ones to fill the batch (counted in filter_groups/padded_groups)
+    max_num_gen_batches: int = 4
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "gae"  # a name in algos.advantages.ADV_ESTIMATORS, or `module:function`
     gamma: float = 1.0
@@ -233,6 +260,7 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = False
     kl_penalty: str = "kl"  # estimator for the in-reward KL
     kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
 
 
 # ---------------------------------------------------------------- trainer

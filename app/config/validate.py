@@ -15,14 +15,18 @@ def validate(cfg: TrainerRunConfig) -> None:
     _check_batch_sizes(cfg)
     _check_algorithm(cfg)
     _check_ranges(cfg)
+    _check_overlong_buffer(cfg)
 
 
 def _fill_derived(cfg: TrainerRunConfig) -> None:
+    _resolve_auto_precision(cfg)
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.response_length is None:
         rollout.response_length = cfg.data.max_response_length
     if rollout.prompt_length is None:
         rollout.prompt_length = cfg.data.max_prompt_length
+    if cfg.data.gen_batch_size is None:
+        cfg.data.gen_batch_size = cfg.data.train_batch_size
     critic = cfg.critic
     if critic.model.path is None:
         critic.model.path = cfg.actor_rollout_ref.model.path
@@ -30,6 +34,22 @@ def _fill_derived(cfg: TrainerRunConfig) -> None:
         critic.ppo_mini_batch_size = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     if critic.ppo_epochs is None:
         critic.ppo_epochs = cfg.actor_rollout_ref.actor.ppo_epochs
+
+
+def _resolve_auto_precision(cfg: TrainerRunConfig) -> None:
+    """`auto` compute dtypes become bf16 or fp32 for this machine, once, before anything reads them."""
+    from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
+
+    arr = cfg.actor_rollout_ref
+    sections = (arr.actor.fsdp_config, arr.ref.fsdp_config, cfg.critic.fsdp_config)
+    if arr.rollout.dtype != "auto" and all(s.mixed_precision.param_dtype != "auto" for s in sections):
+        return
+    short, long = resolve_auto_dtype(cfg.trainer.n_gpus_per_node > 0, cpu_has_native_bf16())
+    for section in sections:
+        if section.mixed_precision.param_dtype == "auto":
+            section.mixed_precision.param_dtype = short
+    if arr.rollout.dtype == "auto":
+        arr.rollout.dtype = long
 
 
 def _check_required(cfg: TrainerRunConfig) -> None:
@@ -58,6 +78,16 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
             f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} "
             "(both count prompts; each step makes train_batch_size/ppo_mini_batch_size optimiser steps per epoch)"
         )
+    _positive("data.gen_batch_size", data.gen_batch_size)
+    if data.gen_batch_size != data.train_batch_size and not cfg.algorithm.filter_groups.enable:
+        raise ConfigError(
+            f"data.gen_batch_size={data.gen_batch_size} differs from data.train_batch_size={data.train_batch_size}, "
+            "which only algorithm.filter_groups.enable=true uses (it generates rounds of gen_batch_size prompts until "
+            "train_batch_size informative ones are found); drop data.gen_batch_size or enable the filter"
+        )
+    for key, size in (("data.train_batch_size", data.train_batch_size), ("data.gen_batch_size", data.gen_batch_size)):
+        if size % workers:
+            raise ConfigError(f"{key}={size} prompts do not split evenly over trainer.num_workers={workers}")
     samples_per_minibatch = actor.ppo_mini_batch_size * n
     if samples_per_minibatch % workers:
         raise ConfigError(
@@ -109,6 +139,7 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
             f"algorithm.adv_estimator={algo.adv_estimator!r} compares the samples of one prompt, "
             f"so actor_rollout_ref.rollout.n must be at least 2 (got {n})"
         )
+    _check_filter_groups(cfg)
     from algos.kl import LOG_PROB_KL_KINDS as KL_KINDS  # `full` needs logits, which the loss never keeps
 
     if actor.use_kl_loss and actor.kl_loss_type not in KL_KINDS:
@@ -129,6 +160,49 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
     mode = cfg.trainer.resume_mode
     if mode not in ("auto", "disable") and not mode:
         raise ConfigError("trainer.resume_mode must be auto, disable or a checkpoint path")
+
+
+def _check_filter_groups(cfg: TrainerRunConfig) -> None:
+    fg, algo = cfg.algorithm.filter_groups, cfg.algorithm
+    if not fg.enable:
+        return
+    if algo.adv_estimator not in _GROUP_ESTIMATORS:
+        raise ConfigError(
+            f"algorithm.filter_groups.enable=true drops groups whose samples score alike, which only matters for "
+            f"estimators that compare the samples of one prompt ({', '.join(sorted(_GROUP_ESTIMATORS))}); "
+            f"algorithm.adv_estimator={algo.adv_estimator!r} is not one of them"
+        )
+    if fg.max_num_gen_batches < 0:
+        raise ConfigError(
+            f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} must be >= 0 (0: no limit)")
+    data = cfg.data
+    if fg.max_num_gen_batches and data.gen_batch_size * fg.max_num_gen_batches < data.train_batch_size:
+        raise ConfigError(
+            f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} rounds of "
+            f"data.gen_batch_size={data.gen_batch_size} prompts cannot fill data.train_batch_size={data.train_batch_size}"
+        )
+    if fg.metric == "seq_final_reward" and algo.use_kl_in_reward:
+        raise ConfigError(
+            "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: groups are filtered "
+            "before the reference pass that the in-reward KL needs; use metric=seq_reward or score"
+        )
+
+
+def _check_overlong_buffer(cfg: TrainerRunConfig) -> None:
+    ob = cfg.reward_model.overlong_buffer
+    if not ob.enable:
+        return
+    budget = cfg.actor_rollout_ref.rollout.response_length
+    if not 0 < ob.len <= budget:
+        raise ConfigError(
+            f"reward_model.overlong_buffer.len={ob.len} must lie in (0, {budget}] (the response budget, "
+            "actor_rollout_ref.rollout.response_length) when reward_model.overlong_buffer.enable=true"
+        )
+    if ob.penalty_factor < 0:
+        raise ConfigError(f"reward_model.overlong_buffer.penalty_factor={ob.penalty_factor} must be >= 0")
+    if cfg.reward_model.enable:
+        raise ConfigError("reward_model.overlong_buffer shapes rule / custom rewards; it is not applied on top of a "
+                          "reward model (reward_model.enable=true)")
 
 
 def _check_ranges(cfg: TrainerRunConfig) -> None:

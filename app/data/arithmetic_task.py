@@ -131,8 +131,8 @@ def generate_problems(
     split: str = "train",
     level_weights: Sequence[float] = LEVEL_WEIGHTS,
 ) -> list[ArithmeticProblem]:
-    """``count`` problems, the same for the same (seed, split). Splits draw from separate streams; the easiest
-    problems have few distinct forms, so some questions appear in both splits."""
+    """``count`` problems, the same for the same (seed, split). Splits draw from separate streams, but the easiest
+    problems have few distinct forms, so two streams share questions: `generate_splits` makes disjoint ones."""
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
     if len(level_weights) != len(_LEVELS):
@@ -140,6 +140,23 @@ def generate_problems(
     rng = random.Random(f"arithmetic/{split}/{seed}")  # str seeds are hashed deterministically (sha512)
     levels = sorted(_LEVELS)
     return [make_problem(rng, rng.choices(levels, weights=level_weights)[0]) for _ in range(count)]
+
+
+def generate_splits(train_size: int, test_size: int, seed: int) -> tuple[list[ArithmeticProblem], list[ArithmeticProblem]]:
+    """(train, test) problems with no question in both: the easiest levels have few distinct forms, so the train
+    stream would otherwise repeat about a quarter of the test questions and validation would reward memory. The test
+    split is exactly `generate_problems(test_size, seed, "test")`; train draws from its own stream, skipping test
+    questions, until it has `train_size`."""
+    test = generate_problems(test_size, seed, "test")
+    held_out = {p.question for p in test}
+    rng = random.Random(f"arithmetic/train/{seed}")
+    levels = sorted(_LEVELS)
+    train: list[ArithmeticProblem] = []
+    while len(train) < train_size:
+        problem = make_problem(rng, rng.choices(levels, weights=LEVEL_WEIGHTS)[0])
+        if problem.question not in held_out:
+            train.append(problem)
+    return train, test
 
 
 def arithmetic_rows(problems: Sequence[ArithmeticProblem], split: str) -> list[dict[str, Any]]:

@@ -20,11 +20,13 @@ import torch
 from algos.advantages import compute_advantages
 from algos.kl import apply_kl_penalty_to_rewards
 from algos.kl_controller import make_kl_controller
+from algos.rewards.overlong import overlong_penalty
 from algos.rewards.token_level import scores_to_token_rewards
 from app.batch import TensorBatch
 from app.config.schema import TrainerRunConfig
 from app.data import PromptBatch
 from app.trainer import checkpoints
+from app.trainer.dynamic_sampling import FILTER_COUNTS, filter_metric, fill_with_informative_groups
 from app.trainer.ray_metrics import publish_step_metrics
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch, repeat_per_sample
 from app.trainer.step_metrics import batch_metrics, max_min_metrics
@@ -47,7 +49,8 @@ class RewardScorer(Protocol):
     """What the loop needs from the reward step (`app.trainer.scoring.Scorer`)."""
 
     def score(self, responses: list[str], data_sources: list[str], ground_truths: list[Any],
-              extra_infos: list[dict], messages: list[list[dict]]) -> tuple[list[float], dict[str, float]]: ...
+              extra_infos: list[dict], messages: list[list[dict]]
+              ) -> tuple[list[float], dict[str, float], dict[str, list[Any]]]: ...
 
 
 class RLTrainer:
@@ -93,13 +96,9 @@ class RLTrainer:
             self.step += 1
             timer = PhaseTimer()
             with timer.phase("step"):
-                prompts = self._next_prompts()
-                with timer.phase("gen"):
-                    group = self.generate(prompts)
+                group, metrics = self.collect_rollouts(timer)
                 if self.colocated:
                     self._rollout_sleep()  # give the GPU memory back to the trainer until the next sync
-                with timer.phase("reward"):
-                    metrics = self.score(group)
                 if self.cfg.trainer.rollout_data_dir:
                     self._dump_rollouts(group)
                 if self._needs_old_log_probs(group):
@@ -140,6 +139,28 @@ class RLTrainer:
         return self.last_val
 
     # ------------------------------------------------------------------ phases
+    def collect_rollouts(self, timer: PhaseTimer) -> tuple[RolloutGroup, dict[str, float]]:
+        """Generate and score this rank's share of the next prompts. With `algorithm.filter_groups`, rounds repeat
+        on fresh prompts until the batch holds only groups whose samples disagree (DAPO's dynamic sampling)."""
+        def one_round() -> tuple[RolloutGroup, dict[str, float]]:
+            prompts = self._next_prompts()
+            with timer.phase("gen"):
+                group = self.generate(prompts)
+            with timer.phase("reward"):
+                return group, self.score(group)
+
+        fg = self.cfg.algorithm.filter_groups
+        if not fg.enable:
+            return one_round()
+        group, metrics, counts = fill_with_informative_groups(
+            one_round, lambda g: filter_metric(g, fg.metric), self.cfg.data.train_batch_size // self.world,
+            fg.max_num_gen_batches, lambda k: -int(self.engine.all_reduce(torch.tensor([-float(k)]), "max")[0]),
+            self.train_loader.pad_token_id)
+        totals = self.engine.all_reduce(torch.tensor([float(counts[k]) for k in FILTER_COUNTS]), "sum")
+        metrics |= {f"filter_groups/{k}_groups": float(v) for k, v in zip(FILTER_COUNTS, totals.tolist())}
+        metrics["train/num_gen_batches"] = float(counts["rounds"])  # verl's name
+        return group, metrics
+
     def generate(self, prompts: PromptBatch) -> RolloutGroup:
         """`n` samples for each prompt of this rank's share, all made by policy `self.version`."""
         samples = self.rollout.generate(prompts.raw_prompt_ids, expect_version=self.version)
@@ -162,10 +183,22 @@ class RLTrainer:
     def score(self, group: RolloutGroup) -> dict[str, float]:
         """Rule / custom / model rewards → `token_level_scores` (the score on each response's last token)."""
         texts = self._decode(group.batch)
-        scores, metrics = self.scorer.score(texts, group.data_source, group.ground_truth, group.extra_info,
-                                            group.messages)
+        scores, metrics, extra = self.scorer.score(texts, group.data_source, group.ground_truth, group.extra_info,
+                                                   group.messages)
         mask = group.batch["response_mask"]
-        group.batch["token_level_scores"] = scores_to_token_rewards(scores, mask.sum(dim=1), mask.shape[1])
+        group.extras["task_score"] = list(scores)
+        if "acc" in extra:
+            group.extras["acc"] = extra["acc"]
+        rewards = torch.tensor(scores, dtype=torch.float32)
+        overlong = self.cfg.reward_model.overlong_buffer
+        if overlong.enable:
+            penalty = overlong_penalty(mask.sum(dim=1), self.cfg.actor_rollout_ref.rollout.response_length,
+                                       overlong.len, overlong.penalty_factor)
+            rewards = rewards + penalty
+            group.extras["overlong_penalty"] = penalty.tolist()
+            metrics |= {"reward/overlong_penalty/mean": float(penalty.mean()),
+                        "reward/overlong_ratio": float((penalty < 0).float().mean())}
+        group.batch["token_level_scores"] = scores_to_token_rewards(rewards, mask.sum(dim=1), mask.shape[1])
         return self._reduce(metrics)
 
     def compute_advantages(self, group: RolloutGroup) -> dict[str, float]:
@@ -214,7 +247,7 @@ class RLTrainer:
                                             expect_version=self.version)
             texts = self.tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
             picked = [records[s.prompt_index] for s in samples]
-            scores, _ = self.scorer.score(texts, [r.data_source for r in picked], [r.ground_truth for r in picked],
+            scores, _, _ = self.scorer.score(texts, [r.data_source for r in picked], [r.ground_truth for r in picked],
                                           [r.extra_info for r in picked], [r.messages for r in picked])
             for rec, score, sample in zip(picked, scores, samples):
                 j = sources.index(rec.data_source)
@@ -308,7 +341,7 @@ class RLTrainer:
         """ReMax: the reward of each prompt's greedy response, repeated for its samples."""
         samples = self.rollout.generate(prompts.raw_prompt_ids, validation=True, expect_version=self.version)
         texts = self.tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
-        scores, _ = self.scorer.score(texts, prompts.data_source, prompts.ground_truth, prompts.extra_info,
+        scores, _, _ = self.scorer.score(texts, prompts.data_source, prompts.ground_truth, prompts.extra_info,
                                       prompts.raw_prompt)
         return torch.tensor(repeat_per_sample(scores, self.n), dtype=torch.float32)
 
@@ -318,11 +351,13 @@ class RLTrainer:
         folder.mkdir(parents=True, exist_ok=True)
         texts = self._decode(group.batch)
         scores = group.batch["token_level_scores"].sum(dim=1).tolist()
+        log_overlong = self.cfg.reward_model.overlong_buffer.log and "overlong_penalty" in group.extras
         with (folder / f"{self.step}-rank{self.rank}.jsonl").open("w") as f:
             for i, text in enumerate(texts):
                 f.write(json.dumps({"step": self.step, "uid": group.uid[i], "dataset_index": group.dataset_index[i],
                                     "prompt": group.messages[i], "response": text, "score": scores[i],
-                                    "finish_reason": group.finish_reason[i], "policy_version": group.policy_version},
+                                    "finish_reason": group.finish_reason[i], "policy_version": group.policy_version,
+                                    **({"overlong_penalty": group.extras["overlong_penalty"][i]} if log_overlong else {})},
                                    default=str) + "\n")
 
     def _decode(self, batch: TensorBatch) -> list[str]:

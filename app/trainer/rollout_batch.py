@@ -78,3 +78,57 @@ def repeat_per_sample(values: Sequence[Any], n: int) -> list[Any]:
 def response_lengths(batch: TensorBatch) -> torch.Tensor:
     """`(rows,)` number of real response tokens per row."""
     return batch["response_mask"].sum(dim=1)
+
+
+def select_rows(group: RolloutGroup, rows: Sequence[int]) -> RolloutGroup:
+    """The samples `rows` of `group`, in that order (tensors, per-sample lists and per-sample extras alike)."""
+    rows = list(rows)
+
+    def pick(values):
+        return values[torch.as_tensor(rows, dtype=torch.long)] if torch.is_tensor(values) else [values[i] for i in rows]
+
+    return RolloutGroup(batch=group.batch.index(rows), uid=pick(group.uid), dataset_index=pick(group.dataset_index),
+                        data_source=pick(group.data_source), ground_truth=pick(group.ground_truth),
+                        extra_info=pick(group.extra_info), messages=pick(group.messages),
+                        finish_reason=pick(group.finish_reason), policy_version=group.policy_version,
+                        extras={k: pick(v) for k, v in group.extras.items()})
+
+
+def concat_groups(groups: Sequence[RolloutGroup], pad_token_id: int) -> RolloutGroup:
+    """The samples of all `groups` in order, one batch re-padded to the longest prompt `P` and response `R`.
+
+    Tensors as wide as prompt + response get left padding up to `P` and right padding up to `R`; tensors as wide as
+    the response get right padding. The pad is `pad_token_id` for `input_ids` / `responses` and 0 elsewhere (masks 0 =
+    padding), which is what `build_rollout_batch` writes.
+    """
+    if not groups:
+        raise ValueError("concat_groups: no groups")
+    versions = {g.policy_version for g in groups}
+    if len(versions) != 1:
+        raise ValueError(f"concat_groups: samples of policy versions {sorted(versions)} must not share a batch")
+    widths = [(g.batch["input_ids"].shape[1] - g.batch["responses"].shape[1], g.batch["responses"].shape[1])
+              for g in groups]
+    p_max, r_max = max(p for p, _ in widths), max(r for _, r in widths)
+    batches = []
+    for g, (p, r) in zip(groups, widths):
+        padded = {}
+        for key, t in g.batch.tensors.items():
+            value = pad_token_id if key in ("input_ids", "responses") else 0
+            if t.dim() >= 2 and t.shape[1] == p + r:
+                t = torch.nn.functional.pad(t, (p_max - p, r_max - r), value=value)
+            elif t.dim() >= 2 and t.shape[1] == r:
+                t = torch.nn.functional.pad(t, (0, r_max - r), value=value)
+            padded[key] = t
+        batches.append(TensorBatch(padded, dict(g.batch.meta)))
+    extras = {}
+    for key in groups[0].extras:
+        parts = [g.extras[key] for g in groups]
+        extras[key] = torch.cat(parts) if torch.is_tensor(parts[0]) else [v for part in parts for v in part]
+    return RolloutGroup(batch=TensorBatch.concat(batches), uid=[u for g in groups for u in g.uid],
+                        dataset_index=[i for g in groups for i in g.dataset_index],
+                        data_source=[d for g in groups for d in g.data_source],
+                        ground_truth=[t for g in groups for t in g.ground_truth],
+                        extra_info=[e for g in groups for e in g.extra_info],
+                        messages=[m for g in groups for m in g.messages],
+                        finish_reason=[f for g in groups for f in g.finish_reason],
+                        policy_version=versions.pop(), extras=extras)

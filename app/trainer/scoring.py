@@ -26,14 +26,16 @@ class Scorer:
             self.rules = RewardManager(spec, num_workers=rm.num_workers, timeout_s=rm.timeout_s, on_error=rm.on_error)
 
     def score(self, responses: Sequence[str], data_sources: Sequence[str], ground_truths: Sequence[Any],
-              extra_infos: Sequence[dict], messages: Sequence[list[dict]]) -> tuple[list[float], dict[str, float]]:
-        """One score per response, plus `reward/*` metrics of this batch."""
+              extra_infos: Sequence[dict], messages: Sequence[list[dict]]
+              ) -> tuple[list[float], dict[str, float], dict[str, list[Any]]]:
+        """One score per response, `reward/*` metrics of this batch, and the extra fields of reward functions that
+        return dicts (e.g. `acc`), one value per response (None where a response's result lacked the field)."""
         if self.model is not None:
             scores = self.model.score(messages, responses)
             n = max(len(scores), 1)
-            return scores, {"reward/model/mean": sum(scores) / n}
+            return scores, {"reward/model/mean": sum(scores) / n}, {}
         result = self.rules.score(responses, data_sources, ground_truths, extra_infos)
-        return result.scores, result.metrics
+        return result.scores, result.metrics, result.extra
 
     def close(self) -> None:
         if self.rules is not None:

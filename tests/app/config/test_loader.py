@@ -95,3 +95,36 @@ def test_colocated_needs_gpus():
 def test_missing_model_path_says_how_to_make_one():
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.path is empty.*app\.import_model"):
         load_config(with_(**{"actor_rollout_ref.model.path": ""}))
+
+
+def test_gen_batch_size_defaults_to_the_train_batch_and_needs_the_group_filter_to_differ():
+    assert load_config(BASE).data.gen_batch_size == 8
+    with pytest.raises(ConfigError, match=r"data\.gen_batch_size=16 differs.*algorithm\.filter_groups\.enable=true"):
+        load_config(with_(**{"data.gen_batch_size": 16}))
+    cfg = load_config(with_(**{"data.gen_batch_size": 16, "algorithm.filter_groups.enable": True}))
+    assert cfg.data.gen_batch_size == 16
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"algorithm.adv_estimator": "gae"}, r"filter_groups\.enable=true .*adv_estimator='gae' is not one of them"),
+    ({"algorithm.filter_groups.max_num_gen_batches": -1}, r"max_num_gen_batches=-1 must be >= 0"),
+    ({"algorithm.filter_groups.max_num_gen_batches": 1, "data.gen_batch_size": 4},
+     r"max_num_gen_batches=1 rounds of data\.gen_batch_size=4 prompts cannot fill data\.train_batch_size=8"),
+    ({"algorithm.filter_groups.metric": "seq_final_reward", "algorithm.use_kl_in_reward": True},
+     r"metric=seq_final_reward with algorithm\.use_kl_in_reward=true"),
+    ({"algorithm.filter_groups.metric": "accuracy"}, r"algorithm\.filter_groups\.metric"),
+])
+def test_bad_group_filter_settings_are_named(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(with_(**{"algorithm.filter_groups.enable": True, **overrides}))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"reward_model.overlong_buffer.len": 0}, r"overlong_buffer\.len=0 must lie in \(0, 64\]"),
+    ({"reward_model.overlong_buffer.len": 65}, r"overlong_buffer\.len=65 must lie in \(0, 64\]"),
+    ({"reward_model.overlong_buffer.len": 16, "reward_model.overlong_buffer.penalty_factor": -1.0},
+     r"penalty_factor=-1\.0 must be >= 0"),
+])
+def test_bad_overlong_buffer_settings_are_named(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(with_(**{"data.max_response_length": 64, "reward_model.overlong_buffer.enable": True, **overrides}))

@@ -5,7 +5,7 @@ import operator
 import pytest
 
 from algos.rewards import default_compute_score
-from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, generate_problems
+from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, generate_problems, generate_splits
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 
@@ -61,3 +61,13 @@ def test_rows_are_verl_schema_and_reward_accepts_the_right_answer():
 def test_bad_weights():
     with pytest.raises(ValueError, match="4 entries"):
         generate_problems(3, seed=0, level_weights=(1.0,))
+
+
+def test_splits_share_no_question_and_test_is_the_plain_test_stream():
+    train, test = generate_splits(3000, 300, seed=0)
+    assert len(train) == 3000 and len(test) == 300
+    assert test == generate_problems(300, seed=0, split="test")  # validation numbers stay comparable across versions
+    assert not {p.question for p in train} & {p.question for p in test}
+    # without the exclusion the two streams do share questions (the easy levels have few forms)
+    plain = generate_problems(3000, seed=0, split="train")
+    assert {p.question for p in plain} & {p.question for p in test}
