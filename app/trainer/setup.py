@@ -38,10 +38,12 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
 
     tokenizer = load_tokenizer(cfg)
     train, val = load_datasets(cfg, tokenizer)
-    if len(train) < cfg.data.train_batch_size:
+    need_key, need = max(("data.train_batch_size", cfg.data.train_batch_size),
+                         ("data.gen_batch_size", cfg.data.gen_batch_size), key=lambda kv: kv[1])
+    if len(train) < need:
         raise DataError(
-            f"data.train_files has {len(train)} usable prompts, fewer than data.train_batch_size="
-            f"{cfg.data.train_batch_size}" + (f" ({train.num_filtered} dropped as too long)" if train.num_filtered else "")
+            f"data.train_files has {len(train)} usable prompts, fewer than {need_key}={need}"
+            + (f" ({train.num_filtered} dropped as too long)" if train.num_filtered else "")
         )
     return len(train), len(val) if val is not None else 0
 
@@ -56,7 +58,8 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
 
     tokenizer = load_tokenizer(cfg)
     train, val = load_datasets(cfg, tokenizer)
-    loader = PromptDataLoader(train, batch_size=cfg.data.train_batch_size, pad_token_id=pad_token_id_of(tokenizer),
+    # one batch per generation round: train_batch_size prompts, or gen_batch_size with dynamic sampling
+    loader = PromptDataLoader(train, batch_size=cfg.data.gen_batch_size, pad_token_id=pad_token_id_of(tokenizer),
                               shuffle=cfg.data.shuffle, seed=cfg.data.seed)
     _set_total_steps(cfg, len(loader))
     arr = cfg.actor_rollout_ref

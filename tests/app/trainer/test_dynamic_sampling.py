@@ -206,3 +206,14 @@ def test_overlong_shaping_lowers_the_training_score_of_long_answers(compose, tin
         assert m["reward/overlong_ratio"] == pytest.approx(1 / 6)
         assert m["reward/overlong_penalty/mean"] == pytest.approx(-0.5 / 6)
         assert m["critic/score/mean"] == pytest.approx(0.5 / 6)
+
+
+def test_rounds_take_gen_batch_size_prompts(compose, tiny_model_dir, arith_data, tmp_path):
+    # 4 prompts a round hold 2 mixed groups: one round fills a batch of 2, so a step makes one generate call
+    rollout, steps, _ = run_loop(compose, tiny_model_dir, arith_data, tmp_path / "run",
+                                 ["algorithm.filter_groups.enable=true", "data.gen_batch_size=4"])
+    assert rollout.train_calls == 2
+    for m in steps:
+        assert m["train/num_gen_batches"] == 1
+        assert (m["filter_groups/generated_groups"], m["filter_groups/kept_groups"],
+                m["filter_groups/dropped_groups"]) == (4, 2, 2)
