@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -54,11 +55,16 @@ def _compiled_layer_forward():
 
 class FSDPEngine(BaseEngine):
     def __init__(self, spec: EngineSpec) -> None:
+        self.device = pick_device(spec.device)
+        if spec.param_dtype == "auto":  # a config validation did not resolve it: decide for the device we run on
+            from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
+
+            spec = dataclasses.replace(spec, param_dtype=resolve_auto_dtype(self.device.type == "cuda",
+                                                                            cpu_has_native_bf16())[0])
         self.spec = spec
         self.model: Optional[torch.nn.Module] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.lr_scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
-        self.device = pick_device(spec.device)
         self._loss_fn: Optional[LossFn] = None
 
     # ------------------------------------------------------------------ lifecycle

@@ -21,6 +21,8 @@ def _config(model_dir, **actor_overrides):
     actor.ppo_micro_batch_size_per_gpu = 2
     actor.optim.lr = 1e-2
     actor.optim.weight_decay = 0.0
+    # bf16 as before `auto` existed, on every machine: the reference must equal the actor to the bit in it
+    actor.fsdp_config.mixed_precision.param_dtype = cfg.ref.fsdp_config.mixed_precision.param_dtype = "bf16"
     for key, value in actor_overrides.items():
         setattr(actor, key, value)
     return cfg
