@@ -33,5 +33,7 @@ def compose():
 
 @pytest.fixture
 def base_cfg():
-    """base_cfg(**overrides) -> quickstart as a validated TrainerRunConfig."""
-    return lambda **overrides: load_tree(compose_tree("quickstart", [f"{k}={v}" for k, v in overrides.items()]))
+    """base_cfg(**overrides) -> quickstart with its KL loss on (as configs/sweep/grpo_small.yaml runs it, to search
+    the KL coefficient), as a validated TrainerRunConfig."""
+    return lambda **overrides: load_tree(compose_tree("quickstart", [
+        "actor_rollout_ref.actor.use_kl_loss=true", *[f"{k}={v}" for k, v in overrides.items()]]))
