@@ -2,14 +2,18 @@
 
     .venv/bin/python bench/engine_mfu.py                       # SmolLM2-135M-sized, LoRA r=16, the CPU matrix
     .venv/bin/python bench/engine_mfu.py --dtypes bf16 --remove-padding 1 --micro-batch-sizes 8,32
+    .venv/bin/python bench/engine_mfu.py --dtypes fp32 --remove-padding 1 --samples-per-prompt 8 --share-prompts 0,1
     torchrun --nproc-per-node 8 bench/engine_mfu.py --preset smollm2-135m --lora-rank 0   # GPUs: NCCL
 
 The model is a random-init Llama with SmolLM2-135M's shape (hidden 576, 30 layers, 9 heads, 3 kv heads,
 intermediate 1536, vocab 49152), saved once to a cache folder. The batch looks like a GSM8K rollout: prompts of
-``--prompt-len`` +- ``--prompt-spread`` tokens (left-padded), responses of ``--response-len`` tokens.
+``--prompt-len`` +- ``--prompt-spread`` tokens (left-padded), responses of ``--response-len`` tokens; with
+``--samples-per-prompt n`` every n consecutive rows share a prompt, as a GRPO group does, and ``--share-prompts 1``
+computes each prompt once for its rows (``model.share_prompt_prefix``).
 
-FLOPs counted are the *useful* ones (real tokens only): every linear layer ``2*in*out`` per token (the LM head only
-at the response positions the engine computes), causal attention ``2*s^2*d`` per layer and sequence; backward
+FLOPs counted are the *useful* ones (real tokens only, a shared prompt once): every linear layer ``2*in*out`` per
+token (the LM head only at the response positions the engine computes), causal attention ``2*s^2*d`` per layer and
+sequence; backward
 needs input gradients everywhere (1x) and weight gradients only for trainable weights (LoRA: adapters only);
 gradient checkpointing adds one more forward. The peak is a measured square matmul in the run's compute dtype
 (on a CPU: bf16 and fp32 both reported), so MFU = achieved / measured peak.
@@ -59,12 +63,15 @@ def build_model_dir(preset: str, cache: Path) -> Path:
 
 
 def make_batch(n: int, prompt_len: int, spread: int, response_len: int, response_min: int, vocab: int,
-               seed: int = 0) -> TensorBatch:
+               seed: int = 0, samples_per_prompt: int = 1) -> TensorBatch:
     g = torch.Generator().manual_seed(seed)
-    prompt_lens = torch.randint(prompt_len - spread, prompt_len + spread + 1, (n,), generator=g)
+    groups = -(-n // samples_per_prompt)
+    prompt_lens = torch.randint(prompt_len - spread, prompt_len + spread + 1, (groups,),
+                                generator=g).repeat_interleave(samples_per_prompt)[:n]
     response_lens = torch.randint(response_min, response_len + 1, (n,), generator=g)
     width = int(prompt_lens.max())
     ids = torch.randint(3, vocab, (n, width + response_len), generator=g)
+    ids[:, :width] = ids[::samples_per_prompt, :width].repeat_interleave(samples_per_prompt, dim=0)[:n]
     mask = torch.zeros_like(ids)
     for i in range(n):
         mask[i, width - int(prompt_lens[i]):width + int(response_lens[i])] = 1
@@ -73,11 +80,23 @@ def make_batch(n: int, prompt_len: int, spread: int, response_len: int, response
                         "responses": ids[:, width:].clone(), "response_mask": mask[:, width:].clone()})
 
 
-def useful_flops(model: torch.nn.Module, config, batch: TensorBatch, grad_ckpt: bool) -> dict[str, float]:
+def useful_flops(model: torch.nn.Module, config, batch: TensorBatch, grad_ckpt: bool,
+                 share_prompts: bool = False) -> dict[str, float]:
     """Forward and forward+backward FLOPs on the real tokens of ``batch`` (see the module docstring)."""
     real = batch["attention_mask"].sum(dim=1).double()
-    tokens = float(real.sum())
-    response_tokens = float(batch["response_mask"].sum())
+    response_real = batch["response_mask"].sum(dim=1).double()
+    response_tokens = float(response_real.sum())
+    if share_prompts:  # one copy of each distinct prompt; a response attends to it and causally to itself
+        width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+        prompts = {tuple(row[:width][m[:width].bool()].tolist())
+                   for row, m in zip(batch["input_ids"], batch["attention_mask"])}
+        prompt_real = real - response_real
+        tokens = float(sum(len(p) for p in prompts) + response_tokens)
+        attn_pairs = float(sum(len(p) ** 2 for p in prompts) + (2 * prompt_real * response_real
+                                                               + response_real.pow(2)).sum())
+    else:
+        tokens = float(real.sum())
+        attn_pairs = float(real.pow(2).sum())
     fwd = bwd = 0.0
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.Linear):
@@ -89,7 +108,7 @@ def useful_flops(model: torch.nn.Module, config, batch: TensorBatch, grad_ckpt: 
         if module.weight.requires_grad:
             bwd += per_token * n  # weight gradient
     d_attn = config.num_attention_heads * getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
-    attn = float((2.0 * real.pow(2) * d_attn).sum()) * config.num_hidden_layers  # causal: half of 4*s^2*d
+    attn = 2.0 * attn_pairs * d_attn * config.num_hidden_layers  # causal: half of 4*s^2*d
     fwd += attn
     bwd += 2.0 * attn
     head = 2.0 * config.hidden_size * config.vocab_size * response_tokens
@@ -122,16 +141,17 @@ def _loss(out, micro, ctx):
 
 
 def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding: bool, micro: int, lora_rank: int,
-             grad_ckpt: bool, compile_layers: bool, steps: int, device: str) -> dict:
+             grad_ckpt: bool, compile_layers: bool, steps: int, device: str, share_prompts: bool = False) -> dict:
     spec = EngineSpec(model_path=str(model_dir), optim=OptimSpec(lr=1e-5), param_dtype=dtype,
-                      use_remove_padding=remove_padding, micro_batch_size_per_gpu=micro, lora_rank=lora_rank,
+                      use_remove_padding=remove_padding, share_prompt_prefix=share_prompts,
+                      micro_batch_size_per_gpu=micro, lora_rank=lora_rank,
                       lora_alpha=2 * max(lora_rank, 1), target_modules="all-linear",
                       enable_gradient_checkpointing=grad_ckpt, compile_layers=compile_layers, device=device)
     engine = make_engine("fsdp2", spec)
     engine.init_model()
     engine.set_loss_fn(_loss)
     shard = engine.shard_data(batch) if len(batch) % engine.dp_world_size == 0 else batch
-    flops = useful_flops(engine.model, engine.model.config, shard, grad_ckpt)
+    flops = useful_flops(engine.model, engine.model.config, shard, grad_ckpt, share_prompts and remove_padding)
     ctx = StepContext(loss_normalizer=float(batch["response_mask"].sum()) / engine.dp_world_size)
     sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
     wall: dict[str, list[float]] = {"fwd": [], "train": [], "opt": []}
@@ -163,7 +183,8 @@ def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding:
     fwd_t, train_t, opt_t = (statistics.median(wall[k]) for k in ("fwd", "train", "opt"))
     fwd_c, train_c, opt_c = (statistics.median(cpu[k]) for k in ("fwd", "train", "opt"))
     del engine
-    return {"dtype": dtype, "remove_padding": remove_padding, "micro_batch": micro, "lora_rank": lora_rank,
+    return {"dtype": dtype, "remove_padding": remove_padding, "share_prompts": share_prompts, "micro_batch": micro,
+            "lora_rank": lora_rank,
             "grad_ckpt": grad_ckpt, "compile": compile_layers, "tokens_per_rank": flops["tokens"],
             "first_step_s": compile_s, "forward_s": fwd_t, "forward_cpu_s": fwd_c,
             "forward_backward_cpu_s": train_c, "optimizer_cpu_s": opt_c,
@@ -186,6 +207,8 @@ def main() -> None:
     p.add_argument("--response-len", type=int, default=64)
     p.add_argument("--response-min", type=int, default=None,
                    help="shortest response (default: --response-len, i.e. every response full length)")
+    p.add_argument("--samples-per-prompt", type=int, default=1, help="rows sharing each prompt (GRPO's n)")
+    p.add_argument("--share-prompts", default="0", help="compute a shared prompt once: 0, 1 or 0,1")
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--remove-padding", default="1,0")
@@ -217,7 +240,8 @@ def main() -> None:
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
     response_min = args.response_len if args.response_min is None else args.response_min
-    batch = make_batch(args.batch, args.prompt_len, args.prompt_spread, args.response_len, response_min, vocab)
+    batch = make_batch(args.batch, args.prompt_len, args.prompt_spread, args.response_len, response_min, vocab,
+                       samples_per_prompt=args.samples_per_prompt)
     device = torch.device("cuda", torch.cuda.current_device()) if (
         args.device != "cpu" and torch.cuda.is_available()) else torch.device("cpu")
     peak_n = 8192 if device.type == "cuda" else 2048
@@ -228,17 +252,18 @@ def main() -> None:
               f" padded_tokens={batch['attention_mask'].numel()}")
         print("measured matmul peak GFLOP/s: " + ", ".join(f"{k}={v:.0f}" for k, v in peaks.items()))
         print("wall seconds (median of the timed steps); cpu = process CPU seconds, robust to other load")
-        print(f"{'dtype':5} {'rmpad':5} {'micro':5} {'ckpt':4} {'comp':4} | {'fwd s':>6} {'cpu':>6} {'GF/s':>5} | "
+        print(f"{'dtype':5} {'rmpad':5} {'share':5} {'micro':5} {'ckpt':4} {'comp':4} | {'fwd s':>6} {'cpu':>6} {'GF/s':>5} | "
               f"{'f+b s':>6} {'cpu':>6} {'GF/s':>5} {'MFU':>6} {'MFU/bf16':>8} {'tok/s':>6} | {'opt s':>5} "
               f"{'RL-step s':>9} | {'1st s':>6} load maxRSS")
     for dtype in args.dtypes.split(","):
-        for rp in (bool(int(x)) for x in args.remove_padding.split(",")):
+        for rp, share in ((bool(int(x)), bool(int(y))) for x in args.remove_padding.split(",")
+                          for y in args.share_prompts.split(",") if int(x) or not int(y)):
             for micro in (int(x) for x in args.micro_batch_sizes.split(",")):
                 for ckpt, comp in ((bool(int(c)), bool(int(k))) for c in args.grad_ckpt.split(",")
                                    for k in args.compile.split(",")):
                     r = run_case(model_dir, batch, dtype=dtype, remove_padding=rp, micro=micro,
                                  lora_rank=args.lora_rank, grad_ckpt=ckpt, compile_layers=comp, steps=args.steps,
-                                 device=args.device)
+                                 device=args.device, share_prompts=share)
                     r["mfu"] = r["forward_backward_gflops"] / peaks[dtype]
                     r["mfu_vs_bf16_peak"] = r["forward_backward_gflops"] / peaks["bf16"]
                     r["peak_gflops"] = peaks[dtype]
@@ -247,7 +272,7 @@ def main() -> None:
                         r["load_avg_1m"] = os.getloadavg()[0]
                         # peak resident memory of this process so far (all cases up to this one), GiB
                         r["max_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
-                        print(f"{dtype:5} {int(rp):5} {micro:5} {int(ckpt):4} {int(comp):4} | "
+                        print(f"{dtype:5} {int(rp):5} {int(share):5} {micro:5} {int(ckpt):4} {int(comp):4} | "
                               f"{r['forward_s']:6.2f} {r['forward_cpu_s']:6.2f} {r['forward_gflops']:5.0f} | "
                               f"{r['forward_backward_s']:6.2f} {r['forward_backward_cpu_s']:6.2f} "
                               f"{r['forward_backward_gflops']:5.0f} {r['mfu']:6.1%} {r['mfu_vs_bf16_peak']:8.1%} "

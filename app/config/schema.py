@@ -45,6 +45,8 @@ class ModelConfig:
     exclude_modules: Optional[str] = None  # regex over module names
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = True  # pack valid tokens; no compute on padding
+    # with use_remove_padding: the n samples of a prompt share one forward of the prompt (same outputs and gradients)
+    share_prompt_prefix: bool = True
     trust_remote_code: bool = False
 
 
@@ -173,6 +175,7 @@ class CriticModelConfig:
     path: Optional[str] = None  # None: the actor's model path
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = True
+    share_prompt_prefix: bool = True  # as actor_rollout_ref.model.share_prompt_prefix
     trust_remote_code: bool = False
 
 

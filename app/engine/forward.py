@@ -12,6 +12,7 @@ import torch
 
 from algos.logprobs import entropy_from_logits, log_probs_from_logits
 from app.batch import TensorBatch
+from app.engine.packed_attention import SHARED_PROMPT_LAYOUT
 from app.engine.packing import pack_inputs, trim_padding
 
 
@@ -46,20 +47,24 @@ def _value_model(model: torch.nn.Module, **inputs) -> torch.Tensor:
 
 
 def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: str, remove_padding: bool,
-                     temperature: float = 1.0, compute_entropy: bool = False, entropy_requires_grad: bool = False,
+                     share_prompts: bool = False, temperature: float = 1.0, compute_entropy: bool = False, entropy_requires_grad: bool = False,
                      chunk_size: int = 1024) -> dict[str, torch.Tensor]:
     """Run ``model`` on ``micro`` (needs ``input_ids``, ``attention_mask``, ``responses``; ``position_ids``
     optional) and return ``{"log_probs", ["entropy"]}`` (causal LM) or ``{"values"}`` (value model), each
-    ``(b, R)`` float32 and 0 at padding."""
+    ``(b, R)`` float32 and 0 at padding. ``share_prompts`` (packed only; needs the model to run
+    ``app.engine.packed_attention``) computes each distinct prompt once for all its rows."""
     input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
     response_len = micro["responses"].shape[1]
     position_ids = _position_ids(micro)
     lm_kwargs = dict(temperature=temperature, compute_entropy=compute_entropy,
                      entropy_requires_grad=entropy_requires_grad, chunk_size=chunk_size)
     if remove_padding:
-        p = pack_inputs(input_ids, attention_mask, position_ids, response_len)
-        varlen = dict(cu_seq_lens_q=p.cu_seqlens, cu_seq_lens_k=p.cu_seqlens, max_length_q=p.max_seqlen,
-                      max_length_k=p.max_seqlen)
+        p = pack_inputs(input_ids, attention_mask, position_ids, response_len, share_prompts=share_prompts)
+        if p.prompt_layout is not None:
+            varlen = {SHARED_PROMPT_LAYOUT: p.prompt_layout}
+        else:
+            varlen = dict(cu_seq_lens_q=p.cu_seqlens, cu_seq_lens_k=p.cu_seqlens, max_length_q=p.max_seqlen,
+                          max_length_k=p.max_seqlen)
         if model_kind == "causal_lm":
             logits = model(input_ids=p.input_ids, position_ids=p.position_ids, logits_to_keep=p.output_index,
                            use_cache=False, **varlen).logits[0]  # (K, V)

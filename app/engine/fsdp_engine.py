@@ -36,6 +36,7 @@ from app.engine.forward import response_outputs
 from app.engine.lr_schedule import build_lr_scheduler
 from app.engine.lora_fast_path import use_fused_lora_forward
 from app.engine.micro_batches import balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order
+from app.engine.packed_attention import PACKED_SDPA
 from app.engine.spec import EngineSpec, to_dtype
 
 _EXTRA_STATE = "engine_state.pt"
@@ -66,6 +67,7 @@ class FSDPEngine(BaseEngine):
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.lr_scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
         self._loss_fn: Optional[LossFn] = None
+        self._attn_implementation: Optional[str] = None  # chosen for the device when the model is built
 
     # ------------------------------------------------------------------ lifecycle
     def init_model(self) -> None:
@@ -79,7 +81,8 @@ class FSDPEngine(BaseEngine):
             else master_dtype
         with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is left untouched
             torch.manual_seed(spec.seed)  # identical fresh heads / adapters on every rank
-            model = hf_model.load_model(spec, load_dtype, hf_model.attention_implementation(self.device))
+            self._attn_implementation = hf_model.attention_implementation(self.device)
+            model = hf_model.load_model(spec, load_dtype, self._attn_implementation)
             if spec.enable_gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if spec.use_lora:
@@ -179,6 +182,11 @@ class FSDPEngine(BaseEngine):
                              f"{len(batch)} samples, micro batch size {size}): give every rank the same batch size")
         return groups
 
+    def _shares_prompts(self) -> bool:
+        """Shared-prompt packing needs the packed sdpa attention (flash-attention's varlen kernel cannot express it)."""
+        return (self.spec.use_remove_padding and self.spec.share_prompt_prefix
+                and self._attn_implementation == PACKED_SDPA)
+
     def forward_backward_step(self, batch: TensorBatch, ctx: Optional[StepContext] = None, forward_only: bool = False,
                               preprocess_fn: Optional[PreprocessFn] = None,
                               postprocess_fn: Optional[PostprocessFn] = None) -> StepResult:
@@ -200,6 +208,7 @@ class FSDPEngine(BaseEngine):
                 with torch.set_grad_enabled(not forward_only):
                     out = response_outputs(model, micro, model_kind=self.spec.model_kind,
                                            remove_padding=self.spec.use_remove_padding,
+                                           share_prompts=self._shares_prompts(),
                                            temperature=ctx.temperature, compute_entropy=ctx.compute_entropy,
                                            entropy_requires_grad=ctx.entropy_requires_grad and not forward_only,
                                            chunk_size=self.spec.logits_chunk_size)

@@ -8,6 +8,11 @@ Packed: the real tokens of all rows are concatenated into one row ``(1, T)``; ``
 sequence and ``cu_seqlens`` marks the boundaries for per-sequence attention. Only the ``K`` positions that predict
 a real response token are sent through the LM head (``output_index``), which on a 49k vocabulary is a large saving.
 
+Shared prompts (``share_prompts=True``): rows with the same prompt (a GRPO group) are packed as one copy of the
+prompt followed by each row's response, ``[prompt][response 1]..[response n]``; ``prompt_layout`` tells the
+attention (``app.engine.packed_attention``) where they are. The first response token of every row is predicted at
+the shared last prompt token.
+
 Padded: columns that are padding in every row are trimmed (leading prompt padding, trailing response padding).
 """
 from __future__ import annotations
@@ -29,6 +34,9 @@ class PackedInputs:
     labels: torch.Tensor  # (K,) the response token each kept output predicts
     batch_size: int
     response_len: int
+    # shared prompts: (prompt length, (response lengths...)) per distinct prompt, in packed order; None: one
+    # sequence per row, as cu_seqlens says
+    prompt_layout: tuple[tuple[int, tuple[int, ...]], ...] | None = None
 
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
         """``(K,)`` per-output values -> ``(b, R)`` grid, 0 where there is no real response token."""
@@ -38,8 +46,9 @@ class PackedInputs:
 
 
 def pack_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                response_len: int) -> PackedInputs:
-    """Pack the real tokens (``attention_mask == 1``) of ``(b, P+R)`` rows into one row."""
+                response_len: int, share_prompts: bool = False) -> PackedInputs:
+    """Pack the real tokens (``attention_mask == 1``) of ``(b, P+R)`` rows into one row; with ``share_prompts``,
+    rows with the same prompt share one copy of it."""
     b, total = input_ids.shape
     prompt_len = total - response_len
     if prompt_len < 1:
@@ -48,19 +57,60 @@ def pack_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_
     lens = keep.sum(dim=1)
     if (lens == 0).any():
         raise ValueError(f"rows {torch.nonzero(lens == 0).flatten().tolist()} have no real token (attention_mask all 0)")
-    flat_keep = keep.flatten()
-    packed_ids = input_ids.flatten()[flat_keep].unsqueeze(0)
-    packed_pos = position_ids.flatten()[flat_keep].unsqueeze(0)
-    # packed position of every (row, column) that holds a real token
-    packed_index = (torch.cumsum(flat_keep.long(), 0) - 1).view(b, total)
+    if share_prompts:
+        packed_index, source_rows, source_cols, layout = _shared_prompt_index(input_ids, keep, prompt_len)
+        packed_ids = input_ids[source_rows, source_cols].unsqueeze(0)
+        packed_pos = position_ids[source_rows, source_cols].unsqueeze(0)
+        seg_lens = torch.tensor([n for prompt, responses in layout for n in (prompt, *responses)])
+    else:
+        flat_keep = keep.flatten()
+        packed_ids = input_ids.flatten()[flat_keep].unsqueeze(0)
+        packed_pos = position_ids.flatten()[flat_keep].unsqueeze(0)
+        # packed position of every (row, column) that holds a real token
+        packed_index = (torch.cumsum(flat_keep.long(), 0) - 1).view(b, total)
+        layout, seg_lens = None, lens
     response_real = keep[:, prompt_len:]  # (b, R)
     rows, cols = torch.nonzero(response_real, as_tuple=True)
     source = packed_index[:, prompt_len - 1: total - 1]  # (b, R): position whose output predicts column P+j
-    cu = torch.zeros(b + 1, dtype=torch.int32, device=input_ids.device)
-    cu[1:] = torch.cumsum(lens, 0)
-    return PackedInputs(input_ids=packed_ids, position_ids=packed_pos, cu_seqlens=cu, max_seqlen=int(lens.max()),
+    cu = torch.zeros(len(seg_lens) + 1, dtype=torch.int32, device=input_ids.device)
+    cu[1:] = torch.cumsum(seg_lens, 0)
+    return PackedInputs(input_ids=packed_ids, position_ids=packed_pos, cu_seqlens=cu, max_seqlen=int(seg_lens.max()),
                         output_index=source[rows, cols], rows=rows, cols=cols,
-                        labels=input_ids[:, prompt_len:][rows, cols], batch_size=b, response_len=response_len)
+                        labels=input_ids[:, prompt_len:][rows, cols], batch_size=b, response_len=response_len,
+                        prompt_layout=layout)
+
+
+def _shared_prompt_index(input_ids: torch.Tensor, keep: torch.Tensor, prompt_len: int):
+    """For ``share_prompts``: the packed position of every real (row, column) (prompt columns of rows with the same
+    prompt map to the same positions), the (row, column) each packed position is read from, and the layout."""
+    b, total = input_ids.shape
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for r in range(b):
+        prompt = tuple(input_ids[r, :prompt_len][keep[r, :prompt_len]].tolist())
+        if not prompt:
+            raise ValueError(f"row {r} has no prompt token: its first response token would have nothing to "
+                             "predict it")
+        groups.setdefault(prompt, []).append(r)
+    packed_index = torch.full((b, total), -1, dtype=torch.long, device=input_ids.device)
+    src_rows, src_cols, layout, pos = [], [], [], 0
+    for members in groups.values():
+        prompt_cols = torch.nonzero(keep[members[0], :prompt_len]).flatten()
+        src_rows.append(torch.full_like(prompt_cols, members[0]))
+        src_cols.append(prompt_cols)
+        shared = torch.arange(pos, pos + len(prompt_cols), device=input_ids.device)
+        for r in members:
+            packed_index[r, prompt_cols] = shared
+        pos += len(prompt_cols)
+        response_lens = []
+        for r in members:
+            response_cols = torch.nonzero(keep[r, prompt_len:]).flatten() + prompt_len
+            src_rows.append(torch.full_like(response_cols, r))
+            src_cols.append(response_cols)
+            packed_index[r, response_cols] = torch.arange(pos, pos + len(response_cols), device=input_ids.device)
+            pos += len(response_cols)
+            response_lens.append(len(response_cols))
+        layout.append((len(prompt_cols), tuple(response_lens)))
+    return packed_index, torch.cat(src_rows), torch.cat(src_cols), tuple(layout)
 
 
 @dataclass

@@ -66,6 +66,8 @@ class EngineSpec:
     exclude_modules: Optional[str] = None  # regex over module names
     enable_gradient_checkpointing: bool = False
     use_remove_padding: bool = True
+    # packed rows hold one copy of each distinct prompt, shared by its samples (needs the packed sdpa attention)
+    share_prompt_prefix: bool = True
     # optimisation; optim None = inference only (a reference model)
     optim: Optional[OptimSpec] = None
     grad_clip: float = 1.0

@@ -7,14 +7,9 @@ pushes weights to the rollout service, writes metrics and publishes checkpoints.
 """
 from __future__ import annotations
 
-import json
-import os
-import random
-import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
-import numpy as np
 import torch
 
 from algos.advantages import compute_advantages
@@ -25,12 +20,15 @@ from algos.rewards.token_level import scores_to_token_rewards
 from app.batch import TensorBatch
 from app.config.schema import TrainerRunConfig
 from app.data import PromptBatch
-from app.trainer import checkpoints
+from app.trainer.collectives import RankGroup
 from app.trainer.dynamic_sampling import FILTER_COUNTS, filter_metric, fill_with_informative_groups
 from app.trainer.ray_metrics import publish_step_metrics
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch, repeat_per_sample
+from app.trainer.rollout_dump import dump_rollouts
+from app.trainer.run_state import RunStateMixin
 from app.trainer.step_metrics import batch_metrics, max_min_metrics
 from app.trainer.timing import PhaseTimer
+from app.trainer.validation import validate
 from serve.types import FullWeights, LoraAdapter
 
 
@@ -53,7 +51,7 @@ class RewardScorer(Protocol):
               ) -> tuple[list[float], dict[str, float], dict[str, list[Any]]]: ...
 
 
-class RLTrainer:
+class RLTrainer(RunStateMixin):
     """Holds the roles, the data and the loop state of one rank. Build with `app.trainer.setup.build_trainer`."""
 
     def __init__(self, cfg: TrainerRunConfig, *, tokenizer, train_loader, val_dataset, actor, reference, critic,
@@ -70,7 +68,8 @@ class RLTrainer:
         self.out_dir = out_dir
         self.report = report or (lambda metrics: None)
         self.tracking = tracking
-        self.rank, self.world = self.engine.dp_rank, self.engine.dp_world_size
+        self.ranks = RankGroup(self.engine)
+        self.rank, self.world = self.ranks.rank, self.ranks.world
         algo = cfg.algorithm
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl,
                                           algo.kl_ctrl.horizon)
@@ -86,7 +85,7 @@ class RLTrainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
-        resumed = self._resume()
+        resumed = self.resume()
         if not resumed and self.version != 0:
             self.sync_weights()  # a reused rollout service holds another run's policy, not our initial weights
         if self.cfg.trainer.val_before_train and self.step == 0:
@@ -100,7 +99,8 @@ class RLTrainer:
                 if self.colocated:
                     self._rollout_sleep()  # give the GPU memory back to the trainer until the next sync
                 if self.cfg.trainer.rollout_data_dir:
-                    self._dump_rollouts(group)
+                    dump_rollouts(self.cfg.trainer.rollout_data_dir, self.step, self.rank, group,
+                                  self._decode(group.batch), self.cfg.reward_model.overlong_buffer.log)
                 if self._needs_old_log_probs(group):
                     with timer.phase("old_log_prob"):
                         group.batch.update(self.actor.compute_log_prob(group.batch))
@@ -127,10 +127,10 @@ class RLTrainer:
                 if self._due(self.cfg.trainer.save_freq):
                     with timer.phase("save_checkpoint"):
                         self.save_checkpoint()
-            metrics |= self._reduce(batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length),
+            metrics |= self.ranks.reduce(batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length),
                                     max_min_metrics(group.batch))
             metrics |= timer.metrics()
-            tokens = self._global_sum(float(group.batch["attention_mask"].sum()))
+            tokens = self.ranks.sum(float(group.batch["attention_mask"].sum()))
             metrics["perf/throughput"] = tokens / max(timer.seconds["step"], 1e-9)
             metrics["training/policy_version"] = float(self.version)
             metrics["training/epoch"] = float(self.train_loader.epoch)
@@ -154,8 +154,7 @@ class RLTrainer:
             return one_round()
         group, metrics, counts = fill_with_informative_groups(
             one_round, lambda g: filter_metric(g, fg.metric), self.cfg.data.train_batch_size // self.world,
-            fg.max_num_gen_batches, lambda k: -int(self.engine.all_reduce(torch.tensor([-float(k)]), "max")[0]),
-            self.train_loader.pad_token_id)
+            fg.max_num_gen_batches, self.ranks.min_int, self.train_loader.pad_token_id)
         totals = self.engine.all_reduce(torch.tensor([float(counts[k]) for k in FILTER_COUNTS]), "sum")
         metrics |= {f"filter_groups/{k}_groups": float(v) for k, v in zip(FILTER_COUNTS, totals.tolist())}
         metrics["train/num_gen_batches"] = float(counts["rounds"])  # verl's name
@@ -199,7 +198,7 @@ class RLTrainer:
             metrics |= {"reward/overlong_penalty/mean": float(penalty.mean()),
                         "reward/overlong_ratio": float((penalty < 0).float().mean())}
         group.batch["token_level_scores"] = scores_to_token_rewards(rewards, mask.sum(dim=1), mask.shape[1])
-        return self._reduce(metrics)
+        return self.ranks.reduce(metrics)
 
     def compute_advantages(self, group: RolloutGroup) -> dict[str, float]:
         batch, algo = group.batch, self.cfg.algorithm
@@ -209,7 +208,7 @@ class RLTrainer:
                 batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], batch["response_mask"],
                 self.kl_ctrl.value, algo.kl_penalty)
             batch["token_level_rewards"] = rewards
-            metrics |= self._reduce({f"actor/{k}": float(v) for k, v in kl_metrics.items()})
+            metrics |= self.ranks.reduce({f"actor/{k}": float(v) for k, v in kl_metrics.items()})
             self.kl_ctrl.update(metrics["actor/reward_kl_penalty"], n_steps=self.cfg.data.train_batch_size)
         else:
             batch["token_level_rewards"] = batch["token_level_scores"]
@@ -232,100 +231,12 @@ class RLTrainer:
             else:
                 wire = FullWeights(tensors=payload.tensors)
             self.rollout.update_weights(self.version + 1, wire)
-        self._barrier()
+        self.ranks.barrier()
         self.version += 1
 
     def validate(self) -> dict[str, float]:
-        """Greedy decoding on this rank's share of the validation prompts; accuracy per `data_source`."""
-        if self.val_dataset is None or len(self.val_dataset) == 0:
-            return {}
-        records = [self.val_dataset[i] for i in range(self.rank, len(self.val_dataset), self.world)]
-        sources = sorted({r.data_source for r in self.val_dataset})
-        sums = torch.zeros(len(sources) * 2 + 1, dtype=torch.float64)
-        if records:
-            samples = self.rollout.generate([r.prompt_ids for r in records], validation=True,
-                                            expect_version=self.version)
-            texts = self.tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
-            picked = [records[s.prompt_index] for s in samples]
-            scores, _, _ = self.scorer.score(texts, [r.data_source for r in picked], [r.ground_truth for r in picked],
-                                          [r.extra_info for r in picked], [r.messages for r in picked])
-            for rec, score, sample in zip(picked, scores, samples):
-                j = sources.index(rec.data_source)
-                sums[2 * j] += score
-                sums[2 * j + 1] += 1
-                sums[-1] += len(sample.response_token_ids)
-        sums = self.engine.all_reduce(sums, "sum")
-        out, total, count = {}, 0.0, 0.0
-        for j, source in enumerate(sources):
-            if sums[2 * j + 1] > 0:
-                out[f"val-core/{source}/reward/mean"] = float(sums[2 * j] / sums[2 * j + 1])
-                total, count = total + float(sums[2 * j]), count + float(sums[2 * j + 1])
-        if count:
-            out["val-core/reward/mean"] = total / count
-            out["val-aux/response_length/mean"] = float(sums[-1]) / count
-        return out
-
-    # ------------------------------------------------------------------ checkpoints and export
-    def save_checkpoint(self) -> Path:
-        """All ranks write into a staging folder; rank 0 adds the trainer state and renames it into place."""
-        root = Path(self.cfg.trainer.default_local_dir)
-        staging = checkpoints.staging_dir(root, self.step, self.cfg.trainer.experiment_name)
-        if self.rank == 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
-        self._barrier()
-        self.engine.save_checkpoint(str(staging / "actor"))
-        if self.critic is not None:
-            self.critic.engine.save_checkpoint(str(staging / "critic"))
-        torch.save(_rng_state(), staging / f"rng_rank{self.rank}.pt")
-        self._barrier()
-        final = checkpoints.step_dir(root, self.step)
-        if self.rank == 0:
-            state = {"global_step": self.step, "policy_version": self.version, "kl_coef": self.kl_ctrl.value,
-                     "data": self.train_loader.state_dict(), "world_size": self.world}
-            final = checkpoints.publish(root, staging, self.step, state, self.cfg.trainer.max_ckpt_to_keep)
-        self._barrier()
-        return final
-
-    def _resume(self) -> bool:
-        """Load the checkpoint `trainer.resume_mode` names, if any; True when one was loaded."""
-        root = Path(self.cfg.trainer.default_local_dir)
-        ckpt = checkpoints.find_resume_dir(root, self.cfg.trainer.resume_mode)
-        if ckpt is None:
-            return False
-        state = checkpoints.read_state(ckpt)
-        self.engine.load_checkpoint(str(ckpt / "actor"))
-        if self.critic is not None:
-            self.critic.engine.load_checkpoint(str(ckpt / "critic"))
-        self.train_loader.load_state_dict(state["data"])
-        self.kl_ctrl.value = state["kl_coef"]
-        rng_file = ckpt / f"rng_rank{self.rank}.pt"
-        if rng_file.is_file() and state.get("world_size") == self.world:
-            _set_rng_state(torch.load(rng_file, weights_only=False))
-        self.step = int(state["global_step"])
-        # The rollout service may be new (version 0) or hold other weights: push the resumed policy.
-        self.version = self._rollout_version()
-        self.sync_weights()
-        if self.rank == 0:
-            print(f"resumed from {ckpt} at step {self.step}", flush=True)
-        return True
-
-    def export_model(self) -> Path:
-        """A Hugging Face folder (LoRA merged) under `default_local_dir/hf_model`, written then renamed."""
-        root = Path(self.cfg.trainer.default_local_dir)
-        final, staging = root / "hf_model", root / ".tmp-hf_model"
-        if self.rank == 0:
-            shutil.rmtree(staging, ignore_errors=True)
-        self._barrier()
-        self.engine.export_hf(str(staging))
-        self._barrier()
-        if self.rank == 0:
-            self.tokenizer.save_pretrained(staging)
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(staging, final)
-        self._barrier()
-        return final
+        """Greedy decoding on this rank's share of the validation prompts; mean reward per `data_source`."""
+        return validate(self.rollout, self.scorer, self.tokenizer, self.val_dataset, self.ranks, self.version)
 
     # ------------------------------------------------------------------ helpers
     def _next_prompts(self) -> PromptBatch:
@@ -345,36 +256,21 @@ class RLTrainer:
                                       prompts.raw_prompt)
         return torch.tensor(repeat_per_sample(scores, self.n), dtype=torch.float32)
 
-    def _dump_rollouts(self, group: RolloutGroup) -> None:
-        """verl's `trainer.rollout_data_dir`: one JSONL file per step and rank, a line per sample."""
-        folder = Path(self.cfg.trainer.rollout_data_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        texts = self._decode(group.batch)
-        scores = group.batch["token_level_scores"].sum(dim=1).tolist()
-        log_overlong = self.cfg.reward_model.overlong_buffer.log and "overlong_penalty" in group.extras
-        with (folder / f"{self.step}-rank{self.rank}.jsonl").open("w") as f:
-            for i, text in enumerate(texts):
-                f.write(json.dumps({"step": self.step, "uid": group.uid[i], "dataset_index": group.dataset_index[i],
-                                    "prompt": group.messages[i], "response": text, "score": scores[i],
-                                    "finish_reason": group.finish_reason[i], "policy_version": group.policy_version,
-                                    **({"overlong_penalty": group.extras["overlong_penalty"][i]} if log_overlong else {})},
-                                   default=str) + "\n")
-
     def _decode(self, batch: TensorBatch) -> list[str]:
         ids = [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     def _rollout_sleep(self) -> None:
         """Colocated GPU placement: every rank has finished sampling before the engines release their memory."""
-        self._barrier()
+        self.ranks.barrier()
         if self.rank == 0:
             self.rollout.sleep()
-        self._barrier()
+        self.ranks.barrier()
 
     def _rollout_wake_up(self) -> None:
         if self.rank == 0:
             self.rollout.wake_up()
-        self._barrier()
+        self.ranks.barrier()
 
     def _needs_old_log_probs(self, group: RolloutGroup) -> bool:
         """Old log-probs need their own pass unless the update is on-policy and nothing else reads them."""
@@ -395,42 +291,9 @@ class RLTrainer:
     def _due(self, freq: int) -> bool:
         return freq > 0 and self.step % freq == 0
 
-    def _reduce(self, means: dict[str, float], maxima: Optional[dict[str, torch.Tensor]] = None) -> dict[str, float]:
-        """Means over ranks for `means`; global max for `maxima` (keys starting with '-' hold negated minima)."""
-        out: dict[str, float] = {}
-        if means:
-            names = sorted(means)
-            values = self.engine.all_reduce(torch.tensor([float(means[k]) for k in names], dtype=torch.float64),
-                                            "mean")
-            out |= dict(zip(names, values.tolist()))
-        if maxima:
-            names = sorted(maxima)
-            values = self.engine.all_reduce(torch.stack([maxima[k].double() for k in names]), "max")
-            for k, v in zip(names, values.tolist()):
-                if k.startswith("-"):
-                    out[k[1:]] = -v
-                else:
-                    out[k] = v
-        return out
-
-    def _global_sum(self, value: float) -> float:
-        return float(self.engine.all_reduce(torch.tensor([value], dtype=torch.float64), "sum")[0])
-
-    def _barrier(self) -> None:
-        self.engine.all_reduce(torch.zeros(1), "sum")
-
     def _log(self, metrics: dict[str, float], step: int) -> None:
         self.report(metrics)
         if self.rank == 0 and self.tracking is not None:
             self.tracking.log(metrics, step)
             publish_step_metrics(self.cfg, metrics, step)  # Ray dashboard / Prometheus
 
-
-def _rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])

@@ -286,3 +286,28 @@ def test_auto_compute_dtype_is_decided_for_the_device(tiny_llama_dir, monkeypatc
     for native, expected in ((False, "fp32"), (True, "bf16")):
         monkeypatch.setattr("app.config.precision.cpu_has_native_bf16", lambda: native)
         assert _engine(tiny_llama_dir, param_dtype="auto").spec.param_dtype == expected
+
+
+def test_shared_prompts_give_the_same_log_probs_and_lora_gradients(tiny_llama_dir, make_rl_batch):
+    # a GRPO batch: 2 prompts x 3 samples; micro-batches of 4 cut the second group in two, so a prompt is shared
+    # within a micro-batch but recomputed in the next one
+    batch = make_rl_batch([5, 5, 5, 3, 3, 3], [4, 1, 3, 2, 4, 4], prompt_width=6)
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        batch[key][:, :6] = batch[key][[0, 0, 0, 3, 3, 3], :6]
+    ctx = StepContext(loss_normalizer=float(batch["response_mask"].sum()), compute_entropy=True)
+    results = {}
+    for share in (False, True):
+        engine = _engine(tiny_llama_dir, lora_rank=4, lora_alpha=8, share_prompt_prefix=share,
+                         micro_batch_size_per_gpu=4)
+        engine.set_loss_fn(_sum_log_prob_loss)
+        with engine.train_mode():
+            engine.optimizer_zero_grad()
+            out = engine.forward_backward_step(batch, ctx).outputs
+        results[share] = (out, _grads(engine))
+    assert engine._shares_prompts()
+    torch.testing.assert_close(results[True][0]["log_probs"], _reference_log_probs(tiny_llama_dir, batch),
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(results[True][0]["entropy"], results[False][0]["entropy"], rtol=1e-5, atol=1e-5)
+    assert results[True][1].keys() == results[False][1].keys() and len(results[True][1]) > 0
+    for name, grad in results[False][1].items():
+        torch.testing.assert_close(results[True][1][name], grad, rtol=1e-4, atol=1e-6, msg=name)

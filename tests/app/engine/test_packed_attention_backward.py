@@ -48,3 +48,18 @@ def test_inference_and_fp32_keep_the_fused_sdpa():
         assert _causal_attention(q, k, v, None, 0.0).grad_fn is None
     (q, k, v), _ = _inputs(torch.float32)
     assert "FlashThenMath" not in type(_causal_attention(q, k, v, None, 0.0).grad_fn).__name__
+
+
+def test_matmul_backward_with_a_prompt_mask_equals_sdpa_autograd_in_float64():
+    # a response of 4 tokens after a shared prompt of 7: 4 queries, 11 keys, query j sees keys 0..7+j
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 6, 4, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(1, 2, 11, 8, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    grad_out = torch.randn(1, 6, 4, 8, generator=g, dtype=torch.float64)
+    allowed = torch.ones(4, 11, dtype=torch.bool).tril_(7)
+    assert allowed[0].tolist() == [True] * 8 + [False] * 3
+    ref = _grads(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, attn_mask=allowed, enable_gqa=True),
+                 [t.detach().clone().requires_grad_() for t in (q, k, v)], grad_out)
+    got = _grads(lambda a, b, c: _FlashThenMathAttention.apply(a, b, c, 8 ** -0.5, allowed), [q, k, v], grad_out)
+    for name, r, g_ in zip(("out", "dq", "dk", "dv"), ref, got):
+        torch.testing.assert_close(g_, r, rtol=1e-10, atol=1e-10, msg=name)

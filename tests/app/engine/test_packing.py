@@ -1,6 +1,9 @@
+import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification
 
+from app.batch import TensorBatch
+from app.engine.forward import response_outputs
 from app.engine.packed_attention import register_packed_attention
 from app.engine.packing import pack_inputs, trim_padding
 
@@ -51,3 +54,88 @@ def test_packed_attention_matches_each_sequence_alone():
     torch.testing.assert_close(got, alone, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(derived, alone, rtol=1e-5, atol=1e-5)
     assert (leaky[5:] - alone[5:]).abs().max() > 1e-3
+
+
+def test_pack_inputs_shares_a_prompt_between_its_rows_by_hand():
+    # rows 0 and 2 share prompt [a b]; row 1 has prompt [c] (left-padded). P=2, R=2.
+    ids = torch.tensor([[11, 12, 21, 22], [0, 13, 23, 0], [11, 12, 24, 25]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 0], [1, 1, 1, 1]])
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    p = pack_inputs(ids, mask, pos, response_len=2, share_prompts=True)
+    # one copy of [a b], then row 0's and row 2's responses; then [c] and row 1's response
+    assert p.input_ids.tolist() == [[11, 12, 21, 22, 24, 25, 13, 23]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 3, 2, 3, 0, 1]]
+    assert p.prompt_layout == ((2, (2, 2)), (1, (1,)))
+    assert p.cu_seqlens.tolist() == [0, 2, 4, 6, 7, 8]
+    # rows 0 and 2 both predict their first token at the shared b (packed 1); row 1 its only token at c (6)
+    assert list(zip(p.rows.tolist(), p.output_index.tolist())) == [(0, 1), (0, 2), (1, 6), (2, 1), (2, 4)]
+    assert p.labels.tolist() == [21, 22, 23, 24, 25]
+
+
+def _grouped_rows(prompt_len=6, response_len=5, seed=0):
+    """Two prompts x three samples, rows of the two groups interleaved (grouping must not need adjacent rows),
+    responses of different lengths and one sample of length 1."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [(torch.tensor([0, 0, 5, 6, 7, 8]), torch.tensor([0, 0, 1, 1, 1, 1])),
+               (torch.tensor([0, 9, 10, 11, 12, 13]), torch.tensor([0, 1, 1, 1, 1, 1]))]
+    rows, masks = [], []
+    for i, length in enumerate((5, 2, 1)):
+        for prompt, prompt_mask in prompts:
+            response_mask = (torch.arange(response_len) < length).long()
+            rows.append(torch.cat([prompt, torch.randint(1, 128, (response_len,), generator=g) * response_mask]))
+            masks.append(torch.cat([prompt_mask, response_mask]))
+    ids, mask = torch.stack(rows), torch.stack(masks)
+    return ids, mask, prompt_len
+
+
+def _tiny_llama(model_cls=LlamaForCausalLM, **extra):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, **extra)
+    model = model_cls(config).double().eval()  # eval: no classifier dropout; gradients still flow
+    model.config._attn_implementation = register_packed_attention()
+    return model
+
+
+def _outputs_and_grads(model, batch, model_kind, **kwargs):
+    model.zero_grad()
+    out = response_outputs(model, batch, model_kind=model_kind, **kwargs)
+    loss = sum((v * torch.linspace(0.5, 1.5, v.numel(), dtype=v.dtype).view_as(v)).sum() for v in out.values())
+    loss.backward()
+    return {k: v.detach() for k, v in out.items()}, [p.grad.clone() for p in model.parameters()]
+
+
+def test_shared_prompt_packing_gives_the_outputs_and_gradients_of_padded_rows():
+    # Each response must see its prompt exactly as if it had its own copy, and nothing of its siblings: the log-probs,
+    # entropies and every parameter gradient equal those of the padded batch. The outputs are float32 (computed in
+    # float64 here), so they agree to float32 rounding; a response missing its prompt, or seeing a sibling, is off by
+    # O(1).
+    model = _tiny_llama()
+    ids, mask, prompt_len = _grouped_rows()
+    batch = TensorBatch({"input_ids": ids, "attention_mask": mask, "responses": ids[:, prompt_len:]})
+    kwargs = dict(compute_entropy=True, entropy_requires_grad=True)
+    padded, padded_grads = _outputs_and_grads(model, batch, "causal_lm", remove_padding=False, **kwargs)
+    shared, shared_grads = _outputs_and_grads(model, batch, "causal_lm", remove_padding=True, share_prompts=True,
+                                              **kwargs)
+    for key in ("log_probs", "entropy"):
+        torch.testing.assert_close(shared[key], padded[key], rtol=1e-6, atol=1e-6)
+    for got, want in zip(shared_grads, padded_grads):
+        assert float((got - want).abs().max() / want.abs().max()) < 1e-6
+
+
+def test_shared_prompt_packing_for_a_value_model():
+    model = _tiny_llama(LlamaForTokenClassification, num_labels=1)
+    ids, mask, prompt_len = _grouped_rows(seed=1)
+    batch = TensorBatch({"input_ids": ids, "attention_mask": mask, "responses": ids[:, prompt_len:]})
+    padded, padded_grads = _outputs_and_grads(model, batch, "value", remove_padding=False)
+    shared, shared_grads = _outputs_and_grads(model, batch, "value", remove_padding=True, share_prompts=True)
+    torch.testing.assert_close(shared["values"], padded["values"], rtol=1e-6, atol=1e-6)
+    for got, want in zip(shared_grads, padded_grads):
+        assert float((got - want).abs().max() / want.abs().max()) < 1e-6
+
+
+def test_shared_prompt_packing_needs_a_prompt_token():
+    ids = torch.tensor([[0, 21, 22]])
+    mask = torch.tensor([[0, 1, 1]])
+    with pytest.raises(ValueError, match="row 0 has no prompt token"):
+        pack_inputs(ids, mask, (mask.cumsum(1) - 1).clamp(min=0), response_len=2, share_prompts=True)

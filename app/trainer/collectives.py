@@ -1,0 +1,41 @@
+"""Reductions over the trainer's ranks, on top of the engine's all-reduce (gloo on CPU, NCCL on GPU)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+
+class RankGroup:
+    """The data-parallel ranks of one run, as the loop needs them: metric means and maxima, sums, a barrier."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.rank, self.world = engine.dp_rank, engine.dp_world_size
+
+    def reduce(self, means: dict[str, float], maxima: Optional[dict[str, torch.Tensor]] = None) -> dict[str, float]:
+        """Means over ranks for `means`; global max for `maxima` (keys starting with '-' hold negated minima)."""
+        out: dict[str, float] = {}
+        if means:
+            names = sorted(means)
+            values = self.engine.all_reduce(torch.tensor([float(means[k]) for k in names], dtype=torch.float64),
+                                            "mean")
+            out |= dict(zip(names, values.tolist()))
+        if maxima:
+            names = sorted(maxima)
+            values = self.engine.all_reduce(torch.stack([maxima[k].double() for k in names]), "max")
+            for k, v in zip(names, values.tolist()):
+                if k.startswith("-"):
+                    out[k[1:]] = -v
+                else:
+                    out[k] = v
+        return out
+
+    def sum(self, value: float) -> float:
+        return float(self.engine.all_reduce(torch.tensor([value], dtype=torch.float64), "sum")[0])
+
+    def min_int(self, value: int) -> int:
+        return -int(self.engine.all_reduce(torch.tensor([-float(value)]), "max")[0])
+
+    def barrier(self) -> None:
+        self.engine.all_reduce(torch.zeros(1), "sum")

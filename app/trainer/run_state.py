@@ -1,0 +1,93 @@
+"""Saving, resuming and exporting a run: the part of `RLTrainer` that writes and reads its state on disk.
+
+A checkpoint holds every engine's sharded state, each rank's RNG, and rank 0's trainer state (step, policy version,
+KL coefficient, data-loader position); it is written into a staging folder and renamed into place
+(`app.trainer.checkpoints`), so a crash never leaves a half-written `global_step_<N>`.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from app.trainer import checkpoints
+
+
+class RunStateMixin:
+    """Mixed into `RLTrainer`; uses its cfg, ranks, engines, loader, KL controller, step and version."""
+
+    def save_checkpoint(self) -> Path:
+        """All ranks write into a staging folder; rank 0 adds the trainer state and renames it into place."""
+        root = Path(self.cfg.trainer.default_local_dir)
+        staging = checkpoints.staging_dir(root, self.step, self.cfg.trainer.experiment_name)
+        if self.rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        self.ranks.barrier()
+        self.engine.save_checkpoint(str(staging / "actor"))
+        if self.critic is not None:
+            self.critic.engine.save_checkpoint(str(staging / "critic"))
+        torch.save(_rng_state(), staging / f"rng_rank{self.rank}.pt")
+        self.ranks.barrier()
+        final = checkpoints.step_dir(root, self.step)
+        if self.rank == 0:
+            state = {"global_step": self.step, "policy_version": self.version, "kl_coef": self.kl_ctrl.value,
+                     "data": self.train_loader.state_dict(), "world_size": self.world}
+            final = checkpoints.publish(root, staging, self.step, state, self.cfg.trainer.max_ckpt_to_keep)
+        self.ranks.barrier()
+        return final
+
+    def resume(self) -> bool:
+        """Load the checkpoint `trainer.resume_mode` names, if any; True when one was loaded."""
+        root = Path(self.cfg.trainer.default_local_dir)
+        ckpt = checkpoints.find_resume_dir(root, self.cfg.trainer.resume_mode)
+        if ckpt is None:
+            return False
+        state = checkpoints.read_state(ckpt)
+        self.engine.load_checkpoint(str(ckpt / "actor"))
+        if self.critic is not None:
+            self.critic.engine.load_checkpoint(str(ckpt / "critic"))
+        self.train_loader.load_state_dict(state["data"])
+        self.kl_ctrl.value = state["kl_coef"]
+        rng_file = ckpt / f"rng_rank{self.rank}.pt"
+        if rng_file.is_file() and state.get("world_size") == self.world:
+            _set_rng_state(torch.load(rng_file, weights_only=False))
+        self.step = int(state["global_step"])
+        # The rollout service may be new (version 0) or hold other weights: push the resumed policy.
+        self.version = self._rollout_version()
+        self.sync_weights()
+        if self.rank == 0:
+            print(f"resumed from {ckpt} at step {self.step}", flush=True)
+        return True
+
+    def export_model(self) -> Path:
+        """A Hugging Face folder (LoRA merged) under `default_local_dir/hf_model`, written then renamed."""
+        root = Path(self.cfg.trainer.default_local_dir)
+        final, staging = root / "hf_model", root / ".tmp-hf_model"
+        if self.rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+        self.ranks.barrier()
+        self.engine.export_hf(str(staging))
+        self.ranks.barrier()
+        if self.rank == 0:
+            self.tokenizer.save_pretrained(staging)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging, final)
+        self.ranks.barrier()
+        return final
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
