@@ -252,7 +252,8 @@ def main() -> None:
               f" padded_tokens={batch['attention_mask'].numel()}")
         print("measured matmul peak GFLOP/s: " + ", ".join(f"{k}={v:.0f}" for k, v in peaks.items()))
         print("wall seconds (median of the timed steps); cpu = process CPU seconds, robust to other load")
-        print(f"{'dtype':5} {'rmpad':5} {'share':5} {'micro':5} {'ckpt':4} {'comp':4} | {'fwd s':>6} {'cpu':>6} {'GF/s':>5} | "
+        print(f"{'dtype':5} {'rmpad':5} {'share':5} {'micro':5} {'ckpt':4} {'comp':4} | "
+              f"{'fwd s':>6} {'cpu':>6} {'GF/s':>5} | "
               f"{'f+b s':>6} {'cpu':>6} {'GF/s':>5} {'MFU':>6} {'MFU/bf16':>8} {'tok/s':>6} | {'opt s':>5} "
               f"{'RL-step s':>9} | {'1st s':>6} load maxRSS")
     for dtype in args.dtypes.split(","):

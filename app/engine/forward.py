@@ -47,8 +47,8 @@ def _value_model(model: torch.nn.Module, **inputs) -> torch.Tensor:
 
 
 def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: str, remove_padding: bool,
-                     share_prompts: bool = False, temperature: float = 1.0, compute_entropy: bool = False, entropy_requires_grad: bool = False,
-                     chunk_size: int = 1024) -> dict[str, torch.Tensor]:
+                     share_prompts: bool = False, temperature: float = 1.0, compute_entropy: bool = False,
+                     entropy_requires_grad: bool = False, chunk_size: int = 1024) -> dict[str, torch.Tensor]:
     """Run ``model`` on ``micro`` (needs ``input_ids``, ``attention_mask``, ``responses``; ``position_ids``
     optional) and return ``{"log_probs", ["entropy"]}`` (causal LM) or ``{"values"}`` (value model), each
     ``(b, R)`` float32 and 0 at padding. ``share_prompts`` (packed only; needs the model to run

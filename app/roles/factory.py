@@ -33,7 +33,8 @@ def _trained_engine_spec(model_cfg: Any, role_cfg: Any, *, model_kind: str, devi
     return EngineSpec(
         model_path=model_cfg.path, model_kind=model_kind, trust_remote_code=model_cfg.trust_remote_code,
         enable_gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
-        use_remove_padding=model_cfg.use_remove_padding, share_prompt_prefix=model_cfg.share_prompt_prefix, optim=OptimSpec.from_config(role_cfg.optim),
+        use_remove_padding=model_cfg.use_remove_padding, share_prompt_prefix=model_cfg.share_prompt_prefix,
+        optim=OptimSpec.from_config(role_cfg.optim),
         grad_clip=role_cfg.grad_clip, micro_batch_size_per_gpu=role_cfg.ppo_micro_batch_size_per_gpu,
         use_dynamic_bsz=role_cfg.use_dynamic_bsz, max_token_len_per_gpu=role_cfg.ppo_max_token_len_per_gpu,
         device=device, seed=seed, compile_layers=bool(getattr(role_cfg, "use_torch_compile", False)),
@@ -49,7 +50,8 @@ def ref_engine_spec(model_cfg: Any, ref_cfg: Any, actor_cfg: Any, *, device: str
     """An inference-only copy of the initial policy (full fine-tuning only)."""
     return EngineSpec(
         model_path=model_cfg.path, model_kind="causal_lm", trust_remote_code=model_cfg.trust_remote_code,
-        use_remove_padding=model_cfg.use_remove_padding, share_prompt_prefix=model_cfg.share_prompt_prefix, optim=None,
+        use_remove_padding=model_cfg.use_remove_padding, share_prompt_prefix=model_cfg.share_prompt_prefix,
+        optim=None,
         micro_batch_size_per_gpu=getattr(ref_cfg, "log_prob_micro_batch_size_per_gpu", None),
         use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
         logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024), device=device,

@@ -7,7 +7,6 @@ pushes weights to the rollout service, writes metrics and publishes checkpoints.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 import torch
@@ -55,7 +54,7 @@ class RLTrainer(RunStateMixin):
     """Holds the roles, the data and the loop state of one rank. Build with `app.trainer.setup.build_trainer`."""
 
     def __init__(self, cfg: TrainerRunConfig, *, tokenizer, train_loader, val_dataset, actor, reference, critic,
-                 rollout: RolloutService, scorer: RewardScorer, out_dir: Path,
+                 rollout: RolloutService, scorer: RewardScorer,
                  report: Optional[Callable[[dict[str, float]], None]] = None, tracking=None) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
@@ -65,7 +64,6 @@ class RLTrainer(RunStateMixin):
         self.engine = actor.engine
         self.rollout = rollout
         self.scorer = scorer
-        self.out_dir = out_dir
         self.report = report or (lambda metrics: None)
         self.tracking = tracking
         self.ranks = RankGroup(self.engine)
@@ -127,8 +125,9 @@ class RLTrainer(RunStateMixin):
                 if self._due(self.cfg.trainer.save_freq):
                     with timer.phase("save_checkpoint"):
                         self.save_checkpoint()
-            metrics |= self.ranks.reduce(batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length),
-                                    max_min_metrics(group.batch))
+            metrics |= self.ranks.reduce(
+                batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length),
+                max_min_metrics(group.batch))
             metrics |= timer.metrics()
             tokens = self.ranks.sum(float(group.batch["attention_mask"].sum()))
             metrics["perf/throughput"] = tokens / max(timer.seconds["step"], 1e-9)

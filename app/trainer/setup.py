@@ -81,7 +81,7 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
                             experiment=cfg.trainer.experiment_name, flat_config=_flatten(dataclasses.asdict(cfg)))
     return RLTrainer(cfg, tokenizer=tokenizer, train_loader=loader, val_dataset=val, actor=actor,
                      reference=reference, critic=critic, rollout=rollout, scorer=build_scorer(cfg, tokenizer),
-                     out_dir=out_dir, report=report, tracking=tracking)
+                     report=report, tracking=tracking)
 
 
 def _set_total_steps(cfg: TrainerRunConfig, batches_per_epoch: int) -> None:
