@@ -1,7 +1,8 @@
 """`python -m app.plot RUN_DIR [--output PNG]`: training curves of one run, or one curve per trial of a sweep.
 
 RUN_DIR is a run's `trainer.default_local_dir` (it holds `metrics.jsonl`) or a sweep folder whose sub-folders do.
-Panels: reward (train and validation), KL, entropy, response length and step time.
+Panels: reward (train and validation), the validation means of the reward's extra fields (e.g. the arithmetic
+reward's `acc` and `formatted`), KL, entropy, response length and step time.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from app.trainer.tracking import read_metrics
 
 PANELS = [
     ("reward", [("critic/score/mean", "train"), ("val-core/reward/mean", "validation")]),
+    ("validation: reward fields", None),  # every `val-aux/<source>/<field>/mean` the run logged
     ("KL to reference", [("actor/kl_loss", "kl loss"), ("actor/reward_kl_penalty", "kl in reward")]),
     ("entropy", [("actor/entropy", "entropy")]),
     ("response length", [("response_length/mean", "mean tokens")]),
@@ -30,6 +32,14 @@ def find_runs(root: Path) -> dict[str, Path]:
     return runs
 
 
+def _reward_field_series(runs: dict[str, list[dict]]) -> list[tuple[str, str]]:
+    """(key, label) of the validation means of reward extra fields: `val-aux/<source>/<field>/mean`, labelled
+    `<source> <field>`; the response length, also under val-aux/, has its own panel."""
+    keys = {k for rows in runs.values() for r in rows for k in r
+            if k.startswith("val-aux/") and k.endswith("/mean") and k.count("/") == 3}
+    return [(k, " ".join(k.split("/")[1:3])) for k in sorted(keys)]
+
+
 def plot_runs(root: Path, output: Path) -> Path:
     import matplotlib
 
@@ -39,6 +49,8 @@ def plot_runs(root: Path, output: Path) -> Path:
     runs = {label: read_metrics(path) for label, path in find_runs(root).items()}
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
     for ax, (title, series) in zip(axes, PANELS):
+        if series is None:
+            series = _reward_field_series(runs)
         drawn = False
         for label, rows in runs.items():
             for key, name in series:

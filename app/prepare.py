@@ -2,7 +2,7 @@
 
     python -m app.prepare gsm8k --input DIR --output DIR
         DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
-    python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S]
+    python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S] [--level-weights W,W,W,W]
         generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Sequence
 
-from app.data.arithmetic_task import arithmetic_rows, generate_splits
+from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, check_level_weights, generate_splits
 from app.data.errors import DataError
 from app.data.gsm8k_task import gsm8k_rows
 from app.data.verl_rows import write_parquet
@@ -28,13 +29,18 @@ def prepare_gsm8k(input_dir: str, output_dir: str) -> dict[str, int]:
     return counts
 
 
-def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int = 500, seed: int = 0) -> dict[str, int]:
+def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int = 500, seed: int = 0,
+                       level_weights: Sequence[float] = LEVEL_WEIGHTS) -> dict[str, int]:
     """Generate and write the arithmetic task; returns rows written per split."""
     for split, size in (("train", train_size), ("test", test_size)):
         if size <= 0:
             raise DataError(f"--{split}-size must be positive, got {size}")
+    try:
+        check_level_weights(level_weights)
+    except ValueError as err:
+        raise DataError(f"--level-weights: {err}") from None
     counts = {}
-    for split, problems in zip(("train", "test"), generate_splits(train_size, test_size, seed)):
+    for split, problems in zip(("train", "test"), generate_splits(train_size, test_size, seed, level_weights)):
         rows = arithmetic_rows(problems, split)
         write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
         counts[split] = len(rows)
@@ -52,7 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--train-size", type=int, default=5000)
     a.add_argument("--test-size", type=int, default=500)
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--level-weights", type=_weights, default=LEVEL_WEIGHTS, metavar="W1,W2,W3,W4",
+                   help="share of problems per difficulty level 1-4 (default %(default)s)")
     return parser
+
+
+def _weights(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(w) for w in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.6,0.3,0.1,0, got {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.task == "gsm8k":
             counts = prepare_gsm8k(args.input, args.output)
         else:
-            counts = prepare_arithmetic(args.output, args.train_size, args.test_size, args.seed)
+            counts = prepare_arithmetic(args.output, args.train_size, args.test_size, args.seed, args.level_weights)
     except DataError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -38,7 +38,10 @@ def run(cfg: DictConfig) -> int:
     history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
     if history:
         (first_step, first), (last_step, last) = history[0], history[-1]
-        print(f"validation reward: {first:.3f} at step {first_step} -> {last:.3f} at step {last_step}")
+        print(f"validation reward: {first['val-core/reward/mean']:.3f} at step {first_step} -> "
+              f"{last['val-core/reward/mean']:.3f} at step {last_step}")
+        for key in sorted(k for k in first.keys() & last.keys() if k.startswith("val-aux/")):
+            print(f"  {key.removeprefix('val-aux/').removesuffix('/mean')}: {first[key]:.3f} -> {last[key]:.3f}")
     print(f"model: {Path(run_cfg.trainer.default_local_dir).resolve() / 'hf_model'}")
     return 0
 

@@ -37,6 +37,7 @@ def main() -> int:
     from vllm.inputs import TokensPrompt
 
     from algos.rewards.default import default_compute_score
+    from app.rewards.manager import split_score
     from app.data import PromptDataOptions, load_prompt_dataset
     from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
     from serve.vllm_engine import cpu_bind_string
@@ -54,8 +55,9 @@ def main() -> int:
         """(score, cut at the limit) for every sample of every prompt."""
         out = []
         for rec, result in zip(records, llm.generate(inputs, params, use_tqdm=False)):
-            out.append([(float(default_compute_score(rec.data_source, c.text, rec.ground_truth, rec.extra_info)),
-                         c.finish_reason == "length") for c in result.outputs])
+            scored = [default_compute_score(rec.data_source, c.text, rec.ground_truth, rec.extra_info)
+                      for c in result.outputs]
+            out.append([(split_score(s)[0], c.finish_reason == "length") for s, c in zip(scored, result.outputs)])
         return out
 
     greedy = run(SamplingParams(temperature=0.0, max_tokens=args.max_tokens))

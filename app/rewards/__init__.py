@@ -15,6 +15,7 @@ _EXPORTS = {
     "RewardResult": "app.rewards.manager",
     "RewardComputeError": "app.rewards.manager",
     "decode_responses": "app.rewards.manager",
+    "split_score": "app.rewards.manager",
     "RewardModelScorer": "app.rewards.reward_model",
 }
 

@@ -40,7 +40,7 @@ class RewardResult:
     failures: dict[int, str] = field(default_factory=dict)
 
 
-def _as_score(value: Any) -> tuple[float, dict[str, Any]]:
+def split_score(value: Any) -> tuple[float, dict[str, Any]]:
     """A reward function's return value as (score, extra keys); ValueError when it is neither a number nor a dict
     with a numeric ``score``."""
     extra: dict[str, Any] = {}
@@ -155,7 +155,7 @@ class RewardManager:
                 problem = outcome.error
             else:
                 try:
-                    scores[i], extras[i] = _as_score(outcome.value)
+                    scores[i], extras[i] = split_score(outcome.value)
                 except ValueError as err:
                     errors += 1
                     problem = str(err)

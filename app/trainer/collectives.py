@@ -37,5 +37,19 @@ class RankGroup:
     def min_int(self, value: int) -> int:
         return -int(self.engine.all_reduce(torch.tensor([-float(value)]), "max")[0])
 
+    def union(self, names: set[str]) -> list[str]:
+        """The sorted union of every rank's `names` (e.g. the extra fields its reward functions returned)."""
+        if self.world == 1:
+            return sorted(names)
+        mine = torch.tensor(list("\n".join(sorted(names)).encode()), dtype=torch.float64)
+        width = int(self.engine.all_reduce(torch.tensor([float(len(mine))]), "max")[0])
+        rows = torch.zeros(self.world, width, dtype=torch.float64)  # each rank fills its own row: a sum gathers them
+        rows[self.rank, :len(mine)] = mine
+        rows = self.engine.all_reduce(rows, "sum")
+        out: set[str] = set()
+        for row in rows.to(torch.uint8).tolist():
+            out |= set(bytes(row).rstrip(b"\0").decode().split("\n")) - {""}
+        return sorted(out)
+
     def barrier(self) -> None:
         self.engine.all_reduce(torch.zeros(1), "sum")

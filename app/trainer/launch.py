@@ -129,9 +129,10 @@ def _final_validation(out_dir: Path) -> dict[str, float]:
     return {k: v for r in rows for k, v in r.items() if k.startswith("val-core/")}
 
 
-def validation_history(out_dir: Path) -> list[tuple[int, float]]:
-    """(step, val-core/reward/mean) pairs of a run, for the before/after summary."""
+def validation_history(out_dir: Path) -> list[tuple[int, dict[str, float]]]:
+    """(step, validation metrics) of each validation of a run that logged `val-core/reward/mean`, for the before/after
+    summary."""
     from app.trainer.tracking import read_metrics
 
-    return [(int(r["step"]), r["val-core/reward/mean"]) for r in read_metrics(out_dir / "metrics.jsonl")
-            if "val-core/reward/mean" in r]
+    return [(int(r["step"]), {k: v for k, v in r.items() if k.startswith("val-")})
+            for r in read_metrics(out_dir / "metrics.jsonl") if "val-core/reward/mean" in r]

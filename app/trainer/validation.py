@@ -11,24 +11,34 @@ from app.trainer.collectives import RankGroup
 def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks: RankGroup,
              version: int) -> dict[str, float]:
     """`val-core/<source>/reward/mean`, `val-core/reward/mean` (all prompts) and `val-aux/response_length/mean`,
-    from `rollout.generate(..., validation=True)` (the `val_kwargs` sampling; greedy by default) at `version`."""
+    from `rollout.generate(..., validation=True)` (the `val_kwargs` sampling; greedy by default) at `version`; and
+    `val-aux/<source>/<field>/mean` for each numeric extra field of reward functions that return dicts (the built-in
+    arithmetic reward's `acc` and `formatted`), so that a run shows which part of the reward moved."""
     if val_dataset is None or len(val_dataset) == 0:
         return {}
     records = [val_dataset[i] for i in range(ranks.rank, len(val_dataset), ranks.world)]
     sources = sorted({r.data_source for r in val_dataset})
     sums = torch.zeros(len(sources) * 2 + 1, dtype=torch.float64)  # (reward, count) per source, response tokens
+    fields: dict[str, list[float]] = {}  # "<source>/<field>" -> [sum, count] of this rank's numeric values
     if records:
         samples = rollout.generate([r.prompt_ids for r in records], validation=True, expect_version=version)
         texts = tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
         picked = [records[s.prompt_index] for s in samples]
-        scores, _, _ = scorer.score(texts, [r.data_source for r in picked], [r.ground_truth for r in picked],
-                                    [r.extra_info for r in picked], [r.messages for r in picked])
-        for rec, score, sample in zip(picked, scores, samples):
+        scores, _, extra = scorer.score(texts, [r.data_source for r in picked], [r.ground_truth for r in picked],
+                                        [r.extra_info for r in picked], [r.messages for r in picked])
+        for i, (rec, score, sample) in enumerate(zip(picked, scores, samples)):
             j = sources.index(rec.data_source)
             sums[2 * j] += score
             sums[2 * j + 1] += 1
             sums[-1] += len(sample.response_token_ids)
-    sums = ranks.engine.all_reduce(sums, "sum")
+            for name, values in extra.items():
+                if isinstance(values[i], (int, float)):  # bool included; text fields (e.g. `pred`) are not averaged
+                    total = fields.setdefault(f"{rec.data_source}/{name}", [0.0, 0.0])
+                    total[0], total[1] = total[0] + float(values[i]), total[1] + 1
+    names = ranks.union(set(fields))  # every rank reduces the same fields, also those it did not see
+    field_sums = torch.tensor([fields.get(n, [0.0, 0.0]) for n in names], dtype=torch.float64).reshape(-1)
+    sums = ranks.engine.all_reduce(torch.cat([sums, field_sums]), "sum")
+    sums, field_sums = sums[:len(sources) * 2 + 1], sums[len(sources) * 2 + 1:].reshape(-1, 2)
     out, total, count = {}, 0.0, 0.0
     for j, source in enumerate(sources):
         if sums[2 * j + 1] > 0:
@@ -37,4 +47,7 @@ def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks:
     if count:
         out["val-core/reward/mean"] = total / count
         out["val-aux/response_length/mean"] = float(sums[-1]) / count
+    for name, (total, n) in zip(names, field_sums.tolist()):
+        if n:
+            out[f"val-aux/{name}/mean"] = total / n
     return out

@@ -1,7 +1,7 @@
 """`python -m app.plot` draws a run's curves and a sweep's trials, and names a folder without metrics."""
 import json
 
-from app.plot import find_runs, main
+from app.plot import _reward_field_series, find_runs, main
 
 
 def write_run(folder, rewards):
@@ -28,3 +28,10 @@ def test_folder_without_metrics_is_named(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
     assert "empty: no metrics.jsonl" in capsys.readouterr().err
+
+
+def test_reward_field_panel_lists_validation_fields_only():
+    rows = [{"step": 0, "val-aux/arithmetic/acc/mean": 0.3, "val-aux/arithmetic/formatted/mean": 0.2,
+             "val-aux/response_length/mean": 20.0, "reward/extra/acc/mean": 0.1}]
+    assert _reward_field_series({"run": rows}) == [("val-aux/arithmetic/acc/mean", "arithmetic acc"),
+                                                  ("val-aux/arithmetic/formatted/mean", "arithmetic formatted")]

@@ -82,6 +82,16 @@ def test_arithmetic_cli_is_deterministic(tmp_path):
     assert set(a.column("data_source").to_pylist()) == {"arithmetic"}
 
 
+def test_arithmetic_level_weights_option(tmp_path):
+    assert main(["arithmetic", "--output", str(tmp_path / "hard"), "--train-size", "20", "--test-size", "5",
+                 "--level-weights", "0,0,1,1"]) == 0
+    infos = pq.read_table(tmp_path / "hard" / "train.parquet").column("extra_info").to_pylist()
+    levels = {info["level"] for info in infos}
+    assert levels == {3, 4}
+    assert main(["arithmetic", "--output", str(tmp_path / "bad"), "--level-weights", "1,1,1"]) == 2  # named error
+    assert not (tmp_path / "bad").exists()  # nothing written
+
+
 def test_cli_entry_point_reports_errors(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "app.prepare", "gsm8k", "--input", str(tmp_path), "--output", str(tmp_path / "o")],

@@ -6,22 +6,23 @@ from algos.rewards.format_reward import has_expected_format
 
 
 @pytest.mark.parametrize(
-    "response, expected",
+    "response, score, acc, formatted",
     [
-        ("3 + 4 = 7\n#### 7", 1.0),  # right answer in the asked format
-        ("3 + 4 = 7", 0.5),  # right last number, marker missing
-        ("#### 8", 0.1),  # format followed, wrong number
-        ("I think it is 8", 0.0),
-        ("", 0.0),
+        ("3 + 4 = 7\n#### 7", 1.0, 1.0, 1.0),  # right answer in the asked format
+        ("3 + 4 = 7", 0.5, 1.0, 0.0),  # right last number, marker missing
+        ("#### 8", 0.1, 0.0, 1.0),  # format followed, wrong number
+        ("7 is close, #### 8", 0.1, 0.0, 1.0),  # the marked number is graded, not an earlier right one
+        ("I think it is 8", 0.0, 0.0, 0.0),
+        ("", 0.0, 0.0, 0.0),
     ],
 )
-def test_arithmetic_reward_grades(response, expected):
-    assert default_compute_score("arithmetic", response, "7") == expected
+def test_arithmetic_reward_grades(response, score, acc, formatted):
+    assert default_compute_score("arithmetic", response, "7") == {"score": score, "acc": acc, "formatted": formatted}
 
 
 def test_arithmetic_reward_weights_are_configurable():
-    assert default_compute_score("arithmetic", "7", "7", unmarked_score=0.0) == 0.0
-    assert default_compute_score("arithmetic", "#### 8", "7", format_score=0.0) == 0.0
+    assert default_compute_score("arithmetic", "7", "7", unmarked_score=0.0)["score"] == 0.0
+    assert default_compute_score("arithmetic", "#### 8", "7", format_score=0.0)["score"] == 0.0
 
 
 @pytest.mark.parametrize(

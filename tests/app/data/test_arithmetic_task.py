@@ -24,7 +24,7 @@ def _evaluate(expression):
 
 
 def test_answers_match_their_expressions_and_numbers_in_question():
-    for p in generate_problems(2000, seed=0):
+    for p in generate_problems(2000, seed=0, level_weights=(1, 1, 1, 1)):  # every level equally often
         assert _evaluate(p.expression) == p.answer >= 0, p
         # every operand of the computation is stated in the question
         for number in [n.value for n in ast.walk(ast.parse(p.expression)) if isinstance(n, ast.Constant)]:
@@ -45,6 +45,15 @@ def test_mostly_easy_levels():
     assert counts[1] > counts[2] > counts[3] > counts[4]
 
 
+def test_level_weights_choose_the_mix():
+    assert {p.level for p in generate_problems(200, seed=1, level_weights=(0, 0, 0, 1))} == {4}
+    train, test = generate_splits(50, 20, seed=1, level_weights=(0, 1, 0, 1))
+    assert {p.level for p in train} == {p.level for p in test} == {2, 4}
+    for bad in ((1.0,), (1, 1, -1, 1), (0, 0, 0, 0)):
+        with pytest.raises(ValueError, match="level_weights"):
+            generate_problems(3, seed=0, level_weights=bad)
+
+
 def test_rows_are_verl_schema_and_reward_accepts_the_right_answer():
     problems = generate_problems(20, seed=0, split="test")
     rows = arithmetic_rows(problems, "test")
@@ -54,8 +63,8 @@ def test_rows_are_verl_schema_and_reward_accepts_the_right_answer():
         assert content.startswith(p.question) and "#### <answer>" in content
         assert row["reward_model"]["ground_truth"] == str(p.answer)
         assert row["extra_info"] == {"split": "test", "index": i, "level": p.level, "expression": p.expression}
-        assert default_compute_score("arithmetic", f"So the answer is\n#### {p.answer}", str(p.answer)) == 1.0
-        assert default_compute_score("arithmetic", f"#### {p.answer + 1}", str(p.answer)) < 1.0
+        assert default_compute_score("arithmetic", f"So the answer is\n#### {p.answer}", str(p.answer))["score"] == 1.0
+        assert default_compute_score("arithmetic", f"#### {p.answer + 1}", str(p.answer))["score"] < 1.0
 
 
 def test_bad_weights():

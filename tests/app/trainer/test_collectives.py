@@ -28,3 +28,25 @@ def test_sum_and_min_int():
     assert RankGroup(_TwoRanks(lambda t: t + 3)).sum(2.0) == 7.0  # 2 + 5
     # rank 1 holds 8 (it doubles what it is sent, and -4 arrives as -8): the minimum is rank 0's 4, not 8
     assert RankGroup(_TwoRanks(lambda t: 2 * t)).min_int(4) == 4
+
+
+class _RankOne(_TwoRanks):
+    """Rank 0's view when rank 1 holds {"acc", "pred"}: its length for the max, its row of the gathered bytes."""
+
+    def __init__(self):
+        theirs = torch.tensor(list(b"acc\npred"), dtype=torch.float64)
+
+        def other(t):
+            if t.dim() == 1:  # the length round
+                return torch.tensor([float(len(theirs))])
+            row = torch.zeros_like(t)
+            row[1, :len(theirs)] = theirs
+            return row
+        super().__init__(other)
+
+
+def test_union_of_names_over_ranks():
+    # rank 0 has {"acc", "formatted"}, rank 1 {"acc", "pred"} (shorter, so its row is zero-padded): every name once,
+    # sorted
+    assert RankGroup(_RankOne()).union({"formatted", "acc"}) == ["acc", "formatted", "pred"]
+    assert RankGroup(_RankOne()).union(set()) == ["acc", "pred"]  # a rank with no validation records

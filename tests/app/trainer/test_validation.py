@@ -1,0 +1,60 @@
+"""Greedy validation's metrics: the mean reward per data source and overall, and the mean of each numeric extra field
+a reward function returns (e.g. the arithmetic reward's `acc` and `formatted`), from a stand-in rollout and scorer."""
+from types import SimpleNamespace
+
+from app.trainer.collectives import RankGroup
+from app.trainer.validation import validate
+
+
+class _OneRank:
+    dp_rank, dp_world_size = 0, 1
+
+    def all_reduce(self, tensor, op="sum"):
+        return tensor.clone()
+
+
+class _EchoRollout:
+    """Answers prompt i with the single token i (validation draws one sample per prompt)."""
+
+    def generate(self, prompt_ids, *, validation, expect_version):
+        assert validation and expect_version == 3
+        return [SimpleNamespace(prompt_index=i, response_token_ids=[i] * (i + 1)) for i in range(len(prompt_ids))]
+
+
+class _Tokenizer:
+    def batch_decode(self, ids, skip_special_tokens):
+        return [str(seq[0]) for seq in ids]
+
+
+class _TableScorer:
+    """Scores from a table keyed by response text; the "math" source returns dicts with `acc` and a text `pred`."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def score(self, texts, sources, truths, infos, messages):
+        rows = [self.table[t] for t in texts]
+        keys = sorted({k for _, extra in rows for k in extra})
+        return [s for s, _ in rows], {}, {k: [extra.get(k) for _, extra in rows] for k in keys}
+
+
+def _record(source):
+    return SimpleNamespace(prompt_ids=[1, 2], data_source=source, ground_truth="1", extra_info={}, messages=[])
+
+
+def test_means_per_source_and_of_numeric_extra_fields():
+    dataset = [_record("math"), _record("math"), _record("math"), _record("yes")]
+    scorer = _TableScorer({
+        "0": (1.0, {"acc": 1.0, "pred": "4"}),
+        "1": (0.1, {"acc": 0.0, "pred": "5"}),
+        "2": (0.5, {"acc": True, "pred": "6"}),  # a bool field counts as 1
+        "3": (0.0, {}),  # the "yes" source's function returns a plain number
+    })
+    out = validate(_EchoRollout(), scorer, _Tokenizer(), dataset, RankGroup(_OneRank()), version=3)
+    assert out == {
+        "val-core/math/reward/mean": (1.0 + 0.1 + 0.5) / 3,
+        "val-core/yes/reward/mean": 0.0,
+        "val-core/reward/mean": 1.6 / 4,
+        "val-aux/response_length/mean": (1 + 2 + 3 + 4) / 4,  # response i has i + 1 tokens
+        "val-aux/math/acc/mean": 2 / 3,  # `pred` is text: not averaged
+    }
