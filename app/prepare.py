@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Sequence
 
-from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, check_level_weights, generate_splits
+from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, generate_splits
 from app.data.errors import DataError
 from app.data.gsm8k_task import gsm8k_rows
 from app.data.verl_rows import write_parquet
@@ -36,11 +36,11 @@ def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int =
         if size <= 0:
             raise DataError(f"--{split}-size must be positive, got {size}")
     try:
-        check_level_weights(level_weights)
-    except ValueError as err:
+        splits = generate_splits(train_size, test_size, seed, level_weights)  # all generated before anything is written
+    except ValueError as err:  # the sizes are checked above: only the weights are left to refuse
         raise DataError(f"--level-weights: {err}") from None
     counts = {}
-    for split, problems in zip(("train", "test"), generate_splits(train_size, test_size, seed, level_weights)):
+    for split, problems in zip(("train", "test"), splits):
         rows = arithmetic_rows(problems, split)
         write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
         counts[split] = len(rows)

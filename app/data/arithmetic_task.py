@@ -138,13 +138,13 @@ def generate_problems(
     problems have few distinct forms, so two streams share questions: `generate_splits` makes disjoint ones."""
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
-    check_level_weights(level_weights)
+    _check_level_weights(level_weights)
     rng = random.Random(f"arithmetic/{split}/{seed}")  # str seeds are hashed deterministically (sha512)
     levels = sorted(_LEVELS)
     return [make_problem(rng, rng.choices(levels, weights=level_weights)[0]) for _ in range(count)]
 
 
-def check_level_weights(level_weights: Sequence[float]) -> None:
+def _check_level_weights(level_weights: Sequence[float]) -> None:
     """ValueError unless there is one non-negative weight per level and some level has weight."""
     if len(level_weights) != len(_LEVELS):
         raise ValueError(f"level_weights needs {len(_LEVELS)} entries (levels {min(_LEVELS)}-{max(_LEVELS)}), "
