@@ -255,6 +255,16 @@ class FilterGroupsConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """How the update treats the rollout engine's own log-probs (verl's `algorithm.rollout_correction`)."""
+    # true: the PPO ratio's old policy is the log-probs vLLM returned while sampling, so no trainer forward pass
+    # recomputes them. That pass is needed only when an update takes several mini-batches or epochs; bypassing it
+    # makes those as cheap as one. Exact when sampler and trainer compute the same numbers (fp32 on CPU: ~1e-5 per
+    # token, see actor/rollout_logprob_diff), an approximation when the rollout runs in lower precision.
+    bypass_mode: bool = False
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "gae"  # a name in algos.advantages.ADV_ESTIMATORS, or `module:function`
     gamma: float = 1.0
@@ -264,6 +274,7 @@ class AlgorithmConfig:
     kl_penalty: str = "kl"  # estimator for the in-reward KL
     kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
 
 # ---------------------------------------------------------------- trainer

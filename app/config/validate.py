@@ -140,6 +140,7 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
             f"so actor_rollout_ref.rollout.n must be at least 2 (got {n})"
         )
     _check_filter_groups(cfg)
+    _check_rollout_correction(cfg)
     from algos.kl import LOG_PROB_KL_KINDS as KL_KINDS  # `full` needs logits, which the loss never keeps
 
     if actor.use_kl_loss and actor.kl_loss_type not in KL_KINDS:
@@ -185,6 +186,17 @@ def _check_filter_groups(cfg: TrainerRunConfig) -> None:
         raise ConfigError(
             "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true: groups are filtered "
             "before the reference pass that the in-reward KL needs; use metric=seq_reward or score"
+        )
+
+
+def _check_rollout_correction(cfg: TrainerRunConfig) -> None:
+    rollout = cfg.actor_rollout_ref.rollout
+    if cfg.algorithm.rollout_correction.bypass_mode and (rollout.top_p < 1.0 or rollout.top_k > 0):
+        raise ConfigError(
+            f"algorithm.rollout_correction.bypass_mode=true takes the old policy's log-probs from the sampler, but with "
+            f"actor_rollout_ref.rollout.top_p={rollout.top_p} / top_k={rollout.top_k} those are of the truncated "
+            "distribution, not of the policy the actor computes; sample with top_p=1.0 and top_k=-1, or set "
+            "bypass_mode=false"
         )
 
 

@@ -99,9 +99,7 @@ class RLTrainer(RunStateMixin):
                 if self.cfg.trainer.rollout_data_dir:
                     dump_rollouts(self.cfg.trainer.rollout_data_dir, self.step, self.rank, group,
                                   self._decode(group.batch), self.cfg.reward_model.overlong_buffer.log)
-                if self._needs_old_log_probs(group):
-                    with timer.phase("old_log_prob"):
-                        group.batch.update(self.actor.compute_log_prob(group.batch))
+                self.set_old_log_probs(group, timer)
                 if self.reference is not None:
                     with timer.phase("ref"):
                         group.batch.update(self.reference.compute_ref_log_prob(group.batch))
@@ -219,6 +217,14 @@ class RLTrainer(RunStateMixin):
         batch["advantages"], batch["returns"] = advantages, returns
         return metrics
 
+    def set_old_log_probs(self, group: RolloutGroup, timer: PhaseTimer) -> None:
+        """Old policy of the PPO ratio: the sampler's (bypass_mode), none on-policy (the update's own), else a pass."""
+        if self.cfg.algorithm.rollout_correction.bypass_mode:
+            group.batch["old_log_probs"] = group.batch["rollout_log_probs"]
+        elif self.cfg.algorithm.use_kl_in_reward or not self.actor.is_on_policy(len(group.batch)):
+            with timer.phase("old_log_prob"):
+                group.batch.update(self.actor.compute_log_prob(group.batch))
+
     def sync_weights(self) -> None:
         """Gather the new weights (or LoRA adapter) and push them as version + 1; every rank then expects it."""
         payload = self.engine.state_dict_for_sync(dtype=self.sync_dtype, merge_lora=self.merge_lora)
@@ -271,12 +277,7 @@ class RLTrainer(RunStateMixin):
             self.rollout.wake_up()
         self.ranks.barrier()
 
-    def _needs_old_log_probs(self, group: RolloutGroup) -> bool:
-        """Old log-probs need their own pass unless the update is on-policy and nothing else reads them."""
-        return self.cfg.algorithm.use_kl_in_reward or not self.actor.is_on_policy(len(group.batch))
-
-    def _rollout_version(self) -> int:
-        """The version every replica serves (they agree after any completed sync)."""
+    def _rollout_version(self) -> int:  # the version every replica serves; they agree after any completed sync
         versions = set(self.rollout.replica_versions().values())
         if len(versions) != 1:
             raise RuntimeError(f"rollout replicas disagree on the policy version: {sorted(versions)}")

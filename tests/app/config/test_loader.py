@@ -87,6 +87,16 @@ def test_unknown_kl_type_is_named():
         load_config(with_(**{"actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_type": "k9"}))
 
 
+def test_bypass_mode_refuses_truncated_sampling():
+    # vLLM's log-probs under top_p < 1 are of the renormalised nucleus, not of the policy the actor computes
+    bypass = {"algorithm.rollout_correction.bypass_mode": True}
+    with pytest.raises(ConfigError, match=r"bypass_mode=true .*top_p=0\.9 / top_k=-1"):
+        load_config(with_(**bypass, **{"actor_rollout_ref.rollout.top_p": 0.9}))
+    with pytest.raises(ConfigError, match=r"bypass_mode=true .*top_p=1\.0 / top_k=20"):
+        load_config(with_(**bypass, **{"actor_rollout_ref.rollout.top_k": 20}))
+    assert load_config(with_(**bypass)).algorithm.rollout_correction.bypass_mode
+
+
 def test_colocated_needs_gpus():
     with pytest.raises(ConfigError, match=r"trainer\.placement=colocated needs GPUs"):
         load_config(with_(**{"trainer.placement": "colocated"}))
