@@ -7,28 +7,18 @@ loop makes is the same on any device.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from recording_rollout import RecordingRollout
 
 
-@pytest.fixture(scope="module")
-def arith_data(tmp_path_factory) -> Path:
-    from app.prepare import main as prepare
-
-    out = tmp_path_factory.mktemp("arith-colocated")
-    assert prepare(["arithmetic", "--output", str(out), "--train-size", "8", "--test-size", "2", "--seed", "5"]) == 0
-    return out
-
-
-def test_colocated_engine_sleeps_through_the_update_and_wakes_for_the_sync(compose, tiny_model_dir, arith_data,
+def test_colocated_engine_sleeps_through_the_update_and_wakes_for_the_sync(compose, tiny_model_dir,
+                                                                          small_arith_data,
                                                                           tmp_path):
     from app.trainer.setup import build_trainer
 
     cfg = compose([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={arith_data / 'train.parquet'}",
-        f"data.val_files={arith_data / 'test.parquet'}", "data.max_prompt_length=256", "data.max_response_length=8",
+        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={small_arith_data / 'train.parquet'}",
+        f"data.val_files={small_arith_data / 'test.parquet'}", "data.max_prompt_length=256",
+        "data.max_response_length=8",
         "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
         "trainer.total_training_steps=2", "trainer.val_before_train=false", "trainer.test_freq=-1",

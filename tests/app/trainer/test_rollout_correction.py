@@ -10,25 +10,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from recording_rollout import RecordingRollout
 
 
-@pytest.fixture(scope="module")
-def arith_data(tmp_path_factory) -> Path:
-    from app.prepare import main as prepare
 
-    out = tmp_path_factory.mktemp("arith-bypass")
-    assert prepare(["arithmetic", "--output", str(out), "--train-size", "8", "--test-size", "2", "--seed", "7"]) == 0
-    return out
-
-
-def train_two_mini_batches(compose, tiny_model_dir, arith_data, out: Path, bypass: bool) -> list[dict]:
+def train_two_mini_batches(compose, tiny_model_dir, small_arith_data, out: Path, bypass: bool) -> list[dict]:
     """One step whose update takes two mini-batches (so it is not on-policy); its logged metrics."""
     from app.trainer.setup import build_trainer
 
     cfg = compose([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={arith_data / 'train.parquet'}",
+        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={small_arith_data / 'train.parquet'}",
         "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
         "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=2",
         "trainer.num_workers=1", "actor_rollout_ref.actor.use_kl_loss=false",
@@ -41,16 +32,18 @@ def train_two_mini_batches(compose, tiny_model_dir, arith_data, out: Path, bypas
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_bypass_uses_the_sampler_log_probs_and_skips_the_old_log_prob_pass(compose, tiny_model_dir, arith_data,
+def test_bypass_uses_the_sampler_log_probs_and_skips_the_old_log_prob_pass(compose, tiny_model_dir,
+                                                                           small_arith_data,
                                                                            tmp_path):
-    (step,) = train_two_mini_batches(compose, tiny_model_dir, arith_data, tmp_path / "run", bypass=True)
+    (step,) = train_two_mini_batches(compose, tiny_model_dir, small_arith_data, tmp_path / "run", bypass=True)
     assert "timing_s/old_log_prob" not in step
     # ppo_kl = mean(old - new) = -1.0 - mean(new): random tokens under the tiny model score far below -1
     assert step["actor/ppo_kl"] > 2.0
 
 
-def test_without_bypass_the_trainer_recomputes_old_log_probs(compose, tiny_model_dir, arith_data, tmp_path):
-    (step,) = train_two_mini_batches(compose, tiny_model_dir, arith_data, tmp_path / "run", bypass=False)
+def test_without_bypass_the_trainer_recomputes_old_log_probs(compose, tiny_model_dir, small_arith_data,
+                                                            tmp_path):
+    (step,) = train_two_mini_batches(compose, tiny_model_dir, small_arith_data, tmp_path / "run", bypass=False)
     assert step["timing_s/old_log_prob"] > 0.0
     # the first mini-batch's ratio is exactly 1 and the second moved by one small LoRA step
     assert abs(step["actor/ppo_kl"]) < 0.05
