@@ -83,6 +83,11 @@ class FSDPConfig:
 @dataclass
 class PolicyLossSection:
     loss_mode: str = "vanilla"  # a name in algos.policy_loss.POLICY_LOSSES, or `module:function`
+    clip_cov_ratio: float = 0.0002  # clip_cov: share of the tokens whose loss is zeroed
+    clip_cov_lb: float = 1.0  # clip_cov: only tokens whose covariance term lies in (lb, ub) can be zeroed
+    clip_cov_ub: float = 5.0
+    kl_cov_ratio: float = 0.0002  # kl_cov: share of the tokens (largest covariance) that get the KL term
+    ppo_kl_coef: float = 0.1  # kl_cov: weight of |log_prob - old_log_prob| on those tokens
 
 
 # ---------------------------------------------------------------- actor / reference

@@ -237,6 +237,12 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
             raise ConfigError(f"actor_rollout_ref.actor.{key}={value} must be > 0")
     if actor.clip_ratio_c <= 1:
         raise ConfigError(f"actor_rollout_ref.actor.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound)")
+    from algos.policy_loss import PolicyLossConfig
+
+    try:  # the loss's own checks (actor.policy_loss.*), run now rather than when the actor starts
+        PolicyLossConfig.from_mapping(actor)
+    except ValueError as exc:
+        raise ConfigError(f"actor_rollout_ref.{exc}") from exc
     if not 0 <= cfg.algorithm.lam <= 1 or not 0 <= cfg.algorithm.gamma <= 1:
         raise ConfigError(
             f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1]"

@@ -29,7 +29,7 @@ def _present(batch: TensorBatch, keys: tuple[str, ...], required: tuple[str, ...
 
 class Actor:
     """``config``: the ``actor`` section (ppo_mini_batch_size, ppo_epochs, shuffle, clip_ratio*, loss_agg_mode,
-    entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type, policy_loss.loss_mode).
+    entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type, policy_loss.*).
 
     ``rollout_n``: samples per prompt (mini-batch sizes count prompts). ``log_prob_micro_batch_size``: samples per
     forward in ``compute_log_prob`` (verl ``rollout.log_prob_micro_batch_size_per_gpu``; None: the engine's).
@@ -46,10 +46,7 @@ class Actor:
         loss_mode = config.policy_loss.loss_mode
         self.policy_loss_fn = POLICY_LOSSES.get(loss_mode)
         self.loss_agg_mode = resolve_loss_agg_mode(loss_mode, config.loss_agg_mode)
-        self.policy_loss_config = PolicyLossConfig(
-            clip_ratio=config.clip_ratio, clip_ratio_low=getattr(config, "clip_ratio_low", None),
-            clip_ratio_high=getattr(config, "clip_ratio_high", None),
-            clip_ratio_c=getattr(config, "clip_ratio_c", 3.0))
+        self.policy_loss_config = PolicyLossConfig.from_mapping(config)
 
     # ------------------------------------------------------------------ log-probs
     def compute_log_prob(self, batch: TensorBatch, *, calculate_entropy: bool = True) -> TensorBatch:

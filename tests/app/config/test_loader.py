@@ -138,3 +138,24 @@ def test_bad_group_filter_settings_are_named(overrides, message):
 def test_bad_overlong_buffer_settings_are_named(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(with_(**{"data.max_response_length": 64, "reward_model.overlong_buffer.enable": True, **overrides}))
+
+
+def test_policy_loss_section_takes_verls_keys_and_the_actor_passes_them_to_the_loss():
+    from algos.policy_loss import PolicyLossConfig
+
+    section = {"loss_mode": "clip_cov", "clip_cov_ratio": 0.001, "clip_cov_ub": 8.0, "ppo_kl_coef": 0.0}
+    cfg = load_config(with_(**{"actor_rollout_ref.actor.policy_loss": section}))
+    loss_cfg = PolicyLossConfig.from_mapping(cfg.actor_rollout_ref.actor)  # as app.roles.actor.Actor builds it
+    assert (loss_cfg.clip_cov_ratio, loss_cfg.clip_cov_lb, loss_cfg.clip_cov_ub) == (0.001, 1.0, 8.0)
+    assert (loss_cfg.kl_cov_ratio, loss_cfg.ppo_kl_coef) == (0.0002, 0.0)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("kl_cov_ratio", -0.1, r"actor_rollout_ref\.actor\.policy_loss\.kl_cov_ratio must be in \(0, 1\].*got -0\.1"),
+    ("clip_cov_ratio", 2.0, r"actor_rollout_ref\.actor\.policy_loss\.clip_cov_ratio must be in \(0, 1\].*got 2\.0"),
+    ("clip_cov_lb", 6.0, r"actor_rollout_ref\.actor\.policy_loss\.clip_cov_lb=6\.0 must be below clip_cov_ub=5\.0"),
+    ("ppo_kl_coef", -1.0, r"actor_rollout_ref\.actor\.policy_loss\.ppo_kl_coef must be >= 0, got -1\.0"),
+])
+def test_bad_policy_loss_settings_are_named(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(with_(**{f"actor_rollout_ref.actor.policy_loss.{key}": value}))
