@@ -390,13 +390,10 @@ class FSDPEngine(BaseEngine):
     def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False) -> WeightSyncPayload:
         model = self._require_model()
         if self.has_adapter and merge_lora:
-            from app.engine.lora_merge import merge_lora_state_dict
-
             state = self._full_state_dict(trainable_only=False)
             if self.dp_rank != 0:
                 return WeightSyncPayload(kind="full", tensors={})
-            tensors = merge_lora_state_dict(state, scaling=self.spec.lora_alpha / self.spec.lora_rank, dtype=dtype)
-            return WeightSyncPayload(kind="full", tensors=tensors)
+            return WeightSyncPayload(kind="full", tensors=self._hf_weights(state, dtype))
         if self.has_adapter:
             from peft import get_peft_model_state_dict
 
@@ -409,24 +406,35 @@ class FSDPEngine(BaseEngine):
             return WeightSyncPayload(kind="lora", tensors=tensors,
                                      adapter_config=hf_model.adapter_config_dict(model, self.spec.model_path))
         state = self._full_state_dict(trainable_only=False)
-        if dtype is not None:
+        return WeightSyncPayload(kind="full", tensors=self._hf_weights(state, dtype) if self.dp_rank == 0 else {})
+
+    @property
+    def _tied_embeddings(self) -> bool:
+        return bool(getattr(self._require_model().config, "tie_word_embeddings", False))
+
+    def _hf_weights(self, state: dict[str, torch.Tensor], dtype: Optional[torch.dtype]) -> dict[str, torch.Tensor]:
+        """The full state dict as a plain Hugging Face checkpoint: LoRA merged, in `dtype`, without a tied LM head.
+
+        A tied `lm_head.weight` is the input embedding again (a sixth of SmolLM2-135M's bytes); transformers and
+        vLLM both restore it from the embedding, so it is neither synced nor saved.
+        """
+        if self.has_adapter:
+            from app.engine.lora_merge import merge_lora_state_dict
+
+            state = merge_lora_state_dict(state, scaling=self.spec.lora_alpha / self.spec.lora_rank, dtype=dtype)
+        elif dtype is not None:
             state = {k: v.to(dtype) for k, v in state.items()}
-        return WeightSyncPayload(kind="full", tensors=state)
+        if self._tied_embeddings:
+            state.pop("lm_head.weight", None)
+        return state
 
     def export_hf(self, path: str, dtype: Optional[torch.dtype] = None) -> None:
         state = self._full_state_dict(trainable_only=False)
         if self.dp_rank == 0:
             # Straight from the state dict to safetensors: building a second model to merge and save would hold
             # another full copy of the weights (the largest allocation of a LoRA run on a small machine).
-            if self.has_adapter:
-                from app.engine.lora_merge import merge_lora_state_dict
-
-                state = merge_lora_state_dict(state, scaling=self.spec.lora_alpha / self.spec.lora_rank, dtype=dtype)
-            elif dtype is not None:
-                state = {k: v.to(dtype) for k, v in state.items()}
+            state = self._hf_weights(state, dtype)
             config = hf_model.load_config(self.spec)
-            if getattr(config, "tie_word_embeddings", False):
-                state.pop("lm_head.weight", None)  # tied: transformers restores it from the embedding
             config.torch_dtype = next(iter(state.values())).dtype
             os.makedirs(path, exist_ok=True)
             config.save_pretrained(path)

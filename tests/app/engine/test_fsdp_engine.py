@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from app.engine import EngineSpec, OptimSpec, StepContext, make_engine
@@ -146,6 +147,8 @@ def test_full_sync_payload_has_hf_names(tiny_llama_dir):
     hf_names = set(AutoModelForCausalLM.from_pretrained(tiny_llama_dir).state_dict())
     assert payload.kind == "full" and payload.adapter_config is None
     assert set(payload.tensors) <= hf_names and "model.layers.1.mlp.down_proj.weight" in payload.tensors
+    # the tiny Llama ties lm_head to the embedding: the receiver restores it, so it is not sent twice
+    assert "lm_head.weight" not in payload.tensors and "model.embed_tokens.weight" in payload.tensors
     assert all(t.dtype == torch.bfloat16 and not hasattr(t, "placements") for t in payload.tensors.values())
 
 
@@ -208,6 +211,13 @@ def test_lora_sync_payload_and_merged_export(tiny_llama_dir, make_rl_batch, tmp_
         from_merged = merged_engine.forward_backward_step(batch, forward_only=True).outputs["log_probs"]
     torch.testing.assert_close(from_merged, adapted, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(_reference_log_probs(tmp_path / "merged", batch), adapted, rtol=1e-5, atol=1e-5)
+    # rollout.lora_sync=merged sends exactly the exported weights: HF names, LoRA folded in, no tied lm_head
+    merged_sync = engine.state_dict_for_sync(merge_lora=True)
+    exported = load_file(tmp_path / "merged" / "model.safetensors")
+    assert merged_sync.kind == "full" and set(merged_sync.tensors) == set(exported)
+    assert "lm_head.weight" not in exported
+    for name, tensor in exported.items():
+        assert torch.equal(merged_sync.tensors[name], tensor), name
 
 
 def test_value_model_packed_equals_padded(tiny_llama_dir, make_rl_batch):
