@@ -21,62 +21,28 @@ SHM_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 def encode_tensors(tensors: Mapping[str, "torch.Tensor"], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[np.ndarray]:
     """Split `tensors` into chunks of about `chunk_bytes` and serialise each to a safetensors uint8 buffer."""
+    from safetensors.torch import save
+
     if not tensors:
         raise ValueError("weight payload is empty: no tensors to send")
     chunks: list[dict] = [{}]
     size = 0
+    seen: set = set()
     for name, tensor in tensors.items():
+        tensor = tensor.detach()
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        storage = tensor.untyped_storage().data_ptr()
+        if storage in seen:  # tied weights (e.g. lm_head = embed_tokens): safetensors refuses shared storage
+            tensor = tensor.clone()
+        seen.add(tensor.untyped_storage().data_ptr())
         nbytes = tensor.numel() * tensor.element_size()
         if chunks[-1] and size + nbytes > chunk_bytes:
             chunks.append({})
             size = 0
-        chunks[-1][name] = tensor.detach()
+        chunks[-1][name] = tensor.contiguous()
         size += nbytes
-    return [_safetensors_buffer(chunk) for chunk in chunks]
-
-
-# safetensors' names for torch dtypes (https://github.com/huggingface/safetensors, format.md)
-_SAFETENSORS_DTYPES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
-    "float8_e5m2": "F8_E5M2", "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
-    "bool": "BOOL",
-}
-
-
-def _safetensors_buffer(chunk: Mapping[str, "torch.Tensor"]) -> np.ndarray:
-    """One safetensors file image, each tensor's bytes copied once into a preallocated buffer.
-
-    `safetensors.torch.save` makes several whole-payload copies on the way to `bytes` (4-6 s for SmolLM2-135M in
-    fp32 on a 2-core CPU, most of a merged-LoRA sync); this writes the same format with one copy per tensor. Tensors
-    are laid out largest element first, as safetensors does, so every tensor starts aligned to its element size.
-    Tied tensors (one storage under two names) are simply written twice.
-    """
-    import torch
-
-    order = sorted(chunk, key=lambda name: -chunk[name].element_size())
-    header: dict = {}
-    offset = 0
-    for name in order:
-        tensor = chunk[name]
-        dtype = _SAFETENSORS_DTYPES.get(str(tensor.dtype).removeprefix("torch."))
-        if dtype is None:
-            raise TypeError(f"weight payload tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot hold")
-        nbytes = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": dtype, "shape": list(tensor.shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
-    buf = np.empty(8 + len(head) + offset, dtype=np.uint8)
-    buf[:8] = np.frombuffer(len(head).to_bytes(8, "little"), dtype=np.uint8)
-    buf[8:8 + len(head)] = np.frombuffer(head, dtype=np.uint8)
-    out = torch.from_numpy(buf)
-    start = 8 + len(head)
-    for name in order:
-        tensor = chunk[name]
-        lo, hi = header[name]["data_offsets"]
-        if tensor.numel():
-            out[start + lo:start + hi].copy_(tensor.cpu().contiguous().reshape(-1).view(torch.uint8))
-    return buf
+    return [np.frombuffer(save(chunk), dtype=np.uint8) for chunk in chunks]
 
 
 def decode_tensors(buffers: Iterable[np.ndarray]) -> dict[str, "torch.Tensor"]:
