@@ -33,6 +33,8 @@ class DataConfig:
     seed: int = 1
     val_max_samples: Optional[int] = None  # cap on validation prompts (None: all)
     train_max_samples: Optional[int] = None  # cap on training prompts (None: all)
+    # verl: also hand the rollout the chat messages. Batches here always carry them (raw_prompt): no effect
+    return_raw_chat: bool = False
 
 
 # ---------------------------------------------------------------- model
@@ -48,6 +50,8 @@ class ModelConfig:
     # with use_remove_padding: the n samples of a prompt share one forward of the prompt (same outputs and gradients)
     share_prompt_prefix: bool = True
     trust_remote_code: bool = False
+    # verl: Hugging Face config fields to override at load. Only {} here: trainer and rollout load model.path as is
+    override_config: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- optimiser and FSDP
@@ -78,6 +82,17 @@ class FSDPConfig:
     # master weights, the ones the optimiser steps; frozen ones (a LoRA base, a reference) stay in param_dtype
     model_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    # ranks one copy of the model is sharded over; -1: all trainer.num_workers (the only layout here: no HSDP)
+    fsdp_size: int = -1
+    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+
+
+@dataclass
+class CheckpointConfig:
+    """What a checkpoint holds (verl's `checkpoint` section). Here always model, optimizer and extra (LR schedule,
+    RNG, data position), so only that set is accepted (any order)."""
+    save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    load_contents: Optional[list[str]] = None  # None: save_contents
 
 
 @dataclass
@@ -96,8 +111,13 @@ class ActorConfig:
     strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
     ppo_mini_batch_size: int = 256  # prompts per optimiser step (times rollout.n samples)
     ppo_micro_batch_size_per_gpu: Optional[int] = None  # samples per forward/backward; None: whole mini-batch
+    # verl's older global name: divided by trainer.num_workers into ppo_micro_batch_size_per_gpu
+    ppo_micro_batch_size: Optional[int] = None
     use_dynamic_bsz: bool = False  # micro-batches by token budget instead of sample count
     ppo_max_token_len_per_gpu: int = 16384
+    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+    # verl: recompute the entropy in the backward pass to save memory; the same numbers either way: no effect here
+    entropy_checkpointing: bool = False
     grad_clip: float = 1.0
     clip_ratio: float = 0.2
     clip_ratio_low: Optional[float] = None  # None: clip_ratio
@@ -115,15 +135,37 @@ class ActorConfig:
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
 @dataclass
 class RefConfig:
+    # samples per forward; None: the whole batch (LoRA, which runs on the actor's engine: the actor's micro-batch)
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    log_prob_micro_batch_size: Optional[int] = None  # verl's older global name, divided by trainer.num_workers
+    log_prob_use_dynamic_bsz: Optional[bool] = None  # micro-batches by token budget; None: actor.use_dynamic_bsz
+    log_prob_max_token_len_per_gpu: Optional[int] = None  # that budget; None: actor.ppo_max_token_len_per_gpu
+    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
 
 
 # ---------------------------------------------------------------- rollout
+@dataclass
+class MultiTurnConfig:
+    """verl's multi-turn rollout (tool calls, interactions). Not supported here: accepted only at these defaults."""
+    enable: bool = False
+    max_assistant_turns: Optional[int] = None
+    tool_config_path: Optional[str] = None
+    max_user_turns: Optional[int] = None
+    max_parallel_calls: int = 1
+    max_tool_response_length: int = 256
+    tool_response_truncate_side: Literal["left", "middle", "right"] = "middle"
+    interaction_config_path: Optional[str] = None
+    use_inference_chat_template: bool = False
+    tokenization_sanity_check_mode: Literal["strict", "disable", "ignore_strippable"] = "strict"
+    format: str = "hermes"
+
+
 @dataclass
 class ValKwargs:
     """Sampling for validation: greedy by default, as in verl."""
@@ -163,7 +205,24 @@ class RolloutConfig:
     omp_threads: Optional[int] = None  # vLLM CPU threads per replica; None: cpus_per_replica
     http_host: str = "127.0.0.1"  # OpenAI-compatible /v1/chat/completions for people
     http_port: int = 8000
+    # the actor's old-log-prob pass: samples per forward (None: actor.ppo_micro_batch_size_per_gpu), or a token budget
     log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    log_prob_micro_batch_size: Optional[int] = None  # verl's older global name, divided by trainer.num_workers
+    log_prob_use_dynamic_bsz: Optional[bool] = None  # None: actor.use_dynamic_bsz
+    log_prob_max_token_len_per_gpu: Optional[int] = None  # None: actor.ppo_max_token_len_per_gpu
+    # verl: how vLLM gets its first weights (dummy: random, then the actor's). vLLM here loads model.path, the actor's
+    # initial weights, so it generates with the same weights whatever the value: no effect
+    load_format: Literal["dummy", "dummy_dtensor", "dummy_hf", "auto", "safetensors", "hf", "pt",
+                         "dtensor"] = "dummy"
+    # verl: gather LoRA-run weights for the sync layer by layer (memory); here they are gathered tensor by tensor
+    # to CPU whatever the value: no effect
+    layered_summon: bool = False
+    # vLLM's context cap; None or at least prompt_length + response_length (what the engine is sized to)
+    max_model_len: Optional[int] = None
+    # verl: sync (deprecated: batch inference inside the workers) or async (inference servers). The rollout here is
+    # always a server (Ray Serve) and both give the same samples: no effect
+    mode: Literal["sync", "async"] = "async"
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
 
 
 @dataclass
@@ -182,6 +241,8 @@ class CriticModelConfig:
     use_remove_padding: bool = True
     share_prompt_prefix: bool = True  # as actor_rollout_ref.model.share_prompt_prefix
     trust_remote_code: bool = False
+    override_config: dict[str, Any] = field(default_factory=dict)  # as actor_rollout_ref.model.override_config
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)  # the critic's FSDP settings (verl's location)
 
 
 @dataclass
@@ -191,14 +252,16 @@ class CriticConfig:
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     ppo_mini_batch_size: Optional[int] = None  # None: actor's
     ppo_micro_batch_size_per_gpu: Optional[int] = None
+    ppo_micro_batch_size: Optional[int] = None  # verl's older global name, divided by trainer.num_workers
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 32768
+    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
     ppo_epochs: Optional[int] = None  # None: actor's
     cliprange_value: float = 0.5
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     grad_clip: float = 1.0
     use_torch_compile: bool = False
-    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
 # ---------------------------------------------------------------- rewards
@@ -228,6 +291,13 @@ class RewardModelConfig:
     timeout_s: float = 10.0  # per sample; a hung reward never hangs the run
     on_error: Literal["raise", "zero"] = "raise"  # a failing reward: stop naming the sample, or score 0 and count it
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)  # training reward only
+    # verl's per-sample managers: naive and prime call compute_score once per response, as here (in num_workers
+    # processes); dapo also takes reward_kwargs; batch (one call with lists) is not supported yet
+    reward_manager: Literal["naive", "prime", "dapo", "batch"] = "naive"
+    # reward_manager=dapo's keyword arguments: overlong_buffer_cfg (becomes overlong_buffer), max_resp_len (must be
+    # the response budget, actor_rollout_ref.rollout.response_length)
+    reward_kwargs: dict[str, Any] = field(default_factory=dict)
+    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
 
 
 @dataclass
@@ -289,7 +359,13 @@ class TrainerConfig:
     experiment_name: str = "run"
     total_epochs: int = 1
     total_training_steps: Optional[int] = None  # None: epochs × batches per epoch
-    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # console, jsonl, tensorboard, mlflow
+    # console, jsonl, tensorboard, mlflow; one name as a string becomes a one-item list
+    logger: StrList = field(default_factory=lambda: ["console", "jsonl"])
+    # verl: validation samples logged as a table to tensorboard / mlflow / wandb...; no tables here yet, so > 0 is
+    # refused with tensorboard or mlflow (with console / jsonl only it changes nothing, as in verl)
+    log_val_generations: int = 0
+    # verl: which worker implementation; there is one here: no effect
+    use_legacy_worker_impl: Literal["auto", "enable", "disable"] = "auto"
     nnodes: int = 1
     n_gpus_per_node: int = 0  # 0: CPU training
     num_workers: int = 2  # Ray Train workers (FSDP ranks)

@@ -1,8 +1,13 @@
 """Cross-key checks of the typed config, run before Ray starts. Each message names the keys and their values."""
 from __future__ import annotations
 
+import logging
+
 from app.config.loader import ConfigError
 from app.config.schema import TrainerRunConfig
+from app.config.verl_compat import apply_verl_names, check_unsupported
+
+log = logging.getLogger(__name__)
 
 # Estimators whose baseline is the other samples of the same prompt: one sample per prompt has no baseline.
 _GROUP_ESTIMATORS = {"grpo", "rloo", "opo", "reinforce_plus_plus_baseline"}
@@ -16,6 +21,7 @@ def validate(cfg: TrainerRunConfig) -> None:
     _check_algorithm(cfg)
     _check_ranges(cfg)
     _check_overlong_buffer(cfg)
+    check_unsupported(cfg)
 
 
 def _fill_derived(cfg: TrainerRunConfig) -> None:
@@ -34,6 +40,7 @@ def _fill_derived(cfg: TrainerRunConfig) -> None:
         critic.ppo_mini_batch_size = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     if critic.ppo_epochs is None:
         critic.ppo_epochs = cfg.actor_rollout_ref.actor.ppo_epochs
+    apply_verl_names(cfg)
 
 
 def _resolve_auto_precision(cfg: TrainerRunConfig) -> None:
@@ -41,7 +48,7 @@ def _resolve_auto_precision(cfg: TrainerRunConfig) -> None:
     from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
 
     arr = cfg.actor_rollout_ref
-    sections = (arr.actor.fsdp_config, arr.ref.fsdp_config, cfg.critic.fsdp_config)
+    sections = (arr.actor.fsdp_config, arr.ref.fsdp_config, cfg.critic.model.fsdp_config)
     if arr.rollout.dtype != "auto" and all(s.mixed_precision.param_dtype != "auto" for s in sections):
         return
     short, long = resolve_auto_dtype(cfg.trainer.n_gpus_per_node > 0, cpu_has_native_bf16())
@@ -112,11 +119,19 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
                 f"data.train_batch_size={data.train_batch_size} is not a multiple of critic.ppo_mini_batch_size={critic_mb}"
             )
     max_tokens = data.max_prompt_length + cfg.actor_rollout_ref.rollout.response_length
-    if actor.use_dynamic_bsz and actor.ppo_max_token_len_per_gpu < max_tokens:
-        raise ConfigError(
-            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={actor.ppo_max_token_len_per_gpu} is smaller than one "
-            f"sequence (data.max_prompt_length + rollout.response_length = {max_tokens})"
-        )
+    rollout, ref = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref
+    for key, dynamic, budget in (
+        ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", actor.use_dynamic_bsz, actor.ppo_max_token_len_per_gpu),
+        ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", rollout.log_prob_use_dynamic_bsz,
+         rollout.log_prob_max_token_len_per_gpu),
+        ("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", ref.log_prob_use_dynamic_bsz,
+         ref.log_prob_max_token_len_per_gpu),
+    ):
+        if dynamic and budget < max_tokens:
+            raise ConfigError(
+                f"{key}={budget} is smaller than one sequence "
+                f"(data.max_prompt_length + rollout.response_length = {max_tokens})"
+            )
 
 
 def _check_algorithm(cfg: TrainerRunConfig) -> None:
@@ -134,11 +149,12 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
         except (ValueError, ImportError, AttributeError) as exc:
             raise ConfigError(f"{key}={name!r}: {exc}") from exc
     n = cfg.actor_rollout_ref.rollout.n
-    if algo.adv_estimator in _GROUP_ESTIMATORS and n < 2:
-        raise ConfigError(
-            f"algorithm.adv_estimator={algo.adv_estimator!r} compares the samples of one prompt, "
-            f"so actor_rollout_ref.rollout.n must be at least 2 (got {n})"
-        )
+    if algo.adv_estimator in _GROUP_ESTIMATORS and n == 1:  # verl allows it
+        log.warning(
+            "algorithm.adv_estimator=%r compares the samples of one prompt, but actor_rollout_ref.rollout.n=1: "
+            "every group is a single sample with no baseline, so (as in verl) its advantage is its own score "
+            "(group mean 0, std 1), not a comparison; set rollout.n >= 2 for group-relative advantages",
+            algo.adv_estimator)
     _check_filter_groups(cfg)
     _check_rollout_correction(cfg)
     from algos.kl import LOG_PROB_KL_KINDS as KL_KINDS  # `full` needs logits, which the loss never keeps
@@ -172,6 +188,13 @@ def _check_filter_groups(cfg: TrainerRunConfig) -> None:
             f"algorithm.filter_groups.enable=true drops groups whose samples score alike, which only matters for "
             f"estimators that compare the samples of one prompt ({', '.join(sorted(_GROUP_ESTIMATORS))}); "
             f"algorithm.adv_estimator={algo.adv_estimator!r} is not one of them"
+        )
+    n = cfg.actor_rollout_ref.rollout.n
+    if n == 1:
+        raise ConfigError(
+            "algorithm.filter_groups.enable=true drops groups whose samples all score alike, and with "
+            "actor_rollout_ref.rollout.n=1 every group is one sample, so every group would be dropped: "
+            "rollout.n must be at least 2 (got 1)"
         )
     if fg.max_num_gen_batches < 0:
         raise ConfigError(

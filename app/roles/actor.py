@@ -31,16 +31,21 @@ class Actor:
     """``config``: the ``actor`` section (ppo_mini_batch_size, ppo_epochs, shuffle, clip_ratio*, loss_agg_mode,
     entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type, policy_loss.*).
 
-    ``rollout_n``: samples per prompt (mini-batch sizes count prompts). ``log_prob_micro_batch_size``: samples per
-    forward in ``compute_log_prob`` (verl ``rollout.log_prob_micro_batch_size_per_gpu``; None: the engine's).
+    ``rollout_n``: samples per prompt (mini-batch sizes count prompts). ``log_prob_micro_batch_size`` /
+    ``log_prob_use_dynamic_bsz`` / ``log_prob_max_token_len``: the micro-batching of ``compute_log_prob`` (verl
+    ``rollout.log_prob_micro_batch_size_per_gpu`` / ``log_prob_use_dynamic_bsz`` / ``log_prob_max_token_len_per_gpu``;
+    None: the engine's, i.e. the update's).
     """
 
     def __init__(self, engine: BaseEngine, config: Any, *, rollout_n: int = 1,
-                 log_prob_micro_batch_size: Optional[int] = None, seed: int = 0) -> None:
+                 log_prob_micro_batch_size: Optional[int] = None, log_prob_use_dynamic_bsz: Optional[bool] = None,
+                 log_prob_max_token_len: Optional[int] = None, seed: int = 0) -> None:
         self.engine = engine
         self.config = config
         self.rollout_n = rollout_n
         self.log_prob_micro_batch_size = log_prob_micro_batch_size
+        self.log_prob_use_dynamic_bsz = log_prob_use_dynamic_bsz
+        self.log_prob_max_token_len = log_prob_max_token_len
         self.seed = seed
         self._updates = 0
         loss_mode = config.policy_loss.loss_mode
@@ -54,7 +59,8 @@ class Actor:
         (default 1). 0 at padding."""
         inputs = _present(batch, _MODEL_INPUTS, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
         ctx = StepContext(temperature=float(batch.meta.get("temperature", 1.0)), compute_entropy=calculate_entropy,
-                          micro_batch_size=self.log_prob_micro_batch_size)
+                          micro_batch_size=self.log_prob_micro_batch_size,
+                          use_dynamic_bsz=self.log_prob_use_dynamic_bsz, max_token_len=self.log_prob_max_token_len)
         with torch.no_grad(), self.engine.eval_mode():
             result = self.engine.forward_backward_step(inputs, ctx, forward_only=True)
         out = TensorBatch({"old_log_probs": result.outputs["log_probs"]})

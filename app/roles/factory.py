@@ -26,10 +26,11 @@ def _lora(model_cfg: Any) -> dict[str, Any]:
                 exclude_modules=getattr(model_cfg, "exclude_modules", None))
 
 
-def _trained_engine_spec(model_cfg: Any, role_cfg: Any, *, model_kind: str, device: str, seed: int,
+def _trained_engine_spec(model_cfg: Any, role_cfg: Any, fsdp_config: Any, *, model_kind: str, device: str, seed: int,
                          **extra: Any) -> EngineSpec:
     """An engine that trains: the model section plus the role's verl keys (optim, grad_clip, ppo_* batch sizes,
-    use_torch_compile, fsdp_config), which the actor and critic sections spell the same way."""
+    use_torch_compile), which the actor and critic sections spell the same way, and the role's ``fsdp_config``
+    (verl keeps the actor's in ``actor``, the critic's in ``critic.model``)."""
     return EngineSpec(
         model_path=model_cfg.path, model_kind=model_kind, trust_remote_code=model_cfg.trust_remote_code,
         enable_gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
@@ -38,12 +39,12 @@ def _trained_engine_spec(model_cfg: Any, role_cfg: Any, *, model_kind: str, devi
         grad_clip=role_cfg.grad_clip, micro_batch_size_per_gpu=role_cfg.ppo_micro_batch_size_per_gpu,
         use_dynamic_bsz=role_cfg.use_dynamic_bsz, max_token_len_per_gpu=role_cfg.ppo_max_token_len_per_gpu,
         device=device, seed=seed, compile_layers=bool(getattr(role_cfg, "use_torch_compile", False)),
-        **extra, **_lora(model_cfg), **_precision(role_cfg.fsdp_config))
+        **extra, **_lora(model_cfg), **_precision(fsdp_config))
 
 
 def actor_engine_spec(model_cfg: Any, actor_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
-    return _trained_engine_spec(model_cfg, actor_cfg, model_kind="causal_lm", device=device, seed=seed,
-                                logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024))
+    return _trained_engine_spec(model_cfg, actor_cfg, actor_cfg.fsdp_config, model_kind="causal_lm", device=device,
+                                seed=seed, logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024))
 
 
 def ref_engine_spec(model_cfg: Any, ref_cfg: Any, actor_cfg: Any, *, device: str = "auto") -> EngineSpec:
@@ -62,7 +63,8 @@ def ref_engine_spec(model_cfg: Any, ref_cfg: Any, actor_cfg: Any, *, device: str
 def critic_engine_spec(critic_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
     if not critic_cfg.model.path:
         raise ValueError("critic.model.path is empty (validate() fills it from actor_rollout_ref.model.path)")
-    return _trained_engine_spec(critic_cfg.model, critic_cfg, model_kind="value", device=device, seed=seed)
+    return _trained_engine_spec(critic_cfg.model, critic_cfg, critic_cfg.model.fsdp_config, model_kind="value",
+                                device=device, seed=seed)
 
 
 def build_actor(arr_cfg: Any, *, device: str = "auto", seed: int = 0) -> Actor:
@@ -71,19 +73,25 @@ def build_actor(arr_cfg: Any, *, device: str = "auto", seed: int = 0) -> Actor:
     engine = make_engine(actor_cfg.strategy, actor_engine_spec(arr_cfg.model, actor_cfg, device=device, seed=seed))
     engine.init_model()
     rollout = getattr(arr_cfg, "rollout", None)
-    return Actor(engine, actor_cfg, rollout_n=getattr(rollout, "n", 1),
-                 log_prob_micro_batch_size=getattr(rollout, "log_prob_micro_batch_size_per_gpu", None), seed=seed)
+    return Actor(engine, actor_cfg, rollout_n=getattr(rollout, "n", 1), seed=seed, **_log_prob_batching(rollout))
 
 
 def build_reference(arr_cfg: Any, actor_engine: Optional[BaseEngine] = None, *, device: str = "auto") -> Reference:
     """LoRA: the actor's engine with the adapter disabled. Otherwise a new inference-only engine."""
-    micro = getattr(arr_cfg.ref, "log_prob_micro_batch_size_per_gpu", None)
+    batching = _log_prob_batching(arr_cfg.ref)
     if actor_engine is not None and actor_engine.has_adapter:
-        return Reference(actor_engine, disable_adapter=True, micro_batch_size=micro)
+        return Reference(actor_engine, disable_adapter=True, **batching)
     engine = make_engine(arr_cfg.actor.strategy, ref_engine_spec(arr_cfg.model, arr_cfg.ref, arr_cfg.actor,
                                                                  device=device))
     engine.init_model()
-    return Reference(engine, micro_batch_size=micro)
+    return Reference(engine, **batching)
+
+
+def _log_prob_batching(section: Any) -> dict[str, Any]:
+    """A log-prob pass's micro-batching from verl's ``rollout`` / ``ref`` keys (None: the actor engine's)."""
+    return dict(log_prob_micro_batch_size=getattr(section, "log_prob_micro_batch_size_per_gpu", None),
+                log_prob_use_dynamic_bsz=getattr(section, "log_prob_use_dynamic_bsz", None),
+                log_prob_max_token_len=getattr(section, "log_prob_max_token_len_per_gpu", None))
 
 
 def build_critic(critic_cfg: Any, *, rollout_n: int = 1, device: str = "auto", seed: int = 0) -> Critic:

@@ -93,7 +93,8 @@ def trial_config_tree(ctx: TrialContext, params: dict[str, Any], trial_id: str) 
     trainer["experiment_name"] = trial_experiment_name(ctx.sweep_name, trial_id)
     trainer["default_local_dir"] = str(trial_dir(ctx, trial_id))
     trainer["total_training_steps"] = ctx.total_steps
-    loggers = list(trainer.get("logger") or ["console"])
+    loggers = trainer.get("logger") or ["console"]
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers)  # verl's `trainer.logger=console` form
     if "jsonl" not in loggers:
         loggers.append("jsonl")  # the trial's reports come from metrics.jsonl
     trainer["logger"] = loggers

@@ -72,9 +72,12 @@ def test_micro_batch_must_divide_per_worker_share():
         load_config(with_(**{"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3}))
 
 
-def test_group_estimator_needs_several_samples():
-    with pytest.raises(ConfigError, match=r"adv_estimator='grpo'.*rollout\.n must be at least 2 \(got 1\)"):
-        load_config(with_(**{"actor_rollout_ref.rollout.n": 1}))
+def test_group_estimator_takes_one_sample_as_verl_does_but_the_group_filter_needs_several():
+    # GRPO with n=1 loads (with a warning: tests/app/config/test_verl_examples.py); dropping groups whose samples all
+    # score alike would drop every one-sample group
+    assert load_config(with_(**{"actor_rollout_ref.rollout.n": 1})).actor_rollout_ref.rollout.n == 1
+    with pytest.raises(ConfigError, match=r"filter_groups\.enable=true .*rollout\.n=1 .*must be at least 2 \(got 1\)"):
+        load_config(with_(**{"actor_rollout_ref.rollout.n": 1, "algorithm.filter_groups.enable": True}))
 
 
 def test_unknown_estimator_lists_known_ones():

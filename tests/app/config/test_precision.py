@@ -33,7 +33,7 @@ def test_validation_resolves_auto_once_and_keeps_explicit_choices(monkeypatch, n
     arr = cfg.actor_rollout_ref
     assert arr.rollout.dtype == long
     assert {arr.actor.fsdp_config.mixed_precision.param_dtype, arr.ref.fsdp_config.mixed_precision.param_dtype,
-            cfg.critic.fsdp_config.mixed_precision.param_dtype} == {short}
+            cfg.critic.model.fsdp_config.mixed_precision.param_dtype} == {short}
     explicit = load_config({**BASE, "actor_rollout_ref": {**BASE["actor_rollout_ref"], "rollout": {
         "n": 2, "dtype": "float16"}}})
     assert explicit.actor_rollout_ref.rollout.dtype == "float16"

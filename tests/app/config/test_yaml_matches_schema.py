@@ -14,6 +14,12 @@ INTERPOLATED = {
     "critic.model.path",
     "critic.ppo_mini_batch_size",
     "critic.ppo_epochs",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.actor.checkpoint.load_contents",
+    "critic.checkpoint.load_contents",
 }
 
 

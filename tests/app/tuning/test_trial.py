@@ -66,7 +66,8 @@ def test_param_values_are_checked_against_the_whole_config_before_tune_starts(tm
     micro = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"  # 4 so that n=1 passes the batch-size checks
     spec = resolve_params(spec, base_cfg(**{micro: 4}))
     ctx = make_context(spec, compose("quickstart", [f"{micro}=4"]), total_steps=3)
-    # GRPO compares the samples of one prompt: n=1 is refused by the trainer's own validation, named here
+    # quickstart's group filter (algorithm.filter_groups) needs several samples per prompt: n=1 is refused by the
+    # trainer's own validation, named here
     with pytest.raises(ConfigError, match=r"sweep params.actor_rollout_ref.rollout.n=1: .*must be at least 2"):
         check_param_values(spec, ctx)
 

@@ -1,0 +1,327 @@
+"""verl's own example run scripts load and validate unchanged, with only the model and data paths replaced.
+
+Each file in verl_scripts/ holds the arguments a verl script passes to `python3 -m verl.trainer.main_ppo`, copied from
+the file of github.com/volcengine/verl and the commit its first lines cite (shell variables expanded, the trailing `$@`
+dropped). The test splits them as the shell does (line continuations, quote removal), composes them with Hydra onto
+configs/ppo_trainer.yaml as `python -m app.train` does, and validates the result. `{model}`, `{train}`, `{test}` and
+`{ckpt}` are stand-ins the test creates; load_config does not open them (app.train's data check does, later).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from app.config import ConfigError, load_config
+from app.config.schema import OverlongBufferConfig
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+SCRIPTS = Path(__file__).resolve().parent / "verl_scripts"  # one file per verl script, its source on its first lines
+
+GRPO = "grpo_run_qwen2-7b"
+GRPO_OLD_NAMES = "grpo_run_qwen2-7b_old_names"  # an older version, with the global micro-batch names
+PPO = "ppo_run_deepseek7b_llm"
+RLOO = "rloo_run_qwen2-7b"
+REINFORCE_PP = "reinforce_plus_plus_run_qwen2-7b_math_rf"
+REMAX = "remax_run_qwen2.5-3b_seq_balance"
+GSPO = "gspo_test_gspo_3b_math"
+GRPO_LORA = "grpo_run_qwen2_5-3b_gsm8k_grpo_lora"
+DAPO = "dapo_test_dapo_7b_math"  # the DAPO recipe: reward_manager=dapo with reward_kwargs
+DAPO_AS_PUBLISHED = dict(sp_size=4, fsdp_size=32,
+                         override="+actor_rollout_ref.model.override_config.max_position_embeddings=32768")
+DAPO_SUPPORTED = dict(sp_size=1, fsdp_size=-1, override="")
+
+
+@pytest.fixture
+def paths(tmp_path) -> dict[str, str]:
+    """Local stand-ins for the scripts' Hugging Face model and GSM8K / MATH parquet files."""
+    model = tmp_path / "Qwen2.5-3B-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    out = {"model": str(model), "ckpt": str(tmp_path / "ckpts")}
+    for name in ("train", "test", "train2", "test2"):
+        out[name] = str(tmp_path / f"{name}.parquet")
+        Path(out[name]).touch()
+    return out
+
+
+def overrides(script: str, paths: dict[str, str], **extra: str) -> list[str]:
+    """The script's arguments as the shell hands them over: line continuations joined, quotes removed."""
+    text = "".join(line for line in (SCRIPTS / f"{script}.txt").read_text().splitlines(True)
+                   if not line.startswith("#"))
+    return shlex.split(text.format(**paths, **extra).replace("\\\n", " "))
+
+
+def compose(args: list[str]):
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+        return hydra_compose(config_name="ppo_trainer", overrides=args)
+
+
+def run_script(script: str, paths: dict[str, str], *more: str, **extra: str):
+    """What `python -m app.train <the script's arguments> <more>` validates."""
+    return load_config(compose(overrides(script, paths, **extra) + list(more)))
+
+
+# ---------------------------------------------------------------- the scripts load, and keys keep verl's meaning
+def test_grpo_script(paths):
+    cfg = run_script(GRPO, paths)
+    arr = cfg.actor_rollout_ref
+    assert cfg.algorithm.adv_estimator == "grpo" and arr.rollout.n == 5
+    assert cfg.data.train_files == paths["train"] and arr.model.path == paths["model"]
+    assert cfg.trainer.logger == ["console", "wandb"]  # parsed; wandb itself is the tracking code's business
+    assert arr.rollout.log_prob_micro_batch_size_per_gpu == arr.ref.log_prob_micro_batch_size_per_gpu == 40
+    # verl's interpolations: the log-prob passes batch like the actor (fixed sizes here)
+    assert arr.rollout.log_prob_use_dynamic_bsz is False and arr.ref.log_prob_use_dynamic_bsz is False
+    assert arr.rollout.log_prob_max_token_len_per_gpu == arr.actor.ppo_max_token_len_per_gpu == 16384
+    assert arr.ref.fsdp_config.param_offload is True and arr.actor.fsdp_config.param_offload is False
+
+
+def test_old_global_micro_batch_names_become_per_rank_sizes(paths):
+    cfg = run_script(GRPO_OLD_NAMES, paths)  # 128 samples over trainer.num_workers=2 ranks
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.ppo_micro_batch_size_per_gpu == 64
+    assert arr.rollout.log_prob_micro_batch_size_per_gpu == 64
+    assert arr.ref.log_prob_micro_batch_size_per_gpu == 64
+    cfg = run_script(GRPO_OLD_NAMES, paths, "trainer.num_workers=4")
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 32
+    assert cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 32
+    # both names for the same setting: fine when they agree, refused when they do not
+    same = run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64")
+    assert same.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 64
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.ppo_micro_batch_size=128 means 64 per rank "
+                                          r"over trainer\.num_workers=2, but actor_rollout_ref\.actor\."
+                                          r"ppo_micro_batch_size_per_gpu=16"):
+        run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16")
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.log_prob_micro_batch_size=128 .*does not "
+                                          r"split over trainer\.num_workers=3"):
+        run_script(GRPO_OLD_NAMES, paths, "trainer.num_workers=3", "actor_rollout_ref.actor.ppo_micro_batch_size=null")
+
+
+def test_ppo_script_with_a_critic(paths):
+    from app.roles.factory import actor_engine_spec, critic_engine_spec
+
+    cfg = run_script(PPO, paths, "critic.model.fsdp_config.param_offload=True", "critic.ppo_micro_batch_size=64")
+    assert cfg.algorithm.adv_estimator == "gae" and cfg.critic.model.path == paths["model"]
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 32  # 64 over 2 ranks, as the script's own setting says
+    assert cfg.trainer.logger == ["console", "wandb"] and cfg.trainer.use_legacy_worker_impl == "auto"
+    # critic.model.fsdp_config is the critic's engine's FSDP setting (and not the actor's)
+    assert critic_engine_spec(cfg.critic).param_offload is True
+    assert actor_engine_spec(cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor).param_offload is False
+
+
+def test_rloo_script(paths):
+    cfg = run_script(RLOO, paths)
+    assert cfg.algorithm.adv_estimator == "rloo" and cfg.algorithm.use_kl_in_reward
+    assert cfg.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu == 160
+
+
+def test_reinforce_plus_plus_script(paths):
+    cfg = run_script(REINFORCE_PP, paths)
+    assert cfg.algorithm.adv_estimator == "reinforce_plus_plus"
+    assert cfg.data.train_files == [paths["train"], paths["train2"]]
+    assert cfg.actor_rollout_ref.actor.kl_loss_type == "mse"
+
+
+def test_remax_script_log_prob_passes_follow_the_actors_token_budget(paths):
+    cfg = run_script(REMAX, paths)
+    arr = cfg.actor_rollout_ref
+    assert cfg.algorithm.adv_estimator == "remax"
+    for section in (arr.rollout, arr.ref):
+        assert section.log_prob_use_dynamic_bsz is True and section.log_prob_max_token_len_per_gpu == 30000
+
+
+def test_gspo_script(paths):
+    cfg = run_script(GSPO, paths)
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.policy_loss.loss_mode == "gspo" and arr.actor.loss_agg_mode == "seq-mean-token-mean"
+    assert arr.actor.ppo_max_token_len_per_gpu == 20480
+    assert arr.ref.log_prob_max_token_len_per_gpu == arr.rollout.log_prob_max_token_len_per_gpu == 30720
+    assert arr.rollout.mode == "async" and cfg.data.return_raw_chat and arr.actor.entropy_checkpointing
+    assert cfg.reward_model.reward_manager == "prime" and cfg.trainer.log_val_generations == 2
+    assert cfg.trainer.default_local_dir == paths["ckpt"]
+
+
+def test_grpo_lora_script(paths):
+    cfg = run_script(GRPO_LORA, paths)
+    arr = cfg.actor_rollout_ref
+    assert (arr.model.lora_rank, arr.model.lora_alpha) == (64, 32)
+    assert arr.rollout.load_format == "safetensors" and arr.rollout.layered_summon is True
+    assert cfg.trainer.logger == ["console", "wandb"]
+
+
+def test_dapo_script_reward_kwargs_become_the_overlong_buffer(paths):
+    cfg = run_script(DAPO, paths, **DAPO_SUPPORTED)
+    assert cfg.reward_model.reward_manager == "dapo"
+    assert cfg.reward_model.overlong_buffer == OverlongBufferConfig(enable=True, len=4096, penalty_factor=1.0,
+                                                                    log=False)
+    # max_resp_len names the budget the buffer ends at, which here is the rollout's response length
+    with pytest.raises(ConfigError, match=r"reward_model\.reward_kwargs\.max_resp_len=8192: .*"
+                                          r"actor_rollout_ref\.rollout\.response_length=4096"):
+        run_script(DAPO, paths, "actor_rollout_ref.rollout.response_length=4096", **DAPO_SUPPORTED)
+    with pytest.raises(ConfigError, match=r"reward_kwargs\.overlong_buffer_cfg .* and reward_model\.overlong_buffer "
+                                          r".* disagree"):
+        run_script(DAPO, paths, "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=16",
+                   **DAPO_SUPPORTED)
+    with pytest.raises(ConfigError, match=r"unknown key reward_model\.reward_kwargs\.max_resp_length "):
+        run_script(DAPO, paths, "+reward_model.reward_kwargs.max_resp_length=8192", **DAPO_SUPPORTED)
+
+
+def test_dapo_script_as_published_is_refused_for_sequence_parallelism(paths):
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=4: sequence "
+                                          r"parallelism is not supported yet"):
+        run_script(DAPO, paths, **DAPO_AS_PUBLISHED)
+
+
+def test_logger_given_as_one_name_becomes_a_list_and_unknown_names_are_named(paths, tmp_path):
+    from app.trainer.tracking import Tracking
+
+    assert run_script(GRPO, paths, "trainer.logger=console").trainer.logger == ["console"]
+    cfg = run_script(GRPO, paths, "trainer.logger=consle")
+    assert cfg.trainer.logger == ["consle"]
+    with pytest.raises(ValueError, match=r"trainer\.logger: unknown logger 'consle'"):
+        Tracking(cfg.trainer.logger, tmp_path, total_steps=1, start_step=0, project="p", experiment="e")
+
+
+def test_a_sweep_trial_keeps_a_one_name_logger_and_adds_jsonl(tmp_path):
+    from app.tuning.trial import TrialContext, trial_config_tree
+
+    ctx = TrialContext(sweep_name="s", sweep_dir=str(tmp_path), project_name="p",
+                       base={"trainer": {"logger": "console"}}, metric="val-core/reward/mean", total_steps=1)
+    assert trial_config_tree(ctx, {}, "t0")["trainer"]["logger"] == ["console", "jsonl"]
+
+
+def test_grpo_with_one_sample_per_prompt_loads_with_a_warning(paths, caplog):
+    with caplog.at_level(logging.WARNING, logger="app.config.validate"):
+        # 256 prompts x 1 sample over 2 ranks: the script's micro-batch of 40 no longer divides a rank's share
+        cfg = run_script(GRPO, paths, "actor_rollout_ref.rollout.n=1",
+                         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32")
+    assert cfg.actor_rollout_ref.rollout.n == 1
+    assert "actor_rollout_ref.rollout.n=1" in caplog.text and "its own score" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="app.config.validate"):
+        run_script(GRPO, paths)
+    assert "rollout.n=1" not in caplog.text
+
+
+def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(paths):
+    cfg = run_script(GRPO, paths, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
+                     "critic.ulysses_sequence_parallel_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size=2",
+                     "critic.model.fsdp_config.fsdp_size=-1", "actor_rollout_ref.model.override_config={}",
+                     "actor_rollout_ref.rollout.multi_turn.format=hermes",
+                     "actor_rollout_ref.actor.checkpoint.save_contents=[extra,model,optimizer]",
+                     "actor_rollout_ref.rollout.max_model_len=1536", "actor_rollout_ref.rollout.mode=sync",
+                     "trainer.logger=[console,jsonl]", "trainer.log_val_generations=4",
+                     "trainer.use_legacy_worker_impl=disable")
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.fsdp_config.fsdp_size == 2  # trainer.num_workers: the one layout there is
+    assert arr.actor.checkpoint.load_contents == ["extra", "model", "optimizer"]  # verl: ${.save_contents}
+
+
+# ---------------------------------------------------------------- refusals name the key, the value and why
+@pytest.mark.parametrize("override, message", [
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+     r"actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2: sequence parallelism is not supported yet"),
+    ("actor_rollout_ref.ref.ulysses_sequence_parallel_size=2",
+     r"actor_rollout_ref\.ref\.ulysses_sequence_parallel_size=2: sequence parallelism is not supported yet"),
+    ("critic.ulysses_sequence_parallel_size=4",
+     r"critic\.ulysses_sequence_parallel_size=4: sequence parallelism is not supported yet"),
+    ("critic.model.fsdp_config.ulysses_sequence_parallel_size=2",
+     r"critic\.model\.fsdp_config\.ulysses_sequence_parallel_size=2: sequence parallelism"),
+    ("actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
+     r"actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=8: hybrid sharding .* trainer\.num_workers=2"),
+    ("critic.model.fsdp_config.fsdp_size=1", r"critic\.model\.fsdp_config\.fsdp_size=1: hybrid sharding"),
+    ("+actor_rollout_ref.model.override_config.attention_dropout=0.",
+     r"actor_rollout_ref\.model\.override_config=\{'attention_dropout': 0\.0\}: overriding the model's Hugging Face "
+     r"config is not supported yet"),
+    ("+critic.model.override_config.attn_implementation=sdpa", r"critic\.model\.override_config="),
+    ("actor_rollout_ref.rollout.multi_turn.enable=true",
+     r"actor_rollout_ref\.rollout\.multi_turn\.enable=True: multi-turn rollout .* not supported yet"),
+    ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
+     r"actor_rollout_ref\.rollout\.multi_turn\.max_assistant_turns=5: multi-turn"),
+    ("actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+     r"actor_rollout_ref\.actor\.checkpoint\.save_contents=\['model', 'optimizer', 'extra', 'hf_model'\]: "
+     r"checkpoints here always hold"),
+    ("critic.checkpoint.load_contents=[model]", r"critic\.checkpoint\.load_contents=\['model'\]"),
+    ("reward_model.reward_manager=batch", r"reward_model\.reward_manager='batch' calls compute_score once with lists"),
+    ("reward_model.reward_manager=remote", r"reward_model\.reward_manager: 'remote' is not one of 'naive'"),
+    ("+reward_model.reward_kwargs.max_resp_len=1024",
+     r"reward_model\.reward_kwargs=\{'max_resp_len': 1024\} .* only reward_model\.reward_manager=dapo"),
+    ("trainer.log_val_generations=-1", r"trainer\.log_val_generations=-1 must be >= 0"),
+    ("actor_rollout_ref.rollout.max_model_len=1000",
+     r"actor_rollout_ref\.rollout\.max_model_len=1000 is shorter than a prompt and its response .* = 1536"),
+    ("actor_rollout_ref.rollout.mode=offline", r"actor_rollout_ref\.rollout\.mode: 'offline' is not one of"),
+    ("actor_rollout_ref.rollout.load_format=gguf", r"actor_rollout_ref\.rollout\.load_format: 'gguf' is not one of"),
+])
+def test_unsupported_settings_are_refused_naming_the_key(paths, override, message):
+    with pytest.raises(ConfigError, match=message):
+        run_script(GRPO, paths, override)
+
+
+def test_validation_samples_table_is_refused_where_verl_would_write_one(paths):
+    with pytest.raises(ConfigError, match=r"trainer\.log_val_generations=2 with trainer\.logger=\['console', "
+                                          r"'tensorboard'\]: .* table to tensorboard"):
+        run_script(GSPO, paths, "trainer.logger=[console,tensorboard]")
+
+
+def test_log_prob_budget_must_hold_one_sequence(paths):
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.ref\.log_prob_max_token_len_per_gpu=8000 is smaller "
+                                          r"than one sequence .* = 10240"):
+        run_script(GSPO, paths, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=8000")
+
+
+# ---------------------------------------------------------------- the log-prob keys reach the passes
+class RecordingEngine:
+    """Stands in for the FSDP engine: records the StepContext of each forward."""
+    has_adapter = False
+
+    def __init__(self, *_: object) -> None:
+        self.contexts = []
+
+    def init_model(self) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def eval_mode(self):
+        yield
+
+    def forward_backward_step(self, batch, ctx, forward_only=False):
+        from app.batch import TensorBatch
+        from app.engine import StepResult
+
+        self.contexts.append(ctx)
+        shape = batch["responses"].shape
+        return StepResult(TensorBatch({"log_probs": torch.zeros(shape), "entropy": torch.zeros(shape)}), {}, 0.0)
+
+
+def log_prob_contexts(arr):
+    """The StepContexts of the actor's old-log-prob pass and the reference pass, as app.roles.factory builds them."""
+    from app.batch import TensorBatch
+    from app.roles import factory
+
+    batch = TensorBatch({"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5),
+                         "responses": torch.ones(2, 2, dtype=torch.long)})
+    actor, reference = factory.build_actor(arr), factory.build_reference(arr)
+    actor.compute_log_prob(batch)
+    reference.compute_ref_log_prob(batch)
+    (old,), (ref,) = actor.engine.contexts, reference.engine.contexts
+    return old, ref
+
+
+def test_log_prob_batching_keys_reach_the_actor_and_reference_passes(paths, monkeypatch):
+    from app.roles import factory
+
+    monkeypatch.setattr(factory, "make_engine", RecordingEngine)
+    cfg = run_script(GSPO, paths, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=40000")
+    old, ref = log_prob_contexts(cfg.actor_rollout_ref)
+    assert (old.use_dynamic_bsz, old.max_token_len) == (True, 30720)
+    assert (ref.use_dynamic_bsz, ref.max_token_len) == (True, 40000)
+    cfg = run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.ref.log_prob_micro_batch_size=32")
+    old, ref = log_prob_contexts(cfg.actor_rollout_ref)
+    assert (old.use_dynamic_bsz, old.micro_batch_size) == (False, 64)  # 128 over 2 ranks
+    assert (ref.use_dynamic_bsz, ref.micro_batch_size) == (False, 16)  # 32 over 2 ranks
