@@ -375,6 +375,8 @@ class TrainerConfig:
     test_freq: int = -1  # steps; -1: only at the end
     val_before_train: bool = True
     critic_warmup: int = 0  # steps of critic-only updates
+    # steps in a row whose update met NaN/Inf gradients (each skipped) before the run stops; 0: never stop
+    max_bad_steps: int = 3
     resume_mode: str = "auto"  # auto | disable | <checkpoint path>
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     max_ckpt_to_keep: Optional[int] = None  # None: keep all

@@ -1,6 +1,8 @@
 """Pieces the training roles share: global loss normalisers, mini-batch iteration, metric bookkeeping."""
 from __future__ import annotations
 
+import math
+
 from collections import defaultdict
 from typing import Any, Callable, Iterator
 
@@ -108,7 +110,9 @@ def run_ppo_epochs(engine: BaseEngine, data: TensorBatch, *, epochs: int, mini_b
             normalizer = rank_normalizer(engine, mini["response_mask"], loss_agg_mode)
             engine.optimizer_zero_grad()
             engine.forward_backward_step(mini, StepContext(loss_normalizer=normalizer, **(ctx_kwargs or {})))
-            per_step.add(grad_norm_metric, engine.optimizer_step())
+            grad_norm = engine.optimizer_step()  # the engine skips a step on a NaN/Inf norm
+            per_step.add(grad_norm_metric, grad_norm)
+            per_step.add(grad_norm_metric + "_nonfinite", float(not math.isfinite(grad_norm)))  # share of skipped steps
             per_step.add_all(global_means(engine, token_means))
             per_step.add_all(global_loss_sums(engine, loss_sums))
     return per_step

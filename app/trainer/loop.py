@@ -19,6 +19,7 @@ from algos.rewards.token_level import scores_to_token_rewards
 from app.batch import TensorBatch
 from app.config.schema import TrainerRunConfig
 from app.data import PromptBatch
+from app.trainer.bad_steps import BadStepGuard
 from app.trainer.collectives import RankGroup
 from app.trainer.dynamic_sampling import FILTER_COUNTS, filter_metric, fill_with_informative_groups
 from app.trainer.ray_metrics import publish_step_metrics
@@ -80,11 +81,11 @@ class RLTrainer(RunStateMixin):
         self.version = self._rollout_version()
         self.total_steps = self._total_steps()
         self.last_val: dict[str, float] = {}
+        self.bad_steps = BadStepGuard(cfg.trainer.max_bad_steps)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
-        resumed = self.resume()
-        if not resumed and self.version != 0:
+        if not self.resume() and self.version != 0:
             self.sync_weights()  # a reused rollout service holds another run's policy, not our initial weights
         if self.cfg.trainer.val_before_train and self.step == 0:
             self.last_val = self.validate()
@@ -116,11 +117,12 @@ class RLTrainer(RunStateMixin):
                         metrics |= self.actor.update_policy(group.batch)
                     with timer.phase("sync"):
                         self.sync_weights()
+                bad = self.bad_steps.observe(self.step, metrics)  # skipped updates; raises after max_bad_steps
                 if self._due(self.cfg.trainer.test_freq) or self.step == self.total_steps:
                     with timer.phase("testing"):
                         self.last_val = self.validate()
                     metrics |= self.last_val
-                if self._due(self.cfg.trainer.save_freq):
+                if self._due(self.cfg.trainer.save_freq) and not bad:  # checkpoints only of good steps
                     with timer.phase("save_checkpoint"):
                         self.save_checkpoint()
             metrics |= self.ranks.reduce(
@@ -284,9 +286,7 @@ class RLTrainer(RunStateMixin):
         return versions.pop()
 
     def _total_steps(self) -> int:
-        if self.cfg.trainer.total_training_steps:
-            return self.cfg.trainer.total_training_steps
-        return len(self.train_loader) * self.cfg.trainer.total_epochs
+        return self.cfg.trainer.total_training_steps or len(self.train_loader) * self.cfg.trainer.total_epochs
 
     def _due(self, freq: int) -> bool:
         return freq > 0 and self.step % freq == 0

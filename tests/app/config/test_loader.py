@@ -162,3 +162,9 @@ def test_policy_loss_section_takes_verls_keys_and_the_actor_passes_them_to_the_l
 def test_bad_policy_loss_settings_are_named(key, value, message):
     with pytest.raises(ConfigError, match=message):
         load_config(with_(**{f"actor_rollout_ref.actor.policy_loss.{key}": value}))
+
+
+def test_max_bad_steps_must_not_be_negative():
+    assert load_config(with_(**{"trainer.max_bad_steps": 0})).trainer.max_bad_steps == 0  # 0: count, never stop
+    with pytest.raises(ConfigError, match=r"trainer\.max_bad_steps=-1 must be >= 0"):
+        load_config(with_(**{"trainer.max_bad_steps": -1}))
