@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -24,9 +25,10 @@ from typing import Any, Optional
 
 import ray
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
+from serve import openai_api
 from serve.memory import release_free_heap
 from serve.payload import remove_quietly, stage_dir, write_full_weights, write_peft_adapter
 from serve.shm import reap_dead_replicas, record_engine_segments
@@ -36,7 +38,6 @@ from serve.vllm_engine import EngineSpec
 logger = logging.getLogger("ray.serve")
 
 POLICY_STORE = "policy_store"
-DEFAULT_CHAT_MAX_TOKENS = 256
 
 
 class PolicyStore:
@@ -104,10 +105,23 @@ def make_engine(kind: str, spec: EngineSpec, replica_rank: int):
 _http = FastAPI(title="rayrl rollout")
 
 
+# defined before the ingress class: serve.ingress pickles the routes when the class is made, and a route function
+# carries only the module globals that exist at that moment
+async def _json_body(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except ValueError as err:
+        raise openai_api.ApiError(f"the request body is not JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise openai_api.ApiError("the request body must be a JSON object")
+    return body
+
+
 @serve.ingress(_http)
 class RolloutServer:
     """One replica. Handle methods: generate, update_weights, policy_version, sleep, wake_up, weights_checksum;
-    HTTP: POST /v1/chat/completions, GET /v1/models (under the application's route prefix)."""
+    HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models (under
+    the application's route prefix)."""
 
     async def __init__(self, engine_kind: str, spec: EngineSpec, served_model_name: str):
         context = serve.get_replica_context()
@@ -217,47 +231,70 @@ class RolloutServer:
 
     @_http.post("/v1/chat/completions")
     async def http_chat_completions(self, request: Request):
-        body = await request.json()
-        if body.get("stream"):
-            return _error(400, "stream=true is not supported by this endpoint")
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            return _error(400, "'messages' must be a non-empty list of {role, content}")
         try:
-            temperature = float(body.get("temperature", 1.0))
-            sampling = SamplingOptions(
-                max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_CHAT_MAX_TOKENS),
-                temperature=temperature if temperature > 0 else 1.0,
-                do_sample=temperature > 0,
-                top_p=float(body.get("top_p", 1.0)),
-                n=int(body.get("n", 1)),
-                seed=body.get("seed"),
-            )
-        except (TypeError, ValueError) as err:
-            return _error(400, str(err))
-        tokenizer = await self._chat_tokenizer()
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
+            body = await _json_body(request)
+            messages = openai_api.parse_messages(body)
+            parsed = openai_api.parse_sampling(body, ("max_completion_tokens", "max_tokens"))
+            tokenizer = await self._chat_tokenizer()
+            try:
+                prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            except Exception as err:  # e.g. a role the model's chat template does not know
+                raise openai_api.ApiError(f"'messages' do not fit the model's chat template: {err}", "messages")
+            prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
+        except openai_api.ApiError as err:
+            return JSONResponse(status_code=err.status, content=err.body())
+        return await self._answer("chat", [prompt], parsed, tokenizer)
+
+    @_http.post("/v1/completions")
+    async def http_completions(self, request: Request):
+        try:
+            body = await _json_body(request)
+            parsed = openai_api.parse_sampling(body)
+            prompts = openai_api.parse_prompts(body)
+            if parsed.stream and len(prompts) > 1:
+                raise openai_api.ApiError(f"'prompt' holds {len(prompts)} prompts; with 'stream' give one per request",
+                                          "prompt")
+            tokenizer = await self._chat_tokenizer()
+            prompts = [tokenizer.encode(p) if isinstance(p, str) else p for p in prompts]
+        except openai_api.ApiError as err:
+            return JSONResponse(status_code=err.status, content=err.body())
+        return await self._answer("completion", prompts, parsed, tokenizer)
+
+    async def _answer(self, kind: str, prompts: list[list[int]], parsed: openai_api.ParsedRequest, tokenizer):
+        """Generate with the current policy and answer in OpenAI's layout: one JSON body, or a stream of events."""
+        rid = openai_api.new_id("chatcmpl" if kind == "chat" else "cmpl")
+        if parsed.stream:
+            return StreamingResponse(self._events(kind, rid, prompts[0], parsed, tokenizer),
+                                     media_type="text/event-stream")
         async with self._gate.generating():
             version = self._version
-            (seqs,) = await self._engine.generate([prompt], sampling)
-        choices = [
-            {"index": j, "message": {"role": "assistant",
-                                     "content": tokenizer.decode(s.token_ids, skip_special_tokens=True)},
-             "finish_reason": s.finish_reason}
-            for j, s in enumerate(seqs)
-        ]
-        completion_tokens = sum(len(s.token_ids) for s in seqs)
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self._served_model_name,
-            "system_fingerprint": f"policy-v{version}",
-            "choices": choices,
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": completion_tokens,
-                      "total_tokens": len(prompt) + completion_tokens},
-        }
+            per_prompt = await self._engine.generate(prompts, parsed.sampling)
+        seqs = [seq for seqs in per_prompt for seq in seqs]  # choice index: prompt * n + sample, as OpenAI orders
+        texts = [(tokenizer.decode(s.token_ids, skip_special_tokens=True), s.finish_reason) for s in seqs]
+        build = openai_api.chat_response if kind == "chat" else openai_api.completion_response
+        return build(rid, self._served_model_name, version, texts, sum(map(len, prompts)),
+                     sum(len(s.token_ids) for s in seqs))
+
+    async def _events(self, kind: str, rid: str, prompt: list[int], parsed: openai_api.ParsedRequest, tokenizer):
+        """Server-sent events of one streamed generation; the policy version cannot change while it runs."""
+        n = parsed.sampling.n
+        async with self._gate.generating():
+            piece = functools.partial(openai_api.stream_chunk, kind, rid, self._served_model_name, self._version)
+            if kind == "chat":
+                for i in range(n):  # OpenAI opens each choice with the role
+                    yield openai_api.sse(piece(i, role=True))
+            texts = [openai_api.IncrementalText(tokenizer) for _ in range(n)]
+            async for deltas in self._engine.stream(prompt, parsed.sampling):
+                for d in deltas:
+                    text = texts[d.index].add(d.token_ids, final=d.finish_reason is not None)
+                    if text:
+                        yield openai_api.sse(piece(d.index, text))
+                    if d.finish_reason is not None:
+                        yield openai_api.sse(piece(d.index, finish_reason=d.finish_reason))
+            if parsed.include_usage:
+                yield openai_api.sse(openai_api.usage_chunk(piece(0), len(prompt),
+                                                            sum(t.token_count for t in texts)))
+        yield openai_api.sse("[DONE]")
 
     async def _chat_tokenizer(self):
         if self._tokenizer is None:
@@ -315,10 +352,6 @@ class RolloutServer:
             await self._engine.shutdown()
         with contextlib.suppress(Exception):
             remove_quietly(self._stage_root)
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": "invalid_request_error"}})
 
 
 def engine_spec_from_config(rollout: Any, model_path: str, max_lora_rank: Optional[int] = None,

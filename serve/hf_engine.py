@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import Optional
+from typing import AsyncIterator, Optional
 
 from serve.payload import iter_safetensors
 from serve.types import SamplingOptions
-from serve.vllm_engine import EngineSpec, GeneratedSequence  # plain dataclasses; importing them loads no vLLM code
+from serve.vllm_engine import EngineSpec, GeneratedSequence, TokenDelta  # plain dataclasses: no vLLM code loaded
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
            "float32": "float32", "fp32": "float32"}
@@ -60,6 +60,12 @@ class HFRolloutEngine:
     async def generate(self, prompts: list[list[int]], opts: SamplingOptions) -> list[list[GeneratedSequence]]:
         async with self._lock:
             return await asyncio.to_thread(self._generate, prompts, opts)
+
+    async def stream(self, prompt: list[int], opts: SamplingOptions) -> AsyncIterator[list[TokenDelta]]:
+        """transformers `generate` has no step callbacks that fit an async stream: each choice comes whole, in one
+        delta (a valid stream, just not incremental)."""
+        (seqs,) = await self.generate([prompt], opts)
+        yield [TokenDelta(i, s.token_ids, s.finish_reason) for i, s in enumerate(seqs)]
 
     def _generate(self, prompts: list[list[int]], opts: SamplingOptions) -> list[list[GeneratedSequence]]:
         import torch

@@ -18,7 +18,7 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, AsyncIterator, Optional
 
 from serve.types import SamplingOptions
 
@@ -45,6 +45,14 @@ class EngineSpec:
     nccl_weight_transfer: bool = False  # GPU only: let the trainer push weights over NCCL
     seed: int = 0
     trust_remote_code: bool = False
+
+
+@dataclass
+class TokenDelta:
+    """New tokens of one choice of a streamed generation; `finish_reason` is set on its last delta."""
+    index: int
+    token_ids: list[int]
+    finish_reason: Optional[str]
 
 
 @dataclass
@@ -130,7 +138,7 @@ class VLLMRolloutEngine:
         await self._llm.check_health()
 
     # ------------------------------------------------------------------ generation
-    def _sampling_params(self, opts: SamplingOptions, n: int, seed: Optional[int]):
+    def _sampling_params(self, opts: SamplingOptions, n: int, seed: Optional[int], stream: bool = False):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -145,7 +153,8 @@ class VLLMRolloutEngine:
             logprobs=0,  # only the sampled token's log-prob
             flat_logprobs=True,
             detokenize=False,  # token ids are what the trainer needs; text would only cost CPU
-            output_kind=RequestOutputKind.FINAL_ONLY,
+            # a stream gets each step's new tokens; the trainer only the finished sequences
+            output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
         )
 
     async def generate(self, prompts: list[list[int]], opts: SamplingOptions) -> list[list[GeneratedSequence]]:
@@ -169,6 +178,20 @@ class VLLMRolloutEngine:
             return seqs if runs == opts.n else [seqs[0]] * opts.n
 
         return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+
+    async def stream(self, prompt: list[int], opts: SamplingOptions) -> AsyncIterator[list[TokenDelta]]:
+        """`opts.n` sequences for one prompt as they grow: each item holds the new tokens of the choices that moved,
+        with the finish reason on a choice's last delta. Greedy decoding runs once and is repeated n times."""
+        from vllm.inputs import TokensPrompt
+
+        runs = 1 if opts.greedy else opts.n
+        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=list(prompt)),
+                                            self._sampling_params(opts, runs, opts.seed, stream=True),
+                                            request_id=f"stream-{uuid.uuid4().hex[:12]}",
+                                            lora_request=self._lora_request):
+            deltas = [TokenDelta(c.index, list(c.token_ids), c.finish_reason) for c in out.outputs]
+            yield deltas if runs == opts.n else [TokenDelta(i, d.token_ids, d.finish_reason)
+                                                 for d in deltas for i in range(opts.n)]
 
     # ------------------------------------------------------------------ weights
     async def load_full_weights(self, paths: list[str]) -> None:

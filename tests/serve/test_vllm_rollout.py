@@ -173,6 +173,61 @@ def test_chat_completions_over_http_on_localhost(rollout, rollout_config, policy
     assert 1 <= answer["usage"]["completion_tokens"] <= 5
 
 
+def _openai_client(rollout_config):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"http://127.0.0.1:{rollout_config.http_port}/v1", api_key="unused", max_retries=0,
+                  timeout=120)
+
+
+def test_openai_client_streams_the_same_greedy_answer_it_gets_whole(rollout, rollout_config, policy):
+    client = _openai_client(rollout_config)
+    (model,) = client.models.list().data
+    messages = [{"role": "user", "content": "Count from one to ten"}]
+    whole = client.chat.completions.create(model=model.id, messages=messages, max_tokens=12, temperature=0)
+    chunks = list(client.chat.completions.create(model=model.id, messages=messages, max_tokens=12, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == whole.choices[0].message.content  # greedy: the same text either way
+    assert len(pieces) > 1  # delivered as it was generated, not in one piece at the end
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
+        whole.choices[0].finish_reason]
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert {c.system_fingerprint for c in chunks} == {f"policy-v{policy.version}"}
+
+    text = client.completions.create(model=model.id, prompt="one two three", max_tokens=12, temperature=0)
+    streamed = client.completions.create(model=model.id, prompt="one two three", max_tokens=12, temperature=0,
+                                         stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == text.choices[0].text
+    assert text.object == "text_completion" and 1 <= text.usage.completion_tokens <= 12
+    two = client.completions.create(model=model.id, prompt=["one", "two"], max_tokens=4, temperature=0, n=2)
+    assert [c.index for c in two.choices] == [0, 1, 2, 3]
+    assert two.choices[0].text == two.choices[1].text  # greedy: both samples of a prompt agree
+
+
+def test_requests_the_route_cannot_serve_get_a_400_naming_the_field(rollout, rollout_config):
+    from openai import BadRequestError
+
+    client = _openai_client(rollout_config)
+    for call, field in (
+        (lambda: client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=0), "'max_tokens'"),
+        (lambda: client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                temperature=3), "'temperature'"),
+        (lambda: client.completions.create(model="m", prompt=""), "'prompt'"),
+        (lambda: client.completions.create(model="m", prompt=["a", "b"], stream=True), "'prompt'"),
+    ):
+        with pytest.raises(BadRequestError) as err:
+            call()
+        assert field in str(err.value)
+    request = urllib.request.Request(f"http://127.0.0.1:{rollout_config.http_port}/v1/chat/completions",
+                                     data=b"{not json", headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=60)
+    assert err.value.code == 400 and "not JSON" in json.loads(err.value.read())["error"]["message"]
+
+
 def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, reference, ray_cluster):
     import ray
 
