@@ -20,6 +20,9 @@ def run(cfg: DictConfig) -> int:
 
     try:
         run_cfg = load_config(cfg)
+        from app.trainer.tracking import check_loggers
+
+        check_loggers(run_cfg.trainer.logger)  # rank 0 builds the loggers: a missing package would fail there
         from app.trainer.setup import check_data
 
         n_train, n_val = check_data(run_cfg)

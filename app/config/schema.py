@@ -359,10 +359,10 @@ class TrainerConfig:
     experiment_name: str = "run"
     total_epochs: int = 1
     total_training_steps: Optional[int] = None  # None: epochs × batches per epoch
-    # console, jsonl, tensorboard, mlflow; one name as a string becomes a one-item list
+    # console, jsonl, tensorboard, mlflow, wandb; one name as a string becomes a one-item list
     logger: StrList = field(default_factory=lambda: ["console", "jsonl"])
-    # verl: validation samples logged as a table to tensorboard / mlflow / wandb...; no tables here yet, so > 0 is
-    # refused with tensorboard or mlflow (with console / jsonl only it changes nothing, as in verl)
+    # this many validation samples (the same prompts each time) go to tensorboard (text), mlflow (a JSON artifact)
+    # and wandb (a table) under val/generations, as in verl; console and jsonl do not show them
     log_val_generations: int = 0
     # verl: which worker implementation; there is one here: no effect
     use_legacy_worker_impl: Literal["auto", "enable", "disable"] = "auto"

@@ -18,8 +18,6 @@ _GLOBAL_MICRO_BATCHES = (
     ("critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
 )
 _DAPO_REWARD_KWARGS = ("max_resp_len", "overlong_buffer_cfg")
-# loggers here to which verl would also write trainer.log_val_generations samples as a table
-_GENERATION_TABLE_LOGGERS = ("tensorboard", "mlflow")
 
 
 def apply_verl_names(cfg: TrainerRunConfig) -> None:
@@ -146,15 +144,8 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
 
 
 def _check_log_val_generations(cfg: TrainerRunConfig) -> None:
-    n, loggers = cfg.trainer.log_val_generations, cfg.trainer.logger
-    if n < 0:
-        raise ConfigError(f"trainer.log_val_generations={n} must be >= 0")
-    tables = [name for name in loggers if name in _GENERATION_TABLE_LOGGERS]
-    if n and tables:
-        raise ConfigError(
-            f"trainer.log_val_generations={n} with trainer.logger={loggers}: verl writes that many validation "
-            f"samples as a table to {', '.join(tables)}, which is not supported yet; set it to 0 (validation "
-            "metrics are logged either way)")
+    if cfg.trainer.log_val_generations < 0:
+        raise ConfigError(f"trainer.log_val_generations={cfg.trainer.log_val_generations} must be >= 0")
 
 
 def _refuse_non_default(section: Any, path: str, why: str) -> None:

@@ -39,17 +39,21 @@ class RankGroup:
 
     def union(self, names: set[str]) -> list[str]:
         """The sorted union of every rank's `names` (e.g. the extra fields its reward functions returned)."""
+        out: set[str] = set()
+        for text in self.gather_text("\n".join(sorted(names))):
+            out |= set(text.split("\n")) - {""}
+        return sorted(out)
+
+    def gather_text(self, text: str) -> list[str]:
+        """Every rank's `text`, in rank order (over the engine's all-reduce: a sum of rows only one rank fills)."""
         if self.world == 1:
-            return sorted(names)
-        mine = torch.tensor(list("\n".join(sorted(names)).encode()), dtype=torch.float64)
+            return [text]
+        mine = torch.tensor(list(text.encode()), dtype=torch.float64)
         width = int(self.engine.all_reduce(torch.tensor([float(len(mine))]), "max")[0])
-        rows = torch.zeros(self.world, width, dtype=torch.float64)  # each rank fills its own row: a sum gathers them
+        rows = torch.zeros(self.world, width, dtype=torch.float64)
         rows[self.rank, :len(mine)] = mine
         rows = self.engine.all_reduce(rows, "sum")
-        out: set[str] = set()
-        for row in rows.to(torch.uint8).tolist():
-            out |= set(bytes(row).rstrip(b"\0").decode().split("\n")) - {""}
-        return sorted(out)
+        return [bytes(row).rstrip(b"\0").decode() for row in rows.to(torch.uint8).tolist()]
 
     def barrier(self) -> None:
         self.engine.all_reduce(torch.zeros(1), "sum")

@@ -74,7 +74,11 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
     rollout = get_rollout_client(loop_config["rollout_app"], cfg.actor_rollout_ref.rollout)
     trainer = build_trainer(cfg, rollout, report=lambda metrics: ray.train.report(metrics))
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:
+        if trainer.tracking is not None:  # rank 0: finish the W&B / MLflow runs and flush the files, failed or not
+            trainer.tracking.close()
 
 
 def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,

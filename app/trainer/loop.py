@@ -7,7 +7,7 @@ pushes weights to the rollout service, writes metrics and publishes checkpoints.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol
+from typing import Callable, Optional
 
 import torch
 
@@ -26,29 +26,11 @@ from app.trainer.ray_metrics import publish_step_metrics
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch, repeat_per_sample
 from app.trainer.rollout_dump import dump_rollouts
 from app.trainer.run_state import RunStateMixin
+from app.trainer.services import RewardScorer, RolloutService
 from app.trainer.step_metrics import batch_metrics, max_min_metrics
 from app.trainer.timing import PhaseTimer
 from app.trainer.validation import validate
 from serve.types import FullWeights, LoraAdapter
-
-
-class RolloutService(Protocol):
-    """What the loop needs from the rollout deployment (`serve.RolloutClient`)."""
-
-    def generate(self, prompt_token_ids: list[list[int]], *, expect_version: int,
-                 validation: bool = False) -> list[Any]: ...
-    def update_weights(self, version: int, payload: Any) -> Any: ...
-    def replica_versions(self) -> dict[str, int]: ...
-    def sleep(self) -> None: ...
-    def wake_up(self) -> None: ...
-
-
-class RewardScorer(Protocol):
-    """What the loop needs from the reward step (`app.trainer.scoring.Scorer`)."""
-
-    def score(self, responses: list[str], data_sources: list[str], ground_truths: list[Any],
-              extra_infos: list[dict], messages: list[list[dict]]
-              ) -> tuple[list[float], dict[str, float], dict[str, list[Any]]]: ...
 
 
 class RLTrainer(RunStateMixin):
@@ -242,8 +224,13 @@ class RLTrainer(RunStateMixin):
         self.version += 1
 
     def validate(self) -> dict[str, float]:
-        """Greedy decoding on this rank's share of the validation prompts; mean reward per `data_source`."""
-        return validate(self.rollout, self.scorer, self.tokenizer, self.val_dataset, self.ranks, self.version)
+        """Greedy decoding on this rank's share of the validation prompts; mean reward per `data_source`. Rank 0 hands
+        `trainer.log_val_generations` of the samples to the loggers that keep tables."""
+        metrics, samples = validate(self.rollout, self.scorer, self.tokenizer, self.val_dataset, self.ranks,
+                                    self.version, keep_samples=self.cfg.trainer.log_val_generations)
+        if samples and self.tracking is not None:
+            self.tracking.log_generations(samples, self.step)
+        return metrics
 
     # ------------------------------------------------------------------ helpers
     def _next_prompts(self) -> PromptBatch:

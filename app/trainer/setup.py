@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from app.config.schema import TrainerRunConfig
 from app.data import PromptDataLoader, PromptDataOptions, PromptDataset, load_prompt_dataset, pad_token_id_of
@@ -78,7 +78,7 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
         start = checkpoints.read_state(resume)["global_step"] if resume else 0
         tracking = Tracking(cfg.trainer.logger, out_dir, total_steps=cfg.trainer.total_training_steps,
                             start_step=start, project=cfg.trainer.project_name,
-                            experiment=cfg.trainer.experiment_name, flat_config=_flatten(dataclasses.asdict(cfg)))
+                            experiment=cfg.trainer.experiment_name, config=dataclasses.asdict(cfg))
     return RLTrainer(cfg, tokenizer=tokenizer, train_loader=loader, val_dataset=val, actor=actor,
                      reference=reference, critic=critic, rollout=rollout, scorer=build_scorer(cfg, tokenizer),
                      report=report, tracking=tracking)
@@ -91,13 +91,3 @@ def _set_total_steps(cfg: TrainerRunConfig, batches_per_epoch: int) -> None:
     for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
         if optim.total_training_steps <= 0:
             optim.total_training_steps = cfg.trainer.total_training_steps
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out |= _flatten(value, f"{prefix}{key}.")
-        else:
-            out[f"{prefix}{key}"] = value
-    return out

@@ -1,4 +1,4 @@
-"""Where step metrics go: the console (with a progress bar), a JSONL file, and TensorBoard / MLflow when installed.
+"""Where step metrics go: the console (with a progress bar), a JSONL file, and TensorBoard / MLflow / W&B when installed.
 
 The JSONL file (`<default_local_dir>/metrics.jsonl`, one object per step with a `step` key) is the run's own record:
 plots and sweeps read it, and it survives whatever the Ray Train result object keeps.
@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+import netrc
+import os
 import sys
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
+from urllib.parse import urlparse
+
+from app.config.loader import ConfigError
 
 _CONSOLE_KEYS = ("critic/score/mean", "val-core/reward/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
                  "response_length/mean", "timing_s/step")
@@ -62,17 +67,28 @@ class ConsoleSink:
         self._bar.close()
 
 
+def _summary_writer() -> type:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        from tensorboardX import SummaryWriter
+    return SummaryWriter
+
+
 class TensorBoardSink:
     def __init__(self, log_dir: Path) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            from tensorboardX import SummaryWriter
-        self._writer = SummaryWriter(log_dir=str(log_dir))
+        self._writer = _summary_writer()(log_dir=str(log_dir))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for key, value in _finite(metrics).items():
             self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        """As verl: one markdown text per validation under `val/generations`, a section per sample."""
+        text = "".join(f"### Sample {i + 1}\n" + "".join(f"**{k}:** {v}\n\n" for k, v in row.items()) + "---\n\n"
+                       for i, row in enumerate(rows))
+        self._writer.add_text("val/generations", text, step)
         self._writer.flush()
 
     def close(self) -> None:
@@ -80,10 +96,16 @@ class TensorBoardSink:
 
 
 class MlflowSink:
-    def __init__(self, experiment: str, run_name: str, params: dict[str, Any]) -> None:
+    """Without MLFLOW_TRACKING_URI the runs go to `<out_dir>/mlflow.db`: MLflow's own default lies in the working
+    directory, which on a Ray worker is a temporary session folder, and MLflow 3 refuses a plain `mlruns/` folder."""
+
+    def __init__(self, out_dir: Path, experiment: str, run_name: str, params: dict[str, Any]) -> None:
         import mlflow
 
         self._mlflow = mlflow
+        if not os.environ.get("MLFLOW_TRACKING_URI"):
+            out_dir.mkdir(parents=True, exist_ok=True)
+            mlflow.set_tracking_uri(f"sqlite:///{(out_dir / 'mlflow.db').resolve()}")
         mlflow.set_experiment(experiment)
         mlflow.start_run(run_name=run_name)
         mlflow.log_params({k: str(v)[:250] for k, v in params.items()})
@@ -92,17 +114,90 @@ class MlflowSink:
         # MLflow metric names may not contain '@' and friends; '/' is allowed
         self._mlflow.log_metrics(_finite(metrics), step=step)
 
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        """As verl: a JSON artifact per validation, one object per sample."""
+        self._mlflow.log_text(json.dumps([{"step": step, **row} for row in rows], indent=1),
+                              f"val_generations/val_step{step}.json")
+
     def close(self) -> None:
         self._mlflow.end_run()
+
+
+class WandbSink:
+    """A W&B run named as verl names it (trainer.project_name, trainer.experiment_name) with the run's config, kept
+    under `<out_dir>/wandb` unless WANDB_DIR says otherwise."""
+
+    def __init__(self, out_dir: Path, project: str, experiment: str, config: dict[str, Any]) -> None:
+        import wandb
+
+        self._run = wandb.init(project=project, name=experiment, config=config, mode=wandb_mode(),
+                               dir=None if os.environ.get("WANDB_DIR") else str(out_dir))
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self._run.log(_finite(metrics), step=step)
+
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        """As verl: a table under `val/generations`, a row per sample."""
+        import wandb
+
+        columns = ["step", *rows[0]]
+        self._run.log({"val/generations": wandb.Table(columns=columns, data=[[step, *row.values()] for row in rows])},
+                      step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+def wandb_mode() -> str:
+    """WANDB_MODE when the user set it; otherwise online only with an API key at hand, since an online run without
+    one stops to ask for a login (or fails on a machine without network), and offline runs can be synced later."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    return "online" if os.environ.get("WANDB_API_KEY") or _netrc_has_wandb_key() else "offline"
+
+
+def _netrc_has_wandb_key() -> bool:
+    """`wandb login` keeps the key in the netrc file ($NETRC or ~/.netrc) under the API host."""
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+# the loggers that need an optional package: what they import, and the package to install
+_OPTIONAL: dict[str, tuple[Callable[[], Any], str]] = {
+    "tensorboard": (_summary_writer, "tensorboard"),
+    "mlflow": (lambda: __import__("mlflow"), "mlflow"),
+    "wandb": (lambda: __import__("wandb"), "wandb"),
+}
+
+
+def check_loggers(loggers: list[str]) -> None:
+    """Pre-flight on the driver: every name in `trainer.logger` is known and its package imports, so a typo or a
+    missing package fails before any Ray worker starts rather than in rank 0 after the model is loaded."""
+    for name in loggers:
+        if name not in Tracking.KNOWN:
+            raise ConfigError(f"trainer.logger: unknown logger {name!r}; known: {', '.join(Tracking.KNOWN)}")
+        if name in _OPTIONAL:
+            load, package = _OPTIONAL[name]
+            try:
+                load()
+            except ImportError as exc:
+                raise ConfigError(f"trainer.logger: {name!r} needs the {package} package, which is not installed: "
+                                  f"pip install 'rayrl[loggers]' (or pip install {package})") from exc
 
 
 class Tracking:
     """Fans metrics out to the sinks named in `trainer.logger`; unknown names and missing packages are errors."""
 
-    KNOWN = ("console", "jsonl", "tensorboard", "mlflow")
+    KNOWN = ("console", "jsonl", "tensorboard", "mlflow", "wandb")
 
     def __init__(self, loggers: list[str], out_dir: Path, total_steps: int, start_step: int,
-                 project: str, experiment: str, flat_config: Optional[dict[str, Any]] = None) -> None:
+                 project: str, experiment: str, config: Optional[dict[str, Any]] = None) -> None:
+        """`config`: the run's resolved config as a nested dict, attached to the MLflow (flattened) and W&B runs."""
+        check_loggers(loggers)
+        config = config or {}
         self.sinks: list[MetricSink] = []
         for name in loggers:
             if name == "console":
@@ -112,13 +207,20 @@ class Tracking:
             elif name == "tensorboard":
                 self.sinks.append(TensorBoardSink(out_dir / "tensorboard"))
             elif name == "mlflow":
-                self.sinks.append(MlflowSink(project, experiment, flat_config or {}))
-            else:
-                raise ValueError(f"trainer.logger: unknown logger {name!r}; known: {', '.join(self.KNOWN)}")
+                self.sinks.append(MlflowSink(out_dir, project, experiment, _flatten(config)))
+            elif name == "wandb":
+                self.sinks.append(WandbSink(out_dir, project, experiment, config))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for sink in self.sinks:
             sink.log(metrics, step)
+
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        """Validation samples (`trainer.log_val_generations`) to the loggers that keep them: TensorBoard, MLflow, W&B
+        (console and JSONL do not, as in verl)."""
+        for sink in self.sinks:
+            if hasattr(sink, "log_generations"):
+                sink.log_generations(rows, step)
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -131,6 +233,16 @@ def read_metrics(path: Path) -> list[dict[str, float]]:
         return []
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return sorted(rows, key=lambda r: r.get("step", 0))
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _finite(metrics: dict[str, Any]) -> dict[str, float]:

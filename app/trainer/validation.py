@@ -1,6 +1,9 @@
-"""Greedy validation: every rank decodes its share of the validation prompts; the mean reward per `data_source`."""
+"""Greedy validation: every rank decodes its share of the validation prompts; the mean reward per `data_source`, and
+the samples verl's `trainer.log_val_generations` asks for."""
 from __future__ import annotations
 
+import json
+import random
 from typing import Any
 
 import torch
@@ -8,15 +11,21 @@ import torch
 from app.trainer.collectives import RankGroup
 
 
-def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks: RankGroup,
-             version: int) -> dict[str, float]:
+def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks: RankGroup, version: int,
+             keep_samples: int = 0) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """`val-core/<source>/reward/mean`, `val-core/reward/mean` (all prompts) and `val-aux/response_length/mean`,
     from `rollout.generate(..., validation=True)` (the `val_kwargs` sampling; greedy by default) at `version`; and
     `val-aux/<source>/<field>/mean` for each numeric extra field of reward functions that return dicts (the built-in
-    arithmetic reward's `acc` and `formatted`), so that a run shows which part of the reward moved."""
+    arithmetic reward's `acc` and `formatted`), so that a run shows which part of the reward moved.
+
+    Also returns, on rank 0 (empty elsewhere), `keep_samples` rows of {data_source, input, output, ground_truth,
+    score}: the same prompts at every validation (a seeded draw), so a table shows one prompt's answers over steps."""
     if val_dataset is None or len(val_dataset) == 0:
-        return {}
-    records = [val_dataset[i] for i in range(ranks.rank, len(val_dataset), ranks.world)]
+        return {}, []
+    kept = set(random.Random(42).sample(range(len(val_dataset)), min(keep_samples, len(val_dataset))))
+    rows: list[dict[str, Any]] = []
+    indices = list(range(ranks.rank, len(val_dataset), ranks.world))
+    records = [val_dataset[i] for i in indices]
     sources = sorted({r.data_source for r in val_dataset})
     sums = torch.zeros(len(sources) * 2 + 1, dtype=torch.float64)  # (reward, count) per source, response tokens
     fields: dict[str, list[float]] = {}  # "<source>/<field>" -> [sum, count] of this rank's numeric values
@@ -31,6 +40,10 @@ def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks:
             sums[2 * j] += score
             sums[2 * j + 1] += 1
             sums[-1] += len(sample.response_token_ids)
+            if indices[sample.prompt_index] in kept:
+                rows.append({"index": indices[sample.prompt_index], "data_source": rec.data_source,
+                             "input": tokenizer.decode(rec.prompt_ids, skip_special_tokens=True), "output": texts[i],
+                             "ground_truth": str(rec.ground_truth), "score": float(score)})
             for name, values in extra.items():
                 if isinstance(values[i], (int, float)):  # bool included; text fields (e.g. `pred`) are not averaged
                     total = fields.setdefault(f"{rec.data_source}/{name}", [0.0, 0.0])
@@ -50,4 +63,12 @@ def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks:
     for name, (total, n) in zip(names, field_sums.tolist()):
         if n:
             out[f"val-aux/{name}/mean"] = total / n
-    return out
+    return out, _gather_rows(rows, ranks) if kept else []
+
+
+def _gather_rows(rows: list[dict[str, Any]], ranks: RankGroup) -> list[dict[str, Any]]:
+    """Every rank's sample rows on rank 0, in validation-set order (each rank calls this: it is a collective)."""
+    gathered = [row for text in ranks.gather_text(json.dumps(rows)) for row in json.loads(text)]
+    if ranks.rank != 0:
+        return []
+    return [{k: v for k, v in row.items() if k != "index"} for row in sorted(gathered, key=lambda r: r["index"])]

@@ -71,6 +71,7 @@ def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
     from ray import tune
 
     from app.trainer.launch import ensure_ray
+    from app.trainer.tracking import check_loggers
 
     ctx = make_context(spec, base_tree, total_steps, train_fn)
     check_param_values(spec, ctx)
@@ -80,6 +81,7 @@ def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
     search_algorithm(spec)  # a bad method (e.g. optuna missing) fails here, before Ray starts
 
     base_cfg = load_config(_omegaconf(ctx.base))
+    check_loggers(base_cfg.trainer.logger)
     ensure_ray(base_cfg)
     cluster = ray.cluster_resources()
     needs = trial_needs(_worst_case(spec, ctx), cluster_has_gpus=cluster.get("GPU", 0) > 0)

@@ -50,3 +50,8 @@ def test_union_of_names_over_ranks():
     # sorted
     assert RankGroup(_RankOne()).union({"formatted", "acc"}) == ["acc", "formatted", "pred"]
     assert RankGroup(_RankOne()).union(set()) == ["acc", "pred"]  # a rank with no validation records
+
+
+def test_gather_text_keeps_rank_order_and_utf8():
+    # rank 0's text is longer than rank 1's 8 bytes and not ASCII: each comes back whole, rank 0 first
+    assert RankGroup(_RankOne()).gather_text("½ + ¼ = ¾ ok") == ["½ + ¼ = ¾ ok", "acc\npred"]

@@ -67,10 +67,20 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(compose, rollout
     out = tmp_path / "grpo"
     overrides = base_overrides(tiny_model_dir, arith_data, out) + ["trainer.num_workers=2", "trainer.save_freq=3",
                                                                    "trainer.experiment_name=grpo-e2e"]
-    train(compose(overrides + ["trainer.total_training_steps=3"]), rollout_app=rollout_app)
+    # validation at the last step, with 3 of its samples to TensorBoard (gathered from both ranks)
+    train(compose(overrides + ["trainer.total_training_steps=3", "trainer.logger=[jsonl,tensorboard]",
+                               "trainer.log_val_generations=3"]), rollout_app=rollout_app)
     assert (out / "global_step_3" / "trainer_state.json").is_file()
     first = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in first] == [1, 2, 3]
+    assert "val-core/reward/mean" in first[-1]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    [text] = events.Tensors("val/generations/text_summary")
+    markdown = text.tensor_proto.string_val[0].decode()
+    assert text.step == 3 and markdown.count("### Sample") == 3 and markdown.count("**input:** ") == 3
     assert all(r["training/policy_version"] >= r["step"] for r in first)  # one sync per step
 
     # A second run with a longer horizon resumes from global_step_3 and trains step 4 only.

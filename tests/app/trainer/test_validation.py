@@ -25,6 +25,9 @@ class _Tokenizer:
     def batch_decode(self, ids, skip_special_tokens):
         return [str(seq[0]) for seq in ids]
 
+    def decode(self, ids, skip_special_tokens):
+        return "+".join(map(str, ids))
+
 
 class _TableScorer:
     """Scores from a table keyed by response text; the "math" source returns dicts with `acc` and a text `pred`."""
@@ -38,8 +41,9 @@ class _TableScorer:
         return [s for s, _ in rows], {}, {k: [extra.get(k) for _, extra in rows] for k in keys}
 
 
-def _record(source):
-    return SimpleNamespace(prompt_ids=[1, 2], data_source=source, ground_truth="1", extra_info={}, messages=[])
+def _record(source, prompt_ids=(1, 2)):
+    return SimpleNamespace(prompt_ids=list(prompt_ids), data_source=source, ground_truth="1", extra_info={},
+                           messages=[])
 
 
 def test_means_per_source_and_of_numeric_extra_fields():
@@ -50,7 +54,8 @@ def test_means_per_source_and_of_numeric_extra_fields():
         "2": (0.5, {"acc": True, "pred": "6"}),  # a bool field counts as 1
         "3": (0.0, {}),  # the "yes" source's function returns a plain number
     })
-    out = validate(_EchoRollout(), scorer, _Tokenizer(), dataset, RankGroup(_OneRank()), version=3)
+    out, samples = validate(_EchoRollout(), scorer, _Tokenizer(), dataset, RankGroup(_OneRank()), version=3)
+    assert samples == []  # none asked for
     assert out == {
         "val-core/math/reward/mean": (1.0 + 0.1 + 0.5) / 3,
         "val-core/yes/reward/mean": 0.0,
@@ -58,3 +63,22 @@ def test_means_per_source_and_of_numeric_extra_fields():
         "val-aux/response_length/mean": (1 + 2 + 3 + 4) / 4,  # response i has i + 1 tokens
         "val-aux/math/acc/mean": 2 / 3,  # `pred` is text: not averaged
     }
+
+
+def test_kept_samples_are_the_same_seeded_prompts_at_every_validation_in_dataset_order():
+    dataset = [_record("math", prompt_ids=(i, i)) for i in range(10)]
+    scorer = _TableScorer({str(i): (i / 10, {}) for i in range(10)})
+
+    def run(keep):
+        return validate(_EchoRollout(), scorer, _Tokenizer(), dataset, RankGroup(_OneRank()), version=3,
+                        keep_samples=keep)[1]
+
+    rows = run(3)
+    assert len(rows) == 3 and rows == run(3)  # a fixed draw: the table follows the same prompts over steps
+    for row in rows:  # prompt i is "i+i"; the rollout answers it "i", which the table scores i / 10
+        i = int(row["output"])
+        assert row == {"data_source": "math", "input": f"{i}+{i}", "output": str(i), "ground_truth": "1",
+                       "score": i / 10}
+    indices = [int(row["output"]) for row in rows]
+    assert indices == sorted(indices) and indices != [0, 1, 2]  # validation-set order, not just the first three
+    assert len(run(50)) == 10  # more than the set holds: all of it

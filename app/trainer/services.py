@@ -1,0 +1,23 @@
+"""What the loop needs from the services it is handed: the rollout deployment and the reward step."""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class RolloutService(Protocol):
+    """What the loop needs from the rollout deployment (`serve.RolloutClient`)."""
+
+    def generate(self, prompt_token_ids: list[list[int]], *, expect_version: int,
+                 validation: bool = False) -> list[Any]: ...
+    def update_weights(self, version: int, payload: Any) -> Any: ...
+    def replica_versions(self) -> dict[str, int]: ...
+    def sleep(self) -> None: ...
+    def wake_up(self) -> None: ...
+
+
+class RewardScorer(Protocol):
+    """What the loop needs from the reward step (`app.trainer.scoring.Scorer`)."""
+
+    def score(self, responses: list[str], data_sources: list[str], ground_truths: list[Any],
+              extra_infos: list[dict], messages: list[list[dict]]
+              ) -> tuple[list[float], dict[str, float], dict[str, list[Any]]]: ...
