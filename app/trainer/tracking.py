@@ -96,8 +96,9 @@ class TensorBoardSink:
 
 
 class MlflowSink:
-    """Without MLFLOW_TRACKING_URI the runs go to `<out_dir>/mlflow.db`: MLflow's own default lies in the working
-    directory, which on a Ray worker is a temporary session folder, and MLflow 3 refuses a plain `mlruns/` folder."""
+    """Without MLFLOW_TRACKING_URI the runs go to `<out_dir>/mlflow.db` and their artifacts to `<out_dir>/mlartifacts`:
+    MLflow's own defaults lie in the working directory, which on a Ray worker is a temporary session folder, and
+    MLflow 3 refuses a plain `mlruns/` folder."""
 
     def __init__(self, out_dir: Path, experiment: str, run_name: str, params: dict[str, Any]) -> None:
         import mlflow
@@ -106,6 +107,8 @@ class MlflowSink:
         if not os.environ.get("MLFLOW_TRACKING_URI"):
             out_dir.mkdir(parents=True, exist_ok=True)
             mlflow.set_tracking_uri(f"sqlite:///{(out_dir / 'mlflow.db').resolve()}")
+            if mlflow.get_experiment_by_name(experiment) is None:  # artifacts beside it, not in ./mlruns
+                mlflow.create_experiment(experiment, artifact_location=(out_dir / "mlartifacts").resolve().as_uri())
         mlflow.set_experiment(experiment)
         mlflow.start_run(run_name=run_name)
         mlflow.log_params({k: str(v)[:250] for k, v in params.items()})

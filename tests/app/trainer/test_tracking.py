@@ -79,7 +79,10 @@ def test_mlflow_run_goes_to_a_database_in_the_run_folder(tmp_path, monkeypatch):
     from mlflow import MlflowClient
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # nothing may land in the working directory
     log_steps(["mlflow"], tmp_path)
+    assert list((tmp_path / "cwd").iterdir()) == []
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     [run] = client.search_runs([client.get_experiment_by_name("proj").experiment_id])
     assert run.info.run_name == "exp"
@@ -88,6 +91,7 @@ def test_mlflow_run_goes_to_a_database_in_the_run_folder(tmp_path, monkeypatch):
     assert history == WRITTEN
     [artifact] = client.list_artifacts(run.info.run_id, "val_generations")
     assert artifact.path == "val_generations/val_step2.json"
+    assert (tmp_path / "mlartifacts").is_dir()
     local = client.download_artifacts(run.info.run_id, artifact.path, str(tmp_path / "download"))
     assert json.loads(Path(local).read_text()) == [{"step": 2, **row} for row in SAMPLES]
 
