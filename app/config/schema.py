@@ -12,6 +12,9 @@ StrList = Union[str, list[str]]
 
 
 # ---------------------------------------------------------------- data
+
+CPU_NUM_WORKERS = 2  # trainer.num_workers on CPU when unset: two FSDP ranks
+
 @dataclass
 class DataConfig:
     train_files: StrList = ""  # parquet / JSONL file(s) or a `save_to_disk` folder
@@ -366,9 +369,11 @@ class TrainerConfig:
     log_val_generations: int = 0
     # verl: which worker implementation; there is one here: no effect
     use_legacy_worker_impl: Literal["auto", "enable", "disable"] = "auto"
+    # training ranks, one Ray Train worker each: on GPUs n_gpus_per_node × nnodes as in verl (num_workers may be left
+    # unset or must agree); on CPU num_workers, CPU_NUM_WORKERS when unset
     nnodes: int = 1
     n_gpus_per_node: int = 0  # 0: CPU training
-    num_workers: int = 2  # Ray Train workers (FSDP ranks)
+    num_workers: Optional[int] = None
     cpus_per_worker: float = 1.0
     placement: Literal["split", "colocated"] = "split"  # colocated: GPU only, vLLM sleeps during updates
     save_freq: int = -1  # steps; -1: never (the final export still happens)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 
 from app.config.loader import ConfigError
+from app.config.ranks import derive_ranks, ranks_named
 from app.config.schema import TrainerRunConfig
 from app.config.verl_compat import apply_verl_names, check_unsupported
 
@@ -25,6 +26,7 @@ def validate(cfg: TrainerRunConfig) -> None:
 
 
 def _fill_derived(cfg: TrainerRunConfig) -> None:
+    derive_ranks(cfg.trainer)
     _resolve_auto_precision(cfg)
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.response_length is None:
@@ -78,7 +80,7 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
     _positive("data.train_batch_size", data.train_batch_size)
     _positive("actor_rollout_ref.rollout.n", n)
     _positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size)
-    _positive("trainer.num_workers", workers)
+    ranks = ranks_named(cfg.trainer)
     if data.train_batch_size % actor.ppo_mini_batch_size:
         raise ConfigError(
             f"data.train_batch_size={data.train_batch_size} is not a multiple of "
@@ -94,13 +96,13 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
         )
     for key, size in (("data.train_batch_size", data.train_batch_size), ("data.gen_batch_size", data.gen_batch_size)):
         if size % workers:
-            raise ConfigError(f"{key}={size} prompts do not split evenly over trainer.num_workers={workers}")
+            raise ConfigError(f"{key}={size} prompts do not split evenly over {ranks}")
     samples_per_minibatch = actor.ppo_mini_batch_size * n
     if samples_per_minibatch % workers:
         raise ConfigError(
             f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} × "
             f"actor_rollout_ref.rollout.n={n} = {samples_per_minibatch} samples per mini-batch "
-            f"do not split evenly over trainer.num_workers={workers}"
+            f"do not split evenly over {ranks}"
         )
     micro = actor.ppo_micro_batch_size_per_gpu
     if micro is not None and not actor.use_dynamic_bsz:
@@ -109,7 +111,7 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
         if per_worker % micro:
             raise ConfigError(
                 f"each worker gets {per_worker} samples per mini-batch "
-                f"(ppo_mini_batch_size={actor.ppo_mini_batch_size} × rollout.n={n} / trainer.num_workers={workers}), "
+                f"(ppo_mini_batch_size={actor.ppo_mini_batch_size} × rollout.n={n} / {ranks}), "
                 f"which actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} does not divide"
             )
     if cfg.algorithm.adv_estimator == "gae":

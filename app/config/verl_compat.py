@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any, Iterator
 
 from app.config.loader import ConfigError, _build, _coerce
+from app.config.ranks import ranks_named
 from app.config.schema import CheckpointConfig, FSDPConfig, OverlongBufferConfig, TrainerRunConfig
 
 # (section, verl's older global micro-batch key, the per-rank key it becomes)
@@ -45,10 +46,9 @@ def _section(cfg: Any, dotted: str) -> Any:
 
 
 def _map_global_micro_batches(cfg: TrainerRunConfig) -> None:
-    """verl divides the old global sizes by the number of ranks; here that is trainer.num_workers."""
+    """verl divides the old global sizes by the number of ranks (trainer.num_workers, derived from the GPU count on
+    GPUs)."""
     workers = cfg.trainer.num_workers
-    if workers < 1:
-        return  # refused by the batch-size checks, naming trainer.num_workers
     for path, old, new in _GLOBAL_MICRO_BATCHES:
         section = _section(cfg, path)
         total = getattr(section, old)
@@ -57,12 +57,12 @@ def _map_global_micro_batches(cfg: TrainerRunConfig) -> None:
         if total <= 0 or total % workers:
             raise ConfigError(
                 f"{path}.{old}={total} is verl's older global micro-batch size, which is split evenly over the ranks, "
-                f"and it does not split over trainer.num_workers={workers}; set {path}.{new} (per rank) instead")
+                f"and it does not split over {ranks_named(cfg.trainer)}; set {path}.{new} (per rank) instead")
         per_rank = total // workers
         current = getattr(section, new)
         if current is not None and current != per_rank:
             raise ConfigError(
-                f"{path}.{old}={total} means {per_rank} per rank over trainer.num_workers={workers}, but "
+                f"{path}.{old}={total} means {per_rank} per rank over {ranks_named(cfg.trainer)}, but "
                 f"{path}.{new}={current}: they name the same setting; set only one of them")
         setattr(section, new, per_rank)
 
@@ -111,7 +111,7 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
         if fsdp.fsdp_size not in (-1, workers):
             raise ConfigError(
                 f"{path}.fsdp_size={fsdp.fsdp_size}: hybrid sharding (shard over groups of fsdp_size ranks, replicate "
-                f"across groups) is not supported; a model is sharded over all trainer.num_workers={workers} ranks "
+                f"across groups) is not supported; a model is sharded over all {ranks_named(cfg.trainer)} "
                 f"here, which -1 (the default) means")
     arr = cfg.actor_rollout_ref
     for path, model in (("actor_rollout_ref.model", arr.model), ("critic.model", cfg.critic.model)):

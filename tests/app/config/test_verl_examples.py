@@ -83,32 +83,49 @@ def test_grpo_script(paths):
 
 
 def test_old_global_micro_batch_names_become_per_rank_sizes(paths):
-    cfg = run_script(GRPO_OLD_NAMES, paths)  # 128 samples over trainer.num_workers=2 ranks
+    cfg = run_script(GRPO_OLD_NAMES, paths)  # 128 samples over the script's 8 GPUs (n_gpus_per_node=8, nnodes=1)
     arr = cfg.actor_rollout_ref
-    assert arr.actor.ppo_micro_batch_size_per_gpu == 64
-    assert arr.rollout.log_prob_micro_batch_size_per_gpu == 64
-    assert arr.ref.log_prob_micro_batch_size_per_gpu == 64
-    cfg = run_script(GRPO_OLD_NAMES, paths, "trainer.num_workers=4")
+    assert cfg.trainer.num_workers == 8
+    assert arr.actor.ppo_micro_batch_size_per_gpu == 16
+    assert arr.rollout.log_prob_micro_batch_size_per_gpu == 16
+    assert arr.ref.log_prob_micro_batch_size_per_gpu == 16
+    cfg = run_script(GRPO_OLD_NAMES, paths, "trainer.n_gpus_per_node=4")
     assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 32
     assert cfg.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu == 32
     # both names for the same setting: fine when they agree, refused when they do not
-    same = run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64")
-    assert same.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 64
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.ppo_micro_batch_size=128 means 64 per rank "
-                                          r"over trainer\.num_workers=2, but actor_rollout_ref\.actor\."
-                                          r"ppo_micro_batch_size_per_gpu=16"):
-        run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16")
+    same = run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16")
+    assert same.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 16
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.ppo_micro_batch_size=128 means 16 per rank "
+                                          r"over 8 ranks \(trainer\.n_gpus_per_node=8 × trainer\.nnodes=1\), but "
+                                          r"actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu=32"):
+        run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32")
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.log_prob_micro_batch_size=128 .*does not "
-                                          r"split over trainer\.num_workers=3"):
-        run_script(GRPO_OLD_NAMES, paths, "trainer.num_workers=3", "actor_rollout_ref.actor.ppo_micro_batch_size=null")
+                                          r"split over 3 ranks \(trainer\.n_gpus_per_node=3"):
+        run_script(GRPO_OLD_NAMES, paths, "trainer.n_gpus_per_node=3",
+                   "actor_rollout_ref.actor.ppo_micro_batch_size=null")
+
+
+def test_gpu_jobs_are_sized_by_gpus_per_node_times_nodes_as_in_verl(paths):
+    assert run_script(GRPO, paths, "trainer.nnodes=2").trainer.num_workers == 16
+    assert run_script(GRPO, paths, "trainer.num_workers=8").trainer.num_workers == 8  # agreeing is fine
+    with pytest.raises(ConfigError, match=r"trainer\.num_workers=2 contradicts trainer\.n_gpus_per_node=8 × "
+                                          r"trainer\.nnodes=1 = 8 GPU ranks"):
+        run_script(GRPO, paths, "trainer.num_workers=2")
+    # on CPU (no GPUs per node) trainer.num_workers counts the ranks; nnodes has no meaning there
+    cpu = run_script(GRPO, paths, "trainer.n_gpus_per_node=0", "data.train_batch_size=8",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
+    assert cpu.trainer.num_workers == 2
+    with pytest.raises(ConfigError, match=r"trainer\.nnodes=2 with trainer\.n_gpus_per_node=0: on CPU the ranks"):
+        run_script(GRPO, paths, "trainer.n_gpus_per_node=0", "trainer.nnodes=2")
 
 
 def test_ppo_script_with_a_critic(paths):
     from app.roles.factory import actor_engine_spec, critic_engine_spec
 
-    cfg = run_script(PPO, paths, "critic.model.fsdp_config.param_offload=True", "critic.ppo_micro_batch_size=64")
+    cfg = run_script(PPO, paths, "critic.model.fsdp_config.param_offload=True", "critic.ppo_micro_batch_size=256")
     assert cfg.algorithm.adv_estimator == "gae" and cfg.critic.model.path == paths["model"]
-    assert cfg.critic.ppo_micro_batch_size_per_gpu == 32  # 64 over 2 ranks, as the script's own setting says
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 32  # 256 over the script's 8 GPUs, as its own per-GPU key says
     assert cfg.trainer.logger == ["console", "wandb"] and cfg.trainer.use_legacy_worker_impl == "auto"
     # critic.model.fsdp_config is the critic's engine's FSDP setting (and not the actor's)
     assert critic_engine_spec(cfg.critic).param_offload is True
@@ -211,7 +228,7 @@ def test_grpo_with_one_sample_per_prompt_loads_with_a_warning(paths, caplog):
 
 def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(paths):
     cfg = run_script(GRPO, paths, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
-                     "critic.ulysses_sequence_parallel_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size=2",
+                     "critic.ulysses_sequence_parallel_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
                      "critic.model.fsdp_config.fsdp_size=-1", "actor_rollout_ref.model.override_config={}",
                      "actor_rollout_ref.rollout.multi_turn.format=hermes",
                      "actor_rollout_ref.actor.checkpoint.save_contents=[extra,model,optimizer]",
@@ -219,7 +236,7 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
                      "trainer.logger=[console,jsonl]", "trainer.log_val_generations=4",
                      "trainer.use_legacy_worker_impl=disable")
     arr = cfg.actor_rollout_ref
-    assert arr.actor.fsdp_config.fsdp_size == 2  # trainer.num_workers: the one layout there is
+    assert arr.actor.fsdp_config.fsdp_size == 8  # all the ranks (8 GPUs): the one layout there is
     assert arr.actor.checkpoint.load_contents == ["extra", "model", "optimizer"]  # verl: ${.save_contents}
 
 
@@ -233,8 +250,8 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
      r"critic\.ulysses_sequence_parallel_size=4: sequence parallelism is not supported yet"),
     ("critic.model.fsdp_config.ulysses_sequence_parallel_size=2",
      r"critic\.model\.fsdp_config\.ulysses_sequence_parallel_size=2: sequence parallelism"),
-    ("actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
-     r"actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=8: hybrid sharding .* trainer\.num_workers=2"),
+    ("actor_rollout_ref.actor.fsdp_config.fsdp_size=4",
+     r"actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=4: hybrid sharding .* over all 8 ranks \(trainer\.n_gpus_"),
     ("critic.model.fsdp_config.fsdp_size=1", r"critic\.model\.fsdp_config\.fsdp_size=1: hybrid sharding"),
     ("+actor_rollout_ref.model.override_config.attention_dropout=0.",
      r"actor_rollout_ref\.model\.override_config=\{'attention_dropout': 0\.0\}: overriding the model's Hugging Face "
@@ -322,5 +339,5 @@ def test_log_prob_batching_keys_reach_the_actor_and_reference_passes(paths, monk
     assert (ref.use_dynamic_bsz, ref.max_token_len) == (True, 40000)
     cfg = run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.ref.log_prob_micro_batch_size=32")
     old, ref = log_prob_contexts(cfg.actor_rollout_ref)
-    assert (old.use_dynamic_bsz, old.micro_batch_size) == (False, 64)  # 128 over 2 ranks
-    assert (ref.use_dynamic_bsz, ref.micro_batch_size) == (False, 16)  # 32 over 2 ranks
+    assert (old.use_dynamic_bsz, old.micro_batch_size) == (False, 16)  # 128 over 8 ranks
+    assert (ref.use_dynamic_bsz, ref.micro_batch_size) == (False, 4)  # 32 over 8 ranks
