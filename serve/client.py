@@ -46,8 +46,8 @@ class RolloutClient:
 
     def _chunks(self, num_prompts: int, n: int) -> list[tuple[int, int]]:
         """[start, stop) slices: at least one per replica, none over what one engine schedules at once."""
-        replicas = max(1, int(getattr(self.rollout, "replicas", 1)))
-        per_engine = max(1, int(getattr(self.rollout, "max_num_seqs", 1024)) // n)
+        replicas = max(1, self.rollout.replicas)
+        per_engine = max(1, self.rollout.max_num_seqs // n)
         size = max(1, min(math.ceil(num_prompts / replicas), per_engine))
         return [(s, min(s + size, num_prompts)) for s in range(0, num_prompts, size)]
 
@@ -244,8 +244,7 @@ def deploy_rollout(
     """
     from serve.deployment import build_rollout_app
 
-    serve.start(http_options={"host": getattr(rollout, "http_host", "127.0.0.1"),
-                              "port": int(getattr(rollout, "http_port", 8000))})
+    serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)})
     app = build_rollout_app(rollout, str(model_path), max_lora_rank=max_lora_rank,
                             nccl_weight_transfer=nccl_weight_transfer, seed=seed,
                             served_model_name=app_name, ray_actor_options=ray_actor_options)

@@ -356,11 +356,11 @@ class RolloutServer:
 
 def engine_spec_from_config(rollout: Any, model_path: str, max_lora_rank: Optional[int] = None,
                             nccl_weight_transfer: bool = False, seed: int = 0) -> EngineSpec:
-    """`EngineSpec` from `actor_rollout_ref.rollout` (duck-typed `RolloutConfig`)."""
-    prompt_len = getattr(rollout, "prompt_length", None)
-    response_len = getattr(rollout, "response_length", None)
-    threads = getattr(rollout, "omp_threads", None) or max(1, int(getattr(rollout, "cpus_per_replica", 1) or 1))
-    kv_gib = getattr(rollout, "cpu_kv_cache_gib", None)
+    """`EngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
+    it by attribute so that it does not import the trainer's packages)."""
+    prompt_len, response_len = rollout.prompt_length, rollout.response_length
+    threads = rollout.omp_threads or max(1, int(rollout.cpus_per_replica))
+    kv_gib = rollout.cpu_kv_cache_gib
     if rollout.dtype == "auto":  # the trainer's config validation resolves it for the machine
         raise ValueError("rollout dtype 'auto' reached the rollout engine unresolved: validate the config "
                          "(app.config.load_config) or pass bfloat16 / float16 / float32")
@@ -389,7 +389,7 @@ def build_rollout_app(rollout: Any, model_path: str, *, max_lora_rank: Optional[
     from ray.serve.config import DeploymentActorConfig
 
     spec = engine_spec_from_config(rollout, model_path, max_lora_rank, nccl_weight_transfer, seed)
-    options = {"num_cpus": float(getattr(rollout, "cpus_per_replica", 1.0))}
+    options = {"num_cpus": float(rollout.cpus_per_replica)}
     if ray.cluster_resources().get("GPU", 0) > 0:
         # vLLM's TP workers see the replica's GPUs; the transformers fallback uses one.
         options["num_gpus"] = spec.tensor_parallel_size if rollout.name == "vllm" else 1

@@ -65,11 +65,11 @@ class SamplingOptions:
 
     @classmethod
     def from_rollout_config(cls, rollout: Any, *, validation: bool = False, max_tokens: Optional[int] = None):
-        """Options from a `RolloutConfig` (duck-typed): its training keys, or `val_kwargs` when `validation`.
+        """Options from a `RolloutConfig` (read by attribute): its training keys, or `val_kwargs` when `validation`.
 
         `max_tokens` falls back to `rollout.response_length`; one of the two must be set.
         """
-        max_tokens = max_tokens if max_tokens is not None else getattr(rollout, "response_length", None)
+        max_tokens = max_tokens if max_tokens is not None else rollout.response_length
         if max_tokens is None:
             raise ValueError(
                 "rollout.response_length is None and no max_tokens was given: pass the data.max_response_length"
@@ -82,7 +82,7 @@ class SamplingOptions:
             top_k=int(src.top_k),
             n=int(src.n),
             do_sample=bool(src.do_sample),
-            ignore_eos=bool(getattr(rollout, "ignore_eos", False)),
+            ignore_eos=bool(rollout.ignore_eos),
         )
 
 

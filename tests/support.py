@@ -1,8 +1,11 @@
 """Plain helpers several test modules use (on pytest's `pythonpath`, so `from support import ...` works anywhere)."""
 from __future__ import annotations
 
+import shlex
 import signal
 import socket
+import struct
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -46,3 +49,35 @@ def kill_ray_under(temp_dir: str) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(procs, timeout=30)
+
+
+def verl_script_args(script: Path, **paths: str) -> list[str]:
+    """The arguments a verl run script (tests/app/config/verl_scripts/*.txt) hands to `python3 -m
+    verl.trainer.main_ppo`, as the shell splits them: comment lines dropped, `{model}`-style stand-ins filled from
+    `paths`, line continuations joined, quotes removed."""
+    text = "".join(line for line in script.read_text().splitlines(True) if not line.startswith("#"))
+    return shlex.split(text.format(**paths).replace("\\\n", " "))
+
+
+def wandb_records(path: Path):
+    """The protobuf records of a W&B `run-<id>.wandb` file. wandb has no Python reader for it (`wandb sync` is Go), so
+    this is its LevelDB log layout: a 7-byte file header, then in 32 KiB blocks records of [crc32 u32, length u16,
+    type u8] + data; type 1 is a whole record, 2/3/4 its first/middle/last piece; a block's last < 7 bytes are padding."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, pieces = 7, b""
+    while pos + 7 <= len(data):
+        room = 32768 - pos % 32768
+        if room < 7:
+            pos += room
+            continue
+        length, kind = struct.unpack_from("<HB", data, pos + 4)
+        pieces += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pieces)
+            pieces = b""
+            yield record

@@ -66,6 +66,7 @@ class OptimConfig:
     lr_warmup_steps: int = -1  # -1: use lr_warmup_steps_ratio
     lr_warmup_steps_ratio: float = 0.0
     warmup_style: Literal["constant", "cosine"] = "constant"  # schedule after warm-up
+    lr_scheduler_type: Optional[Literal["constant", "cosine"]] = None  # newer verl's name for warmup_style
     min_lr_ratio: float = 0.0  # cosine floor, as a fraction of lr
     total_training_steps: int = -1  # filled in by the trainer from the data size
 
@@ -260,6 +261,7 @@ class CriticConfig:
     ppo_max_token_len_per_gpu: int = 32768
     ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
     ppo_epochs: Optional[int] = None  # None: actor's
+    shuffle: bool = False  # reshuffle the samples into mini-batches each epoch, as actor.shuffle
     cliprange_value: float = 0.5
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     grad_clip: float = 1.0

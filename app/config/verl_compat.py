@@ -5,11 +5,12 @@ default and refused at any other value, naming the key, the value and why.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Iterator
 
 from app.config.loader import ConfigError, _build, _coerce
 from app.config.ranks import ranks_named
-from app.config.schema import CheckpointConfig, FSDPConfig, OverlongBufferConfig, TrainerRunConfig
+from app.config.schema import CheckpointConfig, FSDPConfig, OptimConfig, OverlongBufferConfig, TrainerRunConfig
 
 # (section, verl's older global micro-batch key, the per-rank key it becomes)
 _GLOBAL_MICRO_BATCHES = (
@@ -19,6 +20,23 @@ _GLOBAL_MICRO_BATCHES = (
     ("critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
 )
 _DAPO_REWARD_KWARGS = ("max_resp_len", "overlong_buffer_cfg")
+
+
+# verl keys accepted at any value that change nothing here, and why (the README's "Coming from verl" lists them too)
+NO_EFFECT = {
+    "data.val_batch_size": "validation prompts go to the rollout service in one request, which batches them itself "
+                           "(verl deprecated the key for the same reason)",
+    "data.return_raw_chat": "prompts always keep their chat messages (reward models and custom rewards get them)",
+    "actor_rollout_ref.actor.entropy_checkpointing": "the entropy is computed in chunks "
+                                                    "(actor.logits_chunk_size) and not kept for the backward pass",
+    "actor_rollout_ref.rollout.load_format": "the rollout engine loads model.path itself; syncs send weights",
+    "actor_rollout_ref.rollout.layered_summon": "LoRA syncs send the adapter alone, or the merged weights",
+    "actor_rollout_ref.rollout.mode": "the rollout is always a Ray Serve deployment answering requests",
+    "trainer.use_legacy_worker_impl": "there is one worker implementation here",
+}
+MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"  # accepted at verl's defaults only, each field of it
+
+log = logging.getLogger(__name__)
 
 
 def apply_verl_names(cfg: TrainerRunConfig) -> None:
@@ -37,6 +55,19 @@ def apply_verl_names(cfg: TrainerRunConfig) -> None:
         if checkpoint.load_contents is None:
             checkpoint.load_contents = list(checkpoint.save_contents)
     _map_dapo_reward_kwargs(cfg)
+    _map_lr_scheduler_type(cfg)
+
+
+def _map_lr_scheduler_type(cfg: TrainerRunConfig) -> None:
+    """Newer verl names the schedule after warm-up `optim.lr_scheduler_type`; older, `optim.warmup_style`."""
+    for path, optim in _sections_of_type(cfg, OptimConfig):
+        new, old = optim.lr_scheduler_type, optim.warmup_style
+        if new is None:
+            continue
+        if old != "constant" and old != new:  # constant is the default: set only when the user named it
+            raise ConfigError(f"{path}.lr_scheduler_type={new!r} and {path}.warmup_style={old!r} name the same "
+                              "setting; set only one of them")
+        optim.warmup_style = new
 
 
 def _section(cfg: Any, dotted: str) -> Any:
@@ -102,7 +133,13 @@ def _map_dapo_reward_kwargs(cfg: TrainerRunConfig) -> None:
 
 
 def check_unsupported(cfg: TrainerRunConfig) -> None:
-    """Refuse verl settings of features this framework does not have (at verl's defaults they are accepted)."""
+    """Refuse verl settings of features this framework does not have (at verl's defaults they are accepted); say
+    which set keys have no effect here."""
+    default = TrainerRunConfig()
+    for key, why in NO_EFFECT.items():
+        value = _section(cfg, key)
+        if value != _section(default, key):
+            log.info("%s=%r has no effect here: %s", key, value, why)
     for path, size in _fields_named(cfg, "ulysses_sequence_parallel_size"):
         if size != 1:
             raise ConfigError(f"{path}={size}: sequence parallelism is not supported yet; set it to 1 (the default)")
@@ -120,7 +157,7 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
                 f"{path}.override_config={model.override_config!r}: overriding the model's Hugging Face config is not "
                 "supported yet (the trainer and the vLLM rollout load model.path as it is); edit config.json in a "
                 "copy of the model folder instead")
-    _refuse_non_default(arr.rollout.multi_turn, "actor_rollout_ref.rollout.multi_turn",
+    _refuse_non_default(arr.rollout.multi_turn, MULTI_TURN,
                         "multi-turn rollout (tool calls, interactions) is not supported yet")
     for path, checkpoint in _sections_of_type(cfg, CheckpointConfig):
         for name in ("save_contents", "load_contents"):

@@ -39,14 +39,11 @@ class OptimSpec:
 
     @classmethod
     def from_config(cls, optim) -> "OptimSpec":
-        """From a verl ``optim`` section (any object with those attributes). ``lr_scheduler_type`` is accepted as
-        a newer-verl alias of ``warmup_style``."""
-        style = getattr(optim, "lr_scheduler_type", None) or getattr(optim, "warmup_style", "constant")
+        """From a validated ``optim`` section (``app.config.schema.OptimConfig``)."""
         return cls(lr=float(optim.lr), weight_decay=float(optim.weight_decay), betas=tuple(optim.betas),
-                   lr_warmup_steps=int(getattr(optim, "lr_warmup_steps", -1)),
-                   lr_warmup_steps_ratio=float(getattr(optim, "lr_warmup_steps_ratio", 0.0)),
-                   warmup_style=style, min_lr_ratio=float(getattr(optim, "min_lr_ratio", 0.0)),
-                   total_training_steps=int(getattr(optim, "total_training_steps", -1)))
+                   lr_warmup_steps=optim.lr_warmup_steps, lr_warmup_steps_ratio=optim.lr_warmup_steps_ratio,
+                   warmup_style=optim.warmup_style, min_lr_ratio=optim.min_lr_ratio,
+                   total_training_steps=optim.total_training_steps)
 
 
 @dataclass

@@ -137,7 +137,7 @@ class Actor:
         with self.engine.train_mode():
             per_step = run_ppo_epochs(
                 self.engine, data, epochs=cfg.ppo_epochs, mini_batch_size=mini_size,
-                shuffle=bool(getattr(cfg, "shuffle", False)), seed=self.seed + 1000 * self._updates,
+                shuffle=cfg.shuffle, seed=self.seed + 1000 * self._updates,
                 key="actor.ppo_mini_batch_size", loss_agg_mode=self.loss_agg_mode, make_loss_fn=self._loss_fn,
                 grad_norm_metric="actor/grad_norm", ctx_kwargs=ctx_kwargs)
         self.engine.lr_scheduler_step()

@@ -66,7 +66,7 @@ class Critic:
         with self.engine.train_mode():
             per_step = run_ppo_epochs(
                 self.engine, data, epochs=cfg.ppo_epochs, mini_batch_size=mini_size,
-                shuffle=bool(getattr(cfg, "shuffle", False)), seed=self.seed + 1000 * self._updates,
+                shuffle=cfg.shuffle, seed=self.seed + 1000 * self._updates,
                 key="critic.ppo_mini_batch_size", loss_agg_mode=cfg.loss_agg_mode, make_loss_fn=self._loss_fn,
                 grad_norm_metric="critic/grad_norm")
         self.engine.lr_scheduler_step()

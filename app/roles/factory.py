@@ -1,32 +1,34 @@
-"""Engine specs and roles from the verl-named config sections (``app.config.schema``; duck-typed).
+"""Engine specs and roles from the verl-named config sections of ``app.config.schema``.
 
 ``actor_rollout_ref.model`` + ``actor`` -> the actor engine; ``ref`` -> a reference engine, or none with LoRA (the
 actor's engine without its adapter is the reference); ``critic`` -> a value-model engine.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
+from app.config.schema import (ActorConfig, ActorRolloutRefConfig, CriticConfig, CriticModelConfig, FSDPConfig,
+                               ModelConfig, RefConfig, RolloutConfig)
 from app.engine import BaseEngine, EngineSpec, OptimSpec, make_engine
 from app.roles.actor import Actor
 from app.roles.critic import Critic
 from app.roles.reference import Reference
 
 
-def _precision(fsdp_config: Any) -> dict[str, Any]:
+def _precision(fsdp_config: FSDPConfig) -> dict[str, Any]:
     mp = fsdp_config.mixed_precision
     return dict(model_dtype=fsdp_config.model_dtype, param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype,
                 buffer_dtype=mp.buffer_dtype, param_offload=fsdp_config.param_offload,
                 optimizer_offload=fsdp_config.optimizer_offload)
 
 
-def _lora(model_cfg: Any) -> dict[str, Any]:
-    return dict(lora_rank=int(getattr(model_cfg, "lora_rank", 0) or 0), lora_alpha=getattr(model_cfg, "lora_alpha", 16),
-                target_modules=getattr(model_cfg, "target_modules", "all-linear"),
-                exclude_modules=getattr(model_cfg, "exclude_modules", None))
+def _lora(model_cfg: ModelConfig) -> dict[str, Any]:
+    return dict(lora_rank=model_cfg.lora_rank, lora_alpha=model_cfg.lora_alpha, target_modules=model_cfg.target_modules,
+                exclude_modules=model_cfg.exclude_modules)
 
 
-def _trained_engine_spec(model_cfg: Any, role_cfg: Any, fsdp_config: Any, *, model_kind: str, device: str, seed: int,
+def _trained_engine_spec(model_cfg: Union[ModelConfig, CriticModelConfig], role_cfg: Union[ActorConfig, CriticConfig],
+                         fsdp_config: FSDPConfig, *, model_kind: str, device: str, seed: int,
                          **extra: Any) -> EngineSpec:
     """An engine that trains: the model section plus the role's verl keys (optim, grad_clip, ppo_* batch sizes,
     use_torch_compile), which the actor and critic sections spell the same way, and the role's ``fsdp_config``
@@ -38,45 +40,44 @@ def _trained_engine_spec(model_cfg: Any, role_cfg: Any, fsdp_config: Any, *, mod
         optim=OptimSpec.from_config(role_cfg.optim),
         grad_clip=role_cfg.grad_clip, micro_batch_size_per_gpu=role_cfg.ppo_micro_batch_size_per_gpu,
         use_dynamic_bsz=role_cfg.use_dynamic_bsz, max_token_len_per_gpu=role_cfg.ppo_max_token_len_per_gpu,
-        device=device, seed=seed, compile_layers=bool(getattr(role_cfg, "use_torch_compile", False)),
-        **extra, **_lora(model_cfg), **_precision(fsdp_config))
+        device=device, seed=seed, compile_layers=role_cfg.use_torch_compile, **extra, **_precision(fsdp_config))
 
 
-def actor_engine_spec(model_cfg: Any, actor_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
+def actor_engine_spec(model_cfg: ModelConfig, actor_cfg: ActorConfig, *, device: str = "auto",
+                      seed: int = 0) -> EngineSpec:
     return _trained_engine_spec(model_cfg, actor_cfg, actor_cfg.fsdp_config, model_kind="causal_lm", device=device,
-                                seed=seed, logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024))
+                                seed=seed, logits_chunk_size=actor_cfg.logits_chunk_size, **_lora(model_cfg))
 
 
-def ref_engine_spec(model_cfg: Any, ref_cfg: Any, actor_cfg: Any, *, device: str = "auto") -> EngineSpec:
+def ref_engine_spec(model_cfg: ModelConfig, ref_cfg: RefConfig, actor_cfg: ActorConfig, *,
+                    device: str = "auto") -> EngineSpec:
     """An inference-only copy of the initial policy (full fine-tuning only)."""
     return EngineSpec(
         model_path=model_cfg.path, model_kind="causal_lm", trust_remote_code=model_cfg.trust_remote_code,
         use_remove_padding=model_cfg.use_remove_padding, share_prompt_prefix=model_cfg.share_prompt_prefix,
         optim=None,
-        micro_batch_size_per_gpu=getattr(ref_cfg, "log_prob_micro_batch_size_per_gpu", None),
+        micro_batch_size_per_gpu=ref_cfg.log_prob_micro_batch_size_per_gpu,
         use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
-        logits_chunk_size=getattr(actor_cfg, "logits_chunk_size", 1024), device=device,
-        compile_layers=bool(getattr(actor_cfg, "use_torch_compile", False)),
+        logits_chunk_size=actor_cfg.logits_chunk_size, device=device, compile_layers=actor_cfg.use_torch_compile,
         **_precision(ref_cfg.fsdp_config))
 
 
-def critic_engine_spec(critic_cfg: Any, *, device: str = "auto", seed: int = 0) -> EngineSpec:
+def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: int = 0) -> EngineSpec:
     if not critic_cfg.model.path:
         raise ValueError("critic.model.path is empty (validate() fills it from actor_rollout_ref.model.path)")
     return _trained_engine_spec(critic_cfg.model, critic_cfg, critic_cfg.model.fsdp_config, model_kind="value",
                                 device=device, seed=seed)
 
 
-def build_actor(arr_cfg: Any, *, device: str = "auto", seed: int = 0) -> Actor:
+def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: int = 0) -> Actor:
     """``arr_cfg``: the ``actor_rollout_ref`` section. Initialises the engine (collective: call on all ranks)."""
     actor_cfg = arr_cfg.actor
     engine = make_engine(actor_cfg.strategy, actor_engine_spec(arr_cfg.model, actor_cfg, device=device, seed=seed))
     engine.init_model()
-    rollout = getattr(arr_cfg, "rollout", None)
-    return Actor(engine, actor_cfg, rollout_n=getattr(rollout, "n", 1), seed=seed, **_log_prob_batching(rollout))
+    return Actor(engine, actor_cfg, rollout_n=arr_cfg.rollout.n, seed=seed, **_log_prob_batching(arr_cfg.rollout))
 
 
-def build_reference(arr_cfg: Any, actor_engine: Optional[BaseEngine] = None, *, device: str = "auto") -> Reference:
+def build_reference(arr_cfg: ActorRolloutRefConfig, actor_engine: Optional[BaseEngine] = None, *, device: str = "auto") -> Reference:
     """LoRA: the actor's engine with the adapter disabled. Otherwise a new inference-only engine."""
     batching = _log_prob_batching(arr_cfg.ref)
     if actor_engine is not None and actor_engine.has_adapter:
@@ -87,14 +88,14 @@ def build_reference(arr_cfg: Any, actor_engine: Optional[BaseEngine] = None, *, 
     return Reference(engine, **batching)
 
 
-def _log_prob_batching(section: Any) -> dict[str, Any]:
+def _log_prob_batching(section: Union[RolloutConfig, RefConfig]) -> dict[str, Any]:
     """A log-prob pass's micro-batching from verl's ``rollout`` / ``ref`` keys (None: the actor engine's)."""
-    return dict(log_prob_micro_batch_size=getattr(section, "log_prob_micro_batch_size_per_gpu", None),
-                log_prob_use_dynamic_bsz=getattr(section, "log_prob_use_dynamic_bsz", None),
-                log_prob_max_token_len=getattr(section, "log_prob_max_token_len_per_gpu", None))
+    return dict(log_prob_micro_batch_size=section.log_prob_micro_batch_size_per_gpu,
+                log_prob_use_dynamic_bsz=section.log_prob_use_dynamic_bsz,
+                log_prob_max_token_len=section.log_prob_max_token_len_per_gpu)
 
 
-def build_critic(critic_cfg: Any, *, rollout_n: int = 1, device: str = "auto", seed: int = 0) -> Critic:
+def build_critic(critic_cfg: CriticConfig, *, rollout_n: int = 1, device: str = "auto", seed: int = 0) -> Critic:
     engine = make_engine(critic_cfg.strategy, critic_engine_spec(critic_cfg, device=device, seed=seed))
     engine.init_model()
     return Critic(engine, critic_cfg, rollout_n=rollout_n, seed=seed)

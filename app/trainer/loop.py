@@ -55,7 +55,8 @@ class RLTrainer(RunStateMixin):
         self.kl_ctrl = make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl,
                                           algo.kl_ctrl.horizon)
         self.n = cfg.actor_rollout_ref.rollout.n
-        self.colocated = cfg.trainer.placement == "colocated"
+        # colocated GPU placement: vLLM frees its memory while the trainer runs, unless rollout.free_cache_engine=false
+        self.rollout_sleeps = cfg.trainer.placement == "colocated" and cfg.actor_rollout_ref.rollout.free_cache_engine
         self.sync_dtype = getattr(torch, cfg.actor_rollout_ref.rollout.dtype)  # what vLLM computes in: half the bytes
         self.merge_lora = cfg.actor_rollout_ref.rollout.lora_sync == "merged"
         self.temperature = cfg.actor_rollout_ref.rollout.temperature
@@ -77,7 +78,7 @@ class RLTrainer(RunStateMixin):
             timer = PhaseTimer()
             with timer.phase("step"):
                 group, metrics = self.collect_rollouts(timer)
-                if self.colocated:
+                if self.rollout_sleeps:
                     self._rollout_sleep()  # give the GPU memory back to the trainer until the next sync
                 if self.cfg.trainer.rollout_data_dir:
                     dump_rollouts(self.cfg.trainer.rollout_data_dir, self.step, self.rank, group,
@@ -212,7 +213,7 @@ class RLTrainer(RunStateMixin):
     def sync_weights(self) -> None:
         """Gather the new weights (or LoRA adapter) and push them as version + 1; every rank then expects it."""
         payload = self.engine.state_dict_for_sync(dtype=self.sync_dtype, merge_lora=self.merge_lora)
-        if self.colocated:
+        if self.rollout_sleeps:
             self._rollout_wake_up()
         if self.rank == 0:
             if payload.kind == "lora":

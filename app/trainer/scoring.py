@@ -18,8 +18,9 @@ class Scorer:
         if rm.enable:
             from app.rewards import RewardModelScorer
 
-            self.model = RewardModelScorer(rm.model.path, policy_tokenizer=tokenizer,
-                                           max_length=rm.max_length or 4096, batch_size=rm.micro_batch_size_per_gpu)
+            self.model = RewardModelScorer(rm.model.path, policy_tokenizer=_input_tokenizer(rm.model, tokenizer),
+                                           max_length=rm.max_length, batch_size=rm.micro_batch_size_per_gpu,
+                                           trust_remote_code=rm.model.trust_remote_code)
             self.rules = None
         else:
             spec = RewardFnSpec(path=custom.path, name=custom.name, reward_kwargs=dict(custom.reward_kwargs))
@@ -44,3 +45,12 @@ class Scorer:
 
 def build_scorer(cfg: TrainerRunConfig, tokenizer: Any) -> Scorer:
     return Scorer(cfg, tokenizer)
+
+
+def _input_tokenizer(model_cfg: Any, policy_tokenizer: Any) -> Any:
+    """verl's `reward_model.model.input_tokenizer`: the tokenizer that made the policy's ids (None: the policy's)."""
+    if model_cfg.input_tokenizer is None:
+        return policy_tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_cfg.input_tokenizer, trust_remote_code=model_cfg.trust_remote_code)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shlex
 from pathlib import Path
 
 import pytest
 import torch
+from support import verl_script_args
 
 from app.config import ConfigError, load_config
 from app.config.schema import OverlongBufferConfig
@@ -51,9 +51,7 @@ def paths(tmp_path) -> dict[str, str]:
 
 def overrides(script: str, paths: dict[str, str], **extra: str) -> list[str]:
     """The script's arguments as the shell hands them over: line continuations joined, quotes removed."""
-    text = "".join(line for line in (SCRIPTS / f"{script}.txt").read_text().splitlines(True)
-                   if not line.startswith("#"))
-    return shlex.split(text.format(**paths, **extra).replace("\\\n", " "))
+    return verl_script_args(SCRIPTS / f"{script}.txt", **paths, **extra)
 
 
 def compose(args: list[str]):
@@ -341,3 +339,15 @@ def test_log_prob_batching_keys_reach_the_actor_and_reference_passes(paths, monk
     old, ref = log_prob_contexts(cfg.actor_rollout_ref)
     assert (old.use_dynamic_bsz, old.micro_batch_size) == (False, 16)  # 128 over 8 ranks
     assert (ref.use_dynamic_bsz, ref.micro_batch_size) == (False, 4)  # 32 over 8 ranks
+
+
+def test_newer_verl_lr_scheduler_type_is_warmup_style(paths):
+    cfg = run_script(GRPO, paths, "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine")
+    assert cfg.actor_rollout_ref.actor.optim.warmup_style == "cosine"
+    assert cfg.critic.optim.warmup_style == "constant"  # only the section that named it
+    from app.engine import OptimSpec
+
+    assert OptimSpec.from_config(cfg.actor_rollout_ref.actor.optim).warmup_style == "cosine"  # what the engine reads
+    with pytest.raises(ConfigError, match=r"critic\.optim\.lr_scheduler_type='constant' and critic\.optim\."
+                                          r"warmup_style='cosine' name the same setting"):
+        run_script(GRPO, paths, "critic.optim.lr_scheduler_type=constant", "critic.optim.warmup_style=cosine")

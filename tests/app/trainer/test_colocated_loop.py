@@ -36,3 +36,22 @@ def test_colocated_engine_sleeps_through_the_update_and_wakes_for_the_sync(compo
     assert rollout.calls == step + step + ["generate"]
     assert rollout.version == 2 and not rollout.asleep
     assert (tmp_path / "run" / "hf_model" / "config.json").is_file()
+
+
+def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(compose, tiny_model_dir, small_arith_data,
+                                                                    tmp_path):
+    """verl's `rollout.free_cache_engine=false`: colocated, but vLLM keeps its memory; no sleep, no wake-up."""
+    from app.trainer.setup import build_trainer
+
+    cfg = compose([
+        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={small_arith_data / 'train.parquet'}",
+        "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
+        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.free_cache_engine=false", "trainer.total_training_steps=1",
+        "trainer.val_before_train=false", "trainer.save_freq=-1", "trainer.logger=[jsonl]",
+        f"trainer.default_local_dir={tmp_path / 'run'}", "reward_model.num_workers=1",
+    ])
+    cfg.trainer.placement = "colocated"  # as above: validation would refuse it without GPUs
+    rollout = RecordingRollout(vocab_size=1000, n=2, response_len=8)
+    build_trainer(cfg, rollout, device="cpu").fit()
+    assert rollout.calls == ["generate", "update_weights"]

@@ -3,11 +3,11 @@ MLflow and W&B: what each writes, read back with the tool's own reader; a logger
 pre-flight."""
 import json
 import math
-import struct
 import sys
 from pathlib import Path
 
 import pytest
+from support import wandb_records
 
 from app.config import ConfigError
 from app.trainer.tracking import JsonlSink, Tracking, check_loggers, read_metrics, wandb_mode
@@ -106,30 +106,6 @@ def wandb_env(tmp_path, monkeypatch):
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
     monkeypatch.setenv("WANDB_SILENT", "true")
     return tmp_path
-
-
-def wandb_records(path):
-    """The protobuf records of a `run-<id>.wandb` file. wandb has no Python reader for it (`wandb sync` is Go), so
-    this is its LevelDB log layout: a 7-byte file header, then in 32 KiB blocks records of [crc32 u32, length u16,
-    type u8] + data; type 1 is a whole record, 2/3/4 its first/middle/last piece; a block's last < 7 bytes are padding."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, pieces = 7, b""
-    while pos + 7 <= len(data):
-        room = 32768 - pos % 32768
-        if room < 7:
-            pos += room
-            continue
-        length, kind = struct.unpack_from("<HB", data, pos + 4)
-        pieces += data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(pieces)
-            pieces = b""
-            yield record
 
 
 def test_wandb_runs_offline_under_the_run_folder_with_the_config_and_metrics(wandb_env):
