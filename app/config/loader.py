@@ -48,12 +48,34 @@ def _build(cls: type, data: Any, path: str) -> Any:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = path or "the top level"
+        hints_text = "".join(_suggestion(cls, path, k) for k in unknown)
         raise ConfigError(
             f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(_join(path, k) for k in unknown)} "
-            f"under {where}; known keys: {', '.join(sorted(fields))}"
+            f"under {where}{hints_text}; known keys: {', '.join(sorted(fields))}"
         )
     kwargs = {name: _coerce(hints[name], value, _join(path, name)) for name, value in data.items()}
     return cls(**kwargs)
+
+
+def _suggestion(cls: type, path: str, key: str) -> str:
+    """'; did you mean X?' with the nearest key: a sibling spelled alike (a typo), else a key of that name deeper in
+    this section (e.g. `actor.lr` for `actor.optim.lr`); empty when nothing is close."""
+    import difflib
+
+    near = difflib.get_close_matches(key, [f.name for f in dataclasses.fields(cls)], n=1, cutoff=0.75)
+    if not near:
+        near = [p for p in _nested_keys(cls) if p.rsplit(".", 1)[-1] == key][:1]
+    return f"; did you mean {_join(path, near[0])}?" if near else ""
+
+
+def _nested_keys(cls: type, prefix: str = "") -> list[str]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        out.append(prefix + f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            out += _nested_keys(hints[f.name], f"{prefix}{f.name}.")
+    return out
 
 
 def _join(path: str, key: str) -> str:

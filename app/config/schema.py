@@ -294,7 +294,12 @@ class RewardModelConfig:
     max_length: Optional[int] = None
     num_workers: int = 2  # processes that run rule/custom rewards
     timeout_s: float = 10.0  # per sample; a hung reward never hangs the run
-    on_error: Literal["raise", "zero"] = "raise"  # a failing reward: stop naming the sample, or score 0 and count it
+    # a reward call that raises, returns a non-number or times out: "zero" scores it 0 and counts it in
+    # reward/errors and reward/timeouts, so one bad sample does not end a run of hours; "raise" stops at once naming it
+    on_error: Literal["raise", "zero"] = "zero"
+    # under "zero": a batch in which more than this fraction of the reward calls failed stops the run, naming the first
+    # failure (a broken reward function, not an odd sample); 1.0: never
+    max_failed_fraction: float = 0.5
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)  # training reward only
     # verl's per-sample managers: naive and prime call compute_score once per response, as here (in num_workers
     # processes); dapo also takes reward_kwargs; batch (one call with lists) is not supported yet

@@ -268,6 +268,9 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
         PolicyLossConfig.from_mapping(actor)
     except ValueError as exc:
         raise ConfigError(f"actor_rollout_ref.{exc}") from exc
+    if not 0 <= cfg.reward_model.max_failed_fraction <= 1:
+        raise ConfigError(f"reward_model.max_failed_fraction={cfg.reward_model.max_failed_fraction} must lie in [0, 1] "
+                          "(1: never stop)")
     if cfg.trainer.max_bad_steps < 0:
         raise ConfigError(f"trainer.max_bad_steps={cfg.trainer.max_bad_steps} must be >= 0 (0: never stop)")
     if not 0 <= cfg.algorithm.lam <= 1 or not 0 <= cfg.algorithm.gamma <= 1:

@@ -68,6 +68,9 @@ class RewardManager:
         timeout_s: per-sample time limit; a sample past it has its worker killed and replaced.
         on_error: "raise" -> RewardComputeError naming the sample; "zero" -> score 0.0, counted in
             ``reward/errors`` / ``reward/timeouts``.
+        max_failed_fraction: under "zero", a batch in which more than this fraction of the samples failed raises
+            RewardComputeError naming the first failure (1.0: never): a broken reward function must not train a
+            policy on zeros for hours.
         mp_context: multiprocessing start method for the workers.
     """
 
@@ -77,10 +80,13 @@ class RewardManager:
         num_workers: int = 2,
         timeout_s: float = 30.0,
         on_error: str = "raise",
+        max_failed_fraction: float = 1.0,
         mp_context: str = "forkserver",
     ):
         if on_error not in ON_ERROR_MODES:
             raise ValueError(f"on_error must be one of {ON_ERROR_MODES}, got {on_error!r}")
+        if not 0.0 <= max_failed_fraction <= 1.0:
+            raise ValueError(f"max_failed_fraction must be in [0, 1], got {max_failed_fraction}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.target = compute_score if compute_score is not None else RewardFnSpec()
@@ -89,6 +95,7 @@ class RewardManager:
         self.num_workers = num_workers
         self.timeout_s = timeout_s
         self.on_error = on_error
+        self.max_failed_fraction = max_failed_fraction
         self.mp_context = mp_context
         self._pool: RewardWorkerPool | None = None
 
@@ -167,6 +174,12 @@ class RewardManager:
                         "to score such samples 0 instead" + (f"\n{outcome.traceback}" if outcome.traceback else "")
                     )
 
+        if n and len(failures) / n > self.max_failed_fraction:
+            first = min(failures)
+            raise RewardComputeError(
+                f"{len(failures)} of {n} reward calls failed in one batch, more than max_failed_fraction="
+                f"{self.max_failed_fraction:g} allows; the first, sample {first} (data_source="
+                f"{data_sources[first]!r}): {failures[first]}")
         extra_keys = sorted({k for e in extras for k in e})
         extra = {k: [e.get(k) for e in extras] for k in extra_keys}
         metrics = {

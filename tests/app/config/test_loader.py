@@ -34,8 +34,14 @@ def test_valid_config_fills_derived_defaults():
 
 
 def test_unknown_key_is_named_with_its_path():
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.lr\b.*known keys: .*optim"):
-        load_config(with_(**{"actor_rollout_ref.actor.lr": 1e-5}))
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.lr under actor_rollout_ref\.actor; did you mean "
+                                          r"actor_rollout_ref\.actor\.optim\.lr\?; known keys: .*optim"):
+        load_config(with_(**{"actor_rollout_ref.actor.lr": 1e-5}))  # a key of that name one level down
+    with pytest.raises(ConfigError, match=r"algorithm\.adv_estimater under algorithm; did you mean "
+                                          r"algorithm\.adv_estimator\?"):
+        load_config(with_(**{"algorithm.adv_estimater": "grpo"}))  # a typo of a sibling
+    with pytest.raises(ConfigError, match=r"unknown key trainer\.zzz under trainer; known keys"):
+        load_config(with_(**{"trainer.zzz": 1}))  # nothing close: no guess
 
 
 def test_wrong_type_names_key_and_value():

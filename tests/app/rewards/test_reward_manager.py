@@ -191,3 +191,14 @@ def test_unknown_data_source_with_builtin_rules_raises_even_in_zero_mode():
     manager = RewardManager(num_workers=0, on_error="zero")
     with pytest.raises(UnknownDataSourceError, match="'my/new-data'.*known: .*openai/gsm8k"):
         manager.score(["#### 1"], ["my/new-data"], ["1"])
+
+
+def test_a_batch_where_most_calls_fail_stops_naming_the_first_failure(reward_file):
+    # 2 of 4 failed: exactly the 0.5 allowed, so the batch is scored; 3 of 4 is more, so the run stops
+    with RewardManager(RewardFnSpec(reward_file), num_workers=1, timeout_s=30, on_error="zero",
+                       max_failed_fraction=0.5) as manager:
+        assert _score(manager, ["7", "boom", "boom", "7"]).scores == [1.0, 0.0, 0.0, 1.0]
+        with pytest.raises(RewardComputeError, match=r"3 of 4 reward calls failed in one batch, more than "
+                                                     r"max_failed_fraction=0\.5 allows; the first, sample 0 "
+                                                     r"\(data_source='src0'\): raised ZeroDivisionError"):
+            _score(manager, ["boom", "7", "boom", "boom"])
