@@ -123,8 +123,10 @@ class RolloutServer:
     HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models (under
     the application's route prefix)."""
 
-    async def __init__(self, engine_kind: str, spec: EngineSpec, served_model_name: str):
+    async def __init__(self, engine_kind: str, spec: EngineSpec, served_model_name: str,
+                       api_key: Optional[str] = None):
         context = serve.get_replica_context()
+        self._api_key = api_key  # None: the routes are open (loopback only; deploy_rollout refuses otherwise)
         self._replica = context.replica_tag
         self._engine_kind = engine_kind
         self._served_model_name = served_model_name
@@ -225,13 +227,18 @@ class RolloutServer:
 
     # ------------------------------------------------------------------ HTTP
     @_http.get("/v1/models")
-    async def http_models(self) -> dict:
+    async def http_models(self, request: Request):
+        try:
+            openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
+        except openai_api.ApiError as err:
+            return JSONResponse(status_code=err.status, content=err.body())
         return {"object": "list", "data": [{"id": self._served_model_name, "object": "model",
                                             "owned_by": "rayrl", "policy_version": self._version}]}
 
     @_http.post("/v1/chat/completions")
     async def http_chat_completions(self, request: Request):
         try:
+            openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
             body = await _json_body(request)
             messages = openai_api.parse_messages(body)
             parsed = openai_api.parse_sampling(body, ("max_completion_tokens", "max_tokens"))
@@ -248,6 +255,7 @@ class RolloutServer:
     @_http.post("/v1/completions")
     async def http_completions(self, request: Request):
         try:
+            openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
             body = await _json_body(request)
             parsed = openai_api.parse_sampling(body)
             prompts = openai_api.parse_prompts(body)
@@ -385,8 +393,10 @@ def engine_spec_from_config(rollout: Any, model_path: str, max_lora_rank: Option
 def build_rollout_app(rollout: Any, model_path: str, *, max_lora_rank: Optional[int] = None,
                       nccl_weight_transfer: bool = False, seed: int = 0, served_model_name: str = "policy",
                       ray_actor_options: Optional[dict] = None):
-    """The bound Serve application (not yet running) for `rollout` (duck-typed `RolloutConfig`)."""
+    """The bound Serve application (not yet running) for `rollout` (a `RolloutConfig`)."""
     from ray.serve.config import DeploymentActorConfig
+
+    api_key = openai_api.http_api_key(rollout)
 
     spec = engine_spec_from_config(rollout, model_path, max_lora_rank, nccl_weight_transfer, seed)
     options = {"num_cpus": float(rollout.cpus_per_replica)}
@@ -404,4 +414,5 @@ def build_rollout_app(rollout: Any, model_path: str, *, max_lora_rank: Optional[
         deployment_actors=[DeploymentActorConfig(name=POLICY_STORE, actor_class=ray.remote(PolicyStore),
                                                  actor_options={"num_cpus": 0})],
     )
-    return deployment.bind(rollout.name, spec, served_model_name)
+    return deployment.bind(rollout.name, spec, served_model_name, api_key)
+

@@ -99,3 +99,15 @@ def ray_cluster(serve_http_port):
         except Exception:
             pass
         ray.shutdown()
+
+
+@pytest.fixture
+def wandb_env(tmp_path, monkeypatch):
+    """No W&B settings, key or netrc of the user's; W&B's own config and cache folders under tmp_path."""
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    return tmp_path

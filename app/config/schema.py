@@ -207,7 +207,9 @@ class RolloutConfig:
     cpu_kv_cache_gib: float = 1.0  # KV cache on the vLLM CPU backend
     cpus_per_replica: float = 1.0  # Ray CPU resources held by each replica
     omp_threads: Optional[int] = None  # vLLM CPU threads per replica; None: cpus_per_replica
-    http_host: str = "127.0.0.1"  # OpenAI-compatible /v1/chat/completions for people
+    http_host: str = "127.0.0.1"  # the OpenAI routes (/v1/...) for people; another address needs an API key
+    # the bearer key those routes then require (RAYRL_API_KEY when unset); kept out of the logged config
+    http_api_key: Optional[str] = None
     http_port: int = 8000
     # the actor's old-log-prob pass: samples per forward (None: actor.ppo_micro_batch_size_per_gpu), or a token budget
     log_prob_micro_batch_size_per_gpu: Optional[int] = None

@@ -268,6 +268,12 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
         PolicyLossConfig.from_mapping(actor)
     except ValueError as exc:
         raise ConfigError(f"actor_rollout_ref.{exc}") from exc
+    from serve.openai_api import http_api_key
+
+    try:  # the OpenAI routes beyond loopback need a key: refused now, not when the deployment starts
+        http_api_key(rollout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if not 0 <= cfg.reward_model.max_failed_fraction <= 1:
         raise ConfigError(f"reward_model.max_failed_fraction={cfg.reward_model.max_failed_fraction} must lie in [0, 1] "
                           "(1: never stop)")

@@ -78,7 +78,7 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
         start = checkpoints.read_state(resume)["global_step"] if resume else 0
         tracking = Tracking(cfg.trainer.logger, out_dir, total_steps=cfg.trainer.total_training_steps,
                             start_step=start, project=cfg.trainer.project_name,
-                            experiment=cfg.trainer.experiment_name, config=dataclasses.asdict(cfg))
+                            experiment=cfg.trainer.experiment_name, config=_loggable(cfg))
     return RLTrainer(cfg, tokenizer=tokenizer, train_loader=loader, val_dataset=val, actor=actor,
                      reference=reference, critic=critic, rollout=rollout, scorer=build_scorer(cfg, tokenizer),
                      report=report, tracking=tracking)
@@ -91,3 +91,12 @@ def _set_total_steps(cfg: TrainerRunConfig, batches_per_epoch: int) -> None:
     for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
         if optim.total_training_steps <= 0:
             optim.total_training_steps = cfg.trainer.total_training_steps
+
+
+def _loggable(cfg: TrainerRunConfig) -> dict:
+    """The run's config for the trackers, without secrets: they keep it on a server for anyone with project access."""
+    tree = dataclasses.asdict(cfg)
+    rollout = tree["actor_rollout_ref"]["rollout"]
+    if rollout["http_api_key"] is not None:
+        rollout["http_api_key"] = "<set>"
+    return tree

@@ -6,6 +6,7 @@ to 1e-4 (same fp32 kernels on both sides, only the batch layout of the KV cache 
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ import torch
 pytestmark = pytest.mark.slow
 
 APP = "test-rollout-hf"
+API_KEY = "sk-test-4f2c"
 PROMPTS = [[1, 17, 923, 88, 4051], [1, 3300, 12, 7]]
 
 
@@ -24,7 +26,9 @@ def hf_rollout(ray_cluster, vllm_tiny_model_dir, rollout_config):
 
     from serve import deploy_rollout
 
-    client = deploy_rollout(replace(rollout_config, name="hf"), vllm_tiny_model_dir, APP, route_prefix="/hf")
+    # with an API key, as a run whose http_host is not loopback has: the HTTP test sends it (the handle needs none)
+    client = deploy_rollout(replace(rollout_config, name="hf", http_api_key=API_KEY), vllm_tiny_model_dir, APP,
+                            route_prefix="/hf")
     try:
         yield client
     finally:
@@ -80,11 +84,23 @@ def test_hf_fallback_follows_weight_and_adapter_updates(hf_rollout, hf_model, re
         assert torch.allclose(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
 
 
-def test_hf_fallback_answers_chat_completions(hf_rollout, rollout_config):
+def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, rollout_config):
     body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{rollout_config.http_port}/hf/v1/chat/completions",
-                                     data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        answer = json.loads(response.read())
+    url = f"http://127.0.0.1:{rollout_config.http_port}/hf/v1"
+
+    def post(headers):
+        request = urllib.request.Request(f"{url}/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json", **headers})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
+
+    answer = post({"Authorization": f"Bearer {API_KEY}"})
     assert answer["choices"][0]["message"]["role"] == "assistant"
     assert answer["system_fingerprint"] == "policy-v2"
+    for headers in ({}, {"Authorization": "Bearer sk-wrong"}, {"Authorization": API_KEY}):  # missing, wrong, bare
+        with pytest.raises(urllib.error.HTTPError) as err:
+            post(headers)
+        assert err.value.code == 401 and "API key" in json.loads(err.value.read())["error"]["message"]
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{url}/models", timeout=60)
+    assert err.value.code == 401

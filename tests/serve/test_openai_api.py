@@ -79,3 +79,26 @@ def test_stream_pieces_follow_openai_layout():
     last = openai_api.usage_chunk(piece, 4, 6)
     assert last["choices"] == [] and last["usage"] == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}
     assert openai_api.sse(piece) == f"data: {json.dumps(piece)}\n\n" and openai_api.sse("[DONE]") == "data: [DONE]\n\n"
+
+
+def test_bearer_check_takes_exactly_the_key():
+    openai_api.check_bearer(None, None)  # no key configured: open
+    openai_api.check_bearer("Bearer k1", "k1")
+    for header in (None, "", "k1", "Bearer k2", "bearer k1", "Bearer k1 "):
+        with pytest.raises(ApiError, match="a valid API key is required") as err:
+            openai_api.check_bearer(header, "k1")
+        assert err.value.status == 401
+
+
+def test_a_key_is_needed_beyond_loopback_from_the_config_or_the_environment(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.delenv("RAYRL_API_KEY", raising=False)
+    assert openai_api.http_api_key(SimpleNamespace(http_host="127.0.0.1", http_api_key=None)) is None
+    with pytest.raises(ValueError, match=r"http_host='0\.0\.0\.0' exposes the OpenAI routes .* RAYRL_API_KEY"):
+        openai_api.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key=None))
+    assert openai_api.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key="cfg")) == "cfg"
+    monkeypatch.setenv("RAYRL_API_KEY", "env")
+    assert openai_api.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key=None)) == "env"
+    assert openai_api.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key="cfg")) == "cfg"  # config wins
+    assert openai_api.http_api_key(SimpleNamespace(http_host="127.0.0.1", http_api_key=None)) == "env"  # then enforced

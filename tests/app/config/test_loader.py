@@ -174,3 +174,13 @@ def test_max_bad_steps_must_not_be_negative():
     assert load_config(with_(**{"trainer.max_bad_steps": 0})).trainer.max_bad_steps == 0  # 0: count, never stop
     with pytest.raises(ConfigError, match=r"trainer\.max_bad_steps=-1 must be >= 0"):
         load_config(with_(**{"trainer.max_bad_steps": -1}))
+
+
+def test_routes_beyond_loopback_need_an_api_key(monkeypatch):
+    monkeypatch.delenv("RAYRL_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.http_host='0\.0\.0\.0' exposes the OpenAI "
+                                          r"routes beyond this machine: set actor_rollout_ref\.rollout\.http_api_key"):
+        load_config(with_(**{"actor_rollout_ref.rollout.http_host": "0.0.0.0"}))
+    cfg = load_config(with_(**{"actor_rollout_ref.rollout.http_host": "0.0.0.0",
+                               "actor_rollout_ref.rollout.http_api_key": "k"}))
+    assert cfg.actor_rollout_ref.rollout.http_api_key == "k"

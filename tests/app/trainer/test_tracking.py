@@ -96,18 +96,6 @@ def test_mlflow_run_goes_to_a_database_in_the_run_folder(tmp_path, monkeypatch):
     assert json.loads(Path(local).read_text()) == [{"step": 2, **row} for row in SAMPLES]
 
 
-@pytest.fixture
-def wandb_env(tmp_path, monkeypatch):
-    """No W&B settings, key or netrc of the user's; W&B's own config and cache folders under tmp_path."""
-    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR", "WANDB_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / name.lower()))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    return tmp_path
-
-
 def test_wandb_runs_offline_under_the_run_folder_with_the_config_and_metrics(wandb_env):
     out = wandb_env / "run"
     log_steps(["wandb"], out)
