@@ -22,9 +22,22 @@ class RunStateMixin:
     """Mixed into `RLTrainer`; uses its cfg, ranks, engines, loader, KL controller, step and version."""
 
     def save_checkpoint(self) -> Path:
-        """All ranks write into a staging folder; rank 0 adds the trainer state and renames it into place."""
+        """All ranks write into a staging folder; rank 0 adds the trainer state and renames it into place. A write
+        that fails (a full disk, a lost mount) stops the run with a CheckpointError naming the folder and the
+        checkpoint that is still intact; the partial staging folder is removed."""
         root = Path(self.cfg.trainer.default_local_dir)
         staging = checkpoints.staging_dir(root, self.step, self.cfg.trainer.experiment_name)
+        try:
+            return self._write_checkpoint(root, staging)
+        except OSError as err:
+            shutil.rmtree(staging, ignore_errors=True)  # frees what it took; it was never the latest
+            kept = checkpoints.list_checkpoints(root)
+            intact = (f"the newest complete checkpoint, {kept[-1][1]}, is intact and trainer.resume_mode=auto "
+                      "resumes from it" if kept else "there is no earlier checkpoint")
+            raise checkpoints.CheckpointError(
+                f"could not write the checkpoint of step {self.step} into {staging}: {err}; {intact}") from err
+
+    def _write_checkpoint(self, root: Path, staging: Path) -> Path:
         if self.rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
