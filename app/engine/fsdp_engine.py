@@ -353,7 +353,7 @@ class FSDPEngine(BaseEngine):
                            optim_state_dict=state["optimizer"], options=load_options)
         else:
             set_model_state_dict(model, state["model"], options=load_options)
-        extra = torch.load(os.path.join(path, _EXTRA_STATE), weights_only=False)
+        extra = torch.load(os.path.join(path, _EXTRA_STATE), weights_only=True)  # plain data: no objects unpickled
         if self.lr_scheduler is not None and extra.get("lr_scheduler") is not None:
             self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
         if self.spec.optimizer_offload and self.device.type != "cpu":

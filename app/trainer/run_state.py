@@ -6,7 +6,9 @@ KL coefficient, data-loader position); it is written into a staging folder and r
 """
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -16,6 +18,8 @@ import numpy as np
 import torch
 
 from app.trainer import checkpoints
+
+log = logging.getLogger(__name__)
 
 
 class RunStateMixin:
@@ -69,7 +73,7 @@ class RunStateMixin:
         self.kl_ctrl.value = state["kl_coef"]
         rng_file = ckpt / f"rng_rank{self.rank}.pt"
         if rng_file.is_file() and state.get("world_size") == self.world:
-            _set_rng_state(torch.load(rng_file, weights_only=False))
+            _set_rng_state(rng_file)
         self.step = int(state["global_step"])
         # The rollout service may be new (version 0) or hold other weights: push the resumed policy.
         self.version = self._rollout_version()
@@ -97,10 +101,20 @@ class RunStateMixin:
 
 
 def _rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG the step draws from, in plain types and tensors only, so loading needs no unpickling of objects."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": random.getstate(), "torch": torch.get_rng_state(),
+            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+def _set_rng_state(path: Path) -> None:
+    try:
+        state = torch.load(path, weights_only=True)  # tensors and plain containers; never arbitrary objects
+    except pickle.UnpicklingError as err:  # a checkpoint from before: its numpy state was a pickled array
+        log.warning("%s holds objects beyond plain data; not restoring the RNG from it (%s)", path, err)
+        return
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
