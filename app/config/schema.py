@@ -391,6 +391,9 @@ class TrainerConfig:
     critic_warmup: int = 0  # steps of critic-only updates
     # steps in a row whose update met NaN/Inf gradients (each skipped) before the run stops; 0: never stop
     max_bad_steps: int = 3
+    # restarts of the train workers after one fails (a killed process, a lost node), each resuming from the newest
+    # checkpoint (so set save_freq); 0: the first failure ends the run, as in verl; -1: no limit
+    max_failures: int = 0
     resume_mode: str = "auto"  # auto | disable | <checkpoint path>
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     max_ckpt_to_keep: Optional[int] = None  # None: keep all

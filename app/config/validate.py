@@ -277,6 +277,11 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
     if not 0 <= cfg.reward_model.max_failed_fraction <= 1:
         raise ConfigError(f"reward_model.max_failed_fraction={cfg.reward_model.max_failed_fraction} must lie in [0, 1] "
                           "(1: never stop)")
+    if cfg.trainer.max_failures < -1:
+        raise ConfigError(f"trainer.max_failures={cfg.trainer.max_failures} must be >= -1 (-1: no limit)")
+    if cfg.trainer.max_failures != 0 and cfg.trainer.resume_mode != "auto":
+        raise ConfigError(f"trainer.max_failures={cfg.trainer.max_failures} restarts resume from the newest checkpoint, "
+                          f"which needs trainer.resume_mode=auto (got {cfg.trainer.resume_mode!r})")
     if cfg.trainer.max_bad_steps < 0:
         raise ConfigError(f"trainer.max_bad_steps={cfg.trainer.max_bad_steps} must be >= 0 (0: never stop)")
     if not 0 <= cfg.algorithm.lam <= 1 or not 0 <= cfg.algorithm.gamma <= 1:

@@ -90,7 +90,7 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
     `route_prefix`: the HTTP route of the chat-completions endpoint of the deployed application; only one
     application can hold a route, so concurrent runs (sweep trials) pass their own or None (no HTTP).
     """
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from ray import serve
@@ -116,7 +116,9 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
         scaling_config=ScalingConfig(num_workers=cfg.trainer.num_workers, use_gpu=use_gpu,
                                      resources_per_worker={"CPU": cfg.trainer.cpus_per_worker}),
         run_config=RunConfig(name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
-                             storage_path=str(out_dir / "ray_train")),
+                             storage_path=str(out_dir / "ray_train"),
+                             # a restarted worker group runs worker_entry again, which resumes from the newest checkpoint
+                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures)),
     )
     try:
         trainer.fit()

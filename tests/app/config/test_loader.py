@@ -184,3 +184,12 @@ def test_routes_beyond_loopback_need_an_api_key(monkeypatch):
     cfg = load_config(with_(**{"actor_rollout_ref.rollout.http_host": "0.0.0.0",
                                "actor_rollout_ref.rollout.http_api_key": "k"}))
     assert cfg.actor_rollout_ref.rollout.http_api_key == "k"
+
+
+def test_restarts_need_auto_resume_and_a_sane_limit():
+    assert load_config(with_(**{"trainer.max_failures": -1})).trainer.max_failures == -1  # no limit
+    with pytest.raises(ConfigError, match=r"trainer\.max_failures=-2 must be >= -1"):
+        load_config(with_(**{"trainer.max_failures": -2}))
+    with pytest.raises(ConfigError, match=r"trainer\.max_failures=2 restarts resume from the newest checkpoint, which "
+                                          r"needs trainer\.resume_mode=auto \(got 'disable'\)"):
+        load_config(with_(**{"trainer.max_failures": 2, "trainer.resume_mode": "disable"}))

@@ -126,3 +126,32 @@ def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, ar
         assert key in rows[-1], key
     assert (out / "hf_model" / "model.safetensors").is_file()
 
+
+
+def test_a_killed_train_worker_restarts_from_the_newest_checkpoint_with_the_same_data(compose, rollout_app,
+                                                                                      tiny_model_dir, arith_data,
+                                                                                      tmp_path):
+    out, marker = tmp_path / "restart", tmp_path / "marker"
+    marker.mkdir()
+    overrides = base_overrides(tiny_model_dir, arith_data, out) + [
+        "trainer.num_workers=1", "trainer.save_freq=1", "trainer.total_training_steps=3", "trainer.max_failures=1",
+        "trainer.experiment_name=restart", "reward_model.num_workers=0",  # the reward runs in the train worker
+        f"custom_reward_function.path={Path(__file__).parent / 'kill_once_reward.py'}",
+        f"+custom_reward_function.reward_kwargs.marker_dir={marker}",
+        "+custom_reward_function.reward_kwargs.samples_per_step=8",  # 4 prompts x 2 samples
+    ]
+    train(compose(overrides), rollout_app=rollout_app)
+    assert (marker / "killed").is_file()  # the worker did die during step 2
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]  # each step once: the restart resumed after step 1
+    assert (out / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+
+    # no batch repeated or lost: the steps drew the batches an uninterrupted run draws
+    from app.data import PromptDataLoader
+    from app.trainer.setup import load_datasets, load_tokenizer
+
+    cfg = compose(overrides)
+    train_set, _ = load_datasets(cfg, load_tokenizer(cfg))
+    loader = PromptDataLoader(train_set, batch_size=4, pad_token_id=0, shuffle=True, seed=cfg.data.seed)
+    expected = [set(loader.next_batch().index) for _ in range(3)]
+    assert [dataset_indices(out / "rollouts", step) for step in (1, 2, 3)] == expected
