@@ -6,6 +6,7 @@ Works unchanged under `ray job submit --working-dir . -- python -m app.train ...
 """
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -49,8 +50,16 @@ def run(cfg: DictConfig) -> int:
     return 0
 
 
+def exit_on_sigterm() -> None:
+    """`ray job stop` and `kill` send SIGTERM, which ends Python at once; raise SystemExit instead, so the finally
+    blocks run (the rollout application is deleted, the trainer's workers stopped, a local Ray cluster shut down) and
+    nothing is left holding the CPUs or the HTTP port. Ctrl-C takes the same path as KeyboardInterrupt."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 @hydra.main(config_path="../configs", config_name="ppo_trainer", version_base=None)
 def main(cfg: DictConfig) -> None:
+    exit_on_sigterm()
     code = run(cfg)
     if code:
         sys.exit(code)

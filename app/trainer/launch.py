@@ -36,6 +36,18 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
     # API and, without it, logs a warning every few seconds for the whole run.
     ray.init(num_cpus=max(int(needed + 0.999), os.cpu_count() or 1), runtime_env=runtime_env,
              include_dashboard=True, log_to_driver=True)
+    _exit_on_sigterm_again()
+
+
+def _exit_on_sigterm_again() -> None:
+    """ray.init installs a native SIGTERM handler that logs and aborts the driver, which then leaves the raylet's
+    agents behind; put back app.train's (SystemExit through the finally blocks, then ray.shutdown at exit)."""
+    import signal
+    import threading
+
+    handler = signal.getsignal(signal.SIGTERM)  # what Python last installed; the native one replaced it below Python
+    if callable(handler) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 def with_absolute_paths(cfg: TrainerRunConfig) -> TrainerRunConfig:
