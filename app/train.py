@@ -27,9 +27,11 @@ def run(cfg: DictConfig) -> int:
         from app.trainer.setup import check_data
 
         n_train, n_val = check_data(run_cfg)
-        from app.trainer.checkpoints import find_resume_dir
+        from app.trainer.checkpoints import check_checkpoint, find_resume_dir
 
-        find_resume_dir(Path(run_cfg.trainer.default_local_dir), run_cfg.trainer.resume_mode)
+        resume = find_resume_dir(Path(run_cfg.trainer.default_local_dir), run_cfg.trainer.resume_mode)
+        if resume is not None:
+            check_checkpoint(resume)
     except (ConfigError, DataError, CheckpointError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

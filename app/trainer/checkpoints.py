@@ -87,6 +87,33 @@ def read_state(ckpt: Path) -> dict[str, Any]:
     return json.loads((ckpt / STATE_FILE).read_text())
 
 
+# what resume reads: the trainer state's keys, and per engine folder DCP's index and the engine's own state
+_STATE_KEYS = ("global_step", "policy_version", "kl_coef", "data")
+_ENGINE_FILES = (".metadata", "engine_state.pt")
+
+
+def check_checkpoint(ckpt: Path) -> None:
+    """Refuse, naming the file, a checkpoint that resume could not load: unreadable or incomplete trainer state, or
+    an engine folder (actor/, critic/) missing a file or holding an empty one (a copy cut short, a full disk)."""
+    state_file = ckpt / STATE_FILE
+    try:
+        state = json.loads(state_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{state_file} cannot be read as JSON ({err}): the checkpoint {ckpt} is corrupt; "
+                              "resume from another (trainer.resume_mode=<path>) or delete it") from err
+    missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(f"{state_file} lacks {missing}: the checkpoint {ckpt} is incomplete")
+    if not (ckpt / "actor").is_dir():
+        raise CheckpointError(f"{ckpt} has no actor/ folder: the checkpoint is incomplete")
+    for engine in ("actor", "critic"):
+        for name in _ENGINE_FILES if (ckpt / engine).is_dir() else ():
+            path = ckpt / engine / name
+            if not path.is_file() or path.stat().st_size == 0:
+                raise CheckpointError(f"{path} is {'empty' if path.is_file() else 'missing'}: the checkpoint {ckpt} "
+                                      "is corrupt; resume from another (trainer.resume_mode=<path>) or delete it")
+
+
 def _prune(root: Path, max_to_keep: Optional[int]) -> None:
     if not max_to_keep or max_to_keep <= 0:
         return

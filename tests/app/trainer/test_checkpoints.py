@@ -44,3 +44,28 @@ def test_resume_modes(tmp_path):
     assert ck.find_resume_dir(tmp_path, str(tmp_path / "global_step_5")) == tmp_path / "global_step_5"
     with pytest.raises(ck.CheckpointError, match=r"nowhere.*is not a complete checkpoint.*global_step_5"):
         ck.find_resume_dir(tmp_path, str(tmp_path / "nowhere"))
+
+
+def _complete(root):
+    """A checkpoint folder with every file resume reads (contents are stand-ins)."""
+    ckpt = root / "global_step_1"
+    (ckpt / "actor").mkdir(parents=True)
+    (ckpt / ck.STATE_FILE).write_text('{"global_step": 1, "policy_version": 1, "kl_coef": 0.0, "data": {}}')
+    for name in (".metadata", "engine_state.pt"):
+        (ckpt / "actor" / name).write_bytes(b"x")
+    return ckpt
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1, "pol'), r"trainer_state\.json cannot be read as JSON"),
+    (lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1}'), r"lacks \['policy_version', 'kl_coef', 'data'\]"),
+    (lambda c: (c / "actor" / "engine_state.pt").write_bytes(b""), r"actor/engine_state\.pt is empty"),
+    (lambda c: (c / "actor" / ".metadata").unlink(), r"actor/\.metadata is missing"),
+    (lambda c: (c / "critic").mkdir(), r"critic/\.metadata is missing"),  # a critic folder must be whole too
+])
+def test_a_damaged_checkpoint_is_named_before_resuming(tmp_path, damage, message):
+    ckpt = _complete(tmp_path)
+    ck.check_checkpoint(ckpt)  # whole: accepted
+    damage(ckpt)
+    with pytest.raises(ck.CheckpointError, match=message):
+        ck.check_checkpoint(ckpt)
