@@ -111,3 +111,13 @@ def wandb_env(tmp_path, monkeypatch):
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
     monkeypatch.setenv("WANDB_SILENT", "true")
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def small_arith_data(tmp_path_factory) -> Path:
+    """The built-in arithmetic task with 8 training and 2 test problems, for short runs (verl parquet layout)."""
+    from app.prepare import main as prepare
+
+    out = tmp_path_factory.mktemp("arith-small")
+    assert prepare(["arithmetic", "--output", str(out), "--train-size", "8", "--test-size", "2", "--seed", "5"]) == 0
+    return out

@@ -22,6 +22,9 @@ class DataConfig:
     prompt_key: str = "prompt"  # a list of chat messages, or a plain string wrapped as one user message
     ground_truth_key: str = "reward_model.ground_truth"  # dotted path into nested columns
     reward_fn_key: str = "data_source"  # picks the rule reward for each row
+    # the data source of rows whose file has no reward_fn_key column (e.g. a problem/solution JSONL scored by a custom
+    # reward); None: such a file is an error naming the column
+    default_data_source: Optional[str] = None
     system_prompt: Optional[str] = None  # prepended as a system message when the row has none
     max_prompt_length: int = 512  # tokens, after the chat template
     max_response_length: int = 512  # tokens generated per sample
@@ -65,9 +68,9 @@ class OptimConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     lr_warmup_steps: int = -1  # -1: use lr_warmup_steps_ratio
     lr_warmup_steps_ratio: float = 0.0
-    warmup_style: Literal["constant", "cosine"] = "constant"  # schedule after warm-up
-    lr_scheduler_type: Optional[Literal["constant", "cosine"]] = None  # newer verl's name for warmup_style
-    min_lr_ratio: float = 0.0  # cosine floor, as a fraction of lr
+    warmup_style: Literal["constant", "cosine", "linear"] = "constant"  # schedule after warm-up
+    lr_scheduler_type: Optional[Literal["constant", "cosine", "linear"]] = None  # newer verl's name for warmup_style
+    min_lr_ratio: float = 0.0  # where cosine / linear decay ends, as a fraction of lr
     total_training_steps: int = -1  # filled in by the trainer from the data size
 
 
@@ -371,7 +374,8 @@ class TrainerConfig:
     experiment_name: str = "run"
     total_epochs: int = 1
     total_training_steps: Optional[int] = None  # None: epochs × batches per epoch
-    # console, jsonl, tensorboard, mlflow, wandb; one name as a string becomes a one-item list
+    # console, jsonl, tensorboard, mlflow, wandb, console_samples (prints the log_val_generations samples); one name
+    # as a string becomes a one-item list
     logger: StrList = field(default_factory=lambda: ["console", "jsonl"])
     # this many validation samples (the same prompts each time) go to tensorboard (text), mlflow (a JSON artifact)
     # and wandb (a table) under val/generations, as in verl; console and jsonl do not show them

@@ -1,7 +1,8 @@
-"""Learning-rate factor per training step: linear warm-up, then constant or cosine decay (verl semantics).
+"""Learning-rate factor per training step: linear warm-up, then constant, cosine or linear decay.
 
 Warm-up follows verl/transformers: the factor is ``step / warmup_steps`` during warm-up, so step 0 runs at lr 0.
-Cosine goes from 1 at the end of warm-up to ``min_lr_ratio`` at ``total_training_steps``.
+Cosine (verl) and linear (transformers' and TRL's default) go from 1 at the end of warm-up to ``min_lr_ratio`` at
+``total_training_steps``.
 """
 from __future__ import annotations
 
@@ -28,14 +29,14 @@ def lr_factor(step: int, optim: OptimSpec) -> float:
         return step / warm
     if optim.warmup_style == "constant":
         return 1.0
-    if optim.warmup_style != "cosine":
-        raise ValueError(f"optim.warmup_style={optim.warmup_style!r}; use 'constant' or 'cosine'")
+    if optim.warmup_style not in ("cosine", "linear"):
+        raise ValueError(f"optim.warmup_style={optim.warmup_style!r}; use 'constant', 'cosine' or 'linear'")
     total = optim.total_training_steps
     if total <= 0:
-        raise ValueError(f"optim.warmup_style='cosine' needs optim.total_training_steps > 0, got {total}")
+        raise ValueError(f"optim.warmup_style={optim.warmup_style!r} needs optim.total_training_steps > 0, got {total}")
     progress = min(1.0, (step - warm) / max(1, total - warm))
-    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-    return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * cosine
+    decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if optim.warmup_style == "cosine" else 1.0 - progress
+    return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * decay
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim: OptimSpec) -> torch.optim.lr_scheduler.LambdaLR:

@@ -33,8 +33,8 @@ class OptimSpec:
     betas: tuple[float, float] = (0.9, 0.999)
     lr_warmup_steps: int = -1  # -1: lr_warmup_steps_ratio * total_training_steps
     lr_warmup_steps_ratio: float = 0.0
-    warmup_style: Literal["constant", "cosine"] = "constant"  # schedule after warm-up
-    min_lr_ratio: float = 0.0  # cosine floor as a fraction of lr
+    warmup_style: Literal["constant", "cosine", "linear"] = "constant"  # schedule after warm-up
+    min_lr_ratio: float = 0.0  # where the decay ends, as a fraction of lr
     total_training_steps: int = -1  # needed by cosine and by the warm-up ratio
 
     @classmethod

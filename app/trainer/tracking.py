@@ -67,6 +67,23 @@ class ConsoleSink:
         self._bar.close()
 
 
+class ConsoleSamplesSink:
+    """`console_samples`: prints the validation samples (`trainer.log_val_generations`) at each validation; the
+    grpo_chat_completion pipeline's num_completions_to_print. Metrics are left to `console`."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        pass
+
+    def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
+        for i, row in enumerate(rows):
+            print(f"validation sample {i + 1}/{len(rows)} at step {step} (score {row['score']:.3f}, "
+                  f"ground truth {row['ground_truth']!r}):\n  prompt: {row['input']!r}\n  "
+                  f"completion: {row['output']!r}", flush=True)
+
+    def close(self) -> None:
+        pass
+
+
 def _summary_writer() -> type:
     try:
         from torch.utils.tensorboard import SummaryWriter
@@ -194,7 +211,7 @@ def check_loggers(loggers: list[str]) -> None:
 class Tracking:
     """Fans metrics out to the sinks named in `trainer.logger`; unknown names and missing packages are errors."""
 
-    KNOWN = ("console", "jsonl", "tensorboard", "mlflow", "wandb")
+    KNOWN = ("console", "jsonl", "tensorboard", "mlflow", "wandb", "console_samples")
 
     def __init__(self, loggers: list[str], out_dir: Path, total_steps: int, start_step: int,
                  project: str, experiment: str, config: Optional[dict[str, Any]] = None) -> None:
@@ -207,6 +224,8 @@ class Tracking:
                 self.sinks.append(ConsoleSink(total_steps, start_step))
             elif name == "jsonl":
                 self.sinks.append(JsonlSink(out_dir / "metrics.jsonl", start_step))
+            elif name == "console_samples":
+                self.sinks.append(ConsoleSamplesSink())
             elif name == "tensorboard":
                 self.sinks.append(TensorBoardSink(out_dir / "tensorboard"))
             elif name == "mlflow":

@@ -19,24 +19,15 @@ SCRIPT = Path(__file__).resolve().parent / "config" / "verl_scripts" / "grpo_run
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-@pytest.fixture
-def arith_data(tmp_path) -> Path:
-    from app.prepare import main as prepare
-
-    out = tmp_path / "data"
-    assert prepare(["arithmetic", "--output", str(out), "--train-size", "8", "--test-size", "2", "--seed", "7"]) == 0
-    return out
-
-
-def test_verl_grpo_lora_script_trains_two_steps_logging_to_wandb_offline(ray_cluster, tiny_model_dir, arith_data,
+def test_verl_grpo_lora_script_trains_two_steps_logging_to_wandb_offline(ray_cluster, tiny_model_dir, small_arith_data,
                                                                          wandb_env, tmp_path):
     from hydra import compose, initialize_config_dir
 
     from app.train import run
 
     out = tmp_path / "run"
-    args = verl_script_args(SCRIPT, model=str(tiny_model_dir), train=str(arith_data / "train.parquet"),
-                            test=str(arith_data / "test.parquet"))
+    args = verl_script_args(SCRIPT, model=str(tiny_model_dir), train=str(small_arith_data / "train.parquet"),
+                            test=str(small_arith_data / "test.parquet"))
     assert 'trainer.logger=["console","wandb"]' in args  # the script's own logger setting, untouched below
     shrink = [
         "trainer.n_gpus_per_node=0", "trainer.num_workers=1", "trainer.cpus_per_worker=1",

@@ -193,3 +193,11 @@ def test_restarts_need_auto_resume_and_a_sane_limit():
     with pytest.raises(ConfigError, match=r"trainer\.max_failures=2 restarts resume from the newest checkpoint, which "
                                           r"needs trainer\.resume_mode=auto \(got 'disable'\)"):
         load_config(with_(**{"trainer.max_failures": 2, "trainer.resume_mode": "disable"}))
+
+
+def test_default_data_source_reaches_the_data_options():
+    from app.data import PromptDataOptions
+
+    cfg = load_config(with_(**{"data.default_data_source": "openai/gsm8k"}))
+    assert PromptDataOptions.from_mapping(cfg.data).default_data_source == "openai/gsm8k"
+    assert PromptDataOptions.from_mapping(load_config(with_()).data).default_data_source is None

@@ -49,3 +49,6 @@ def test_lr_warmup_then_constant_and_cosine():
     assert lr_factor(2, ratio) == pytest.approx(0.5)  # 4 warm-up steps from the ratio
     with pytest.raises(ValueError, match="total_training_steps"):
         lr_factor(0, OptimSpec(warmup_style="cosine", lr_warmup_steps=0))
+    # linear (transformers' default): 1 at the end of warm-up down to min_lr_ratio at the last step, in equal steps
+    lin = OptimSpec(lr=1.0, lr_warmup_steps=2, warmup_style="linear", total_training_steps=6, min_lr_ratio=0.2)
+    assert [lr_factor(s, lin) for s in range(7)] == pytest.approx([0.0, 0.5, 1.0, 0.8, 0.6, 0.4, 0.2])

@@ -28,13 +28,3 @@ def free_port():
     from support import free_port as port
 
     return port
-
-
-@pytest.fixture(scope="session")
-def small_arith_data(tmp_path_factory) -> Path:
-    """The built-in arithmetic task with 8 training and 2 test problems, for loop tests with a stand-in rollout."""
-    from app.prepare import main as prepare
-
-    out = tmp_path_factory.mktemp("arith-small")
-    assert prepare(["arithmetic", "--output", str(out), "--train-size", "8", "--test-size", "2", "--seed", "5"]) == 0
-    return out
