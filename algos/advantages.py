@@ -15,6 +15,7 @@ All functions run without autograd; advantages are targets, not part of the grap
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
 import torch
@@ -23,6 +24,20 @@ from algos.masked import masked_fill_zero, masked_whiten
 from algos.registry import Registry, call_with_supported_kwargs
 
 ADV_ESTIMATORS = Registry("algorithm.adv_estimator")
+
+
+@dataclass(frozen=True)
+class EstimatorTraits:
+    """What an estimator needs from the trainer; the trainer reads these, never the estimator's name."""
+
+    needs_critic: bool = False  # values from a value model (`values` input): the critic role runs
+    needs_groups: bool = False  # compares the samples of one prompt: rollout.n >= 2 makes sense, filter_groups applies
+    needs_greedy_baseline: bool = False  # a greedy response's reward per prompt (`reward_baselines` input)
+
+
+def estimator_traits(name: str) -> EstimatorTraits:
+    """Traits of ``algorithm.adv_estimator=name`` (an own ``module:function`` may set ``fn.traits``; else none)."""
+    return ADV_ESTIMATORS.traits(name, EstimatorTraits())
 
 
 def _check_2d(name: str, tensor: torch.Tensor, like: torch.Tensor | None = None) -> None:
@@ -80,7 +95,7 @@ def _broadcast(per_row: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
     return masked_fill_zero(per_row.unsqueeze(-1).expand_as(response_mask).to(per_row.dtype), response_mask)
 
 
-@ADV_ESTIMATORS.register("gae")
+@ADV_ESTIMATORS.register("gae", EstimatorTraits(needs_critic=True))
 @torch.no_grad()
 def gae(
     token_level_rewards: torch.Tensor,
@@ -120,7 +135,7 @@ def gae(
     return masked_whiten(raw_adv, keep), returns
 
 
-@ADV_ESTIMATORS.register("grpo")
+@ADV_ESTIMATORS.register("grpo", EstimatorTraits(needs_groups=True))
 @torch.no_grad()
 def grpo(
     token_level_rewards: torch.Tensor,
@@ -147,7 +162,7 @@ def grpo(
     return adv, adv
 
 
-@ADV_ESTIMATORS.register("rloo")
+@ADV_ESTIMATORS.register("rloo", EstimatorTraits(needs_groups=True))
 @torch.no_grad()
 def rloo(
     token_level_rewards: torch.Tensor,
@@ -169,7 +184,7 @@ def rloo(
     return adv, adv
 
 
-@ADV_ESTIMATORS.register("opo")
+@ADV_ESTIMATORS.register("opo", EstimatorTraits(needs_groups=True))
 @torch.no_grad()
 def opo(
     token_level_rewards: torch.Tensor,
@@ -225,7 +240,7 @@ def reinforce_plus_plus(
     return masked_whiten(returns, keep), returns
 
 
-@ADV_ESTIMATORS.register("reinforce_plus_plus_baseline")
+@ADV_ESTIMATORS.register("reinforce_plus_plus_baseline", EstimatorTraits(needs_groups=True))
 @torch.no_grad()
 def reinforce_plus_plus_baseline(
     token_level_rewards: torch.Tensor,
@@ -244,7 +259,7 @@ def reinforce_plus_plus_baseline(
     return adv, adv
 
 
-@ADV_ESTIMATORS.register("remax")
+@ADV_ESTIMATORS.register("remax", EstimatorTraits(needs_greedy_baseline=True))
 @torch.no_grad()
 def remax(
     token_level_rewards: torch.Tensor,

@@ -25,9 +25,11 @@ class Registry:
     def __init__(self, key: str) -> None:
         self.key = key
         self._entries: dict[str, Callable[..., Any]] = {}
+        self._traits: dict[str, Any] = {}
 
-    def register(self, name: str) -> Callable[[F], F]:
-        """Decorator: ``@REG.register("name")`` adds the function under ``name`` and returns it unchanged."""
+    def register(self, name: str, traits: Any = None) -> Callable[[F], F]:
+        """Decorator: ``@REG.register("name")`` adds the function under ``name`` and returns it unchanged;
+        ``traits`` (e.g. what the algorithm needs from the trainer) are kept for ``traits(name)``."""
         if not isinstance(name, str) or not name or ":" in name:
             raise ValueError(f"{self.key}: registry names must be non-empty strings without ':', got {name!r}")
 
@@ -39,6 +41,8 @@ class Registry:
                     f"{existing.__module__}.{existing.__qualname__}"
                 )
             self._entries[name] = fn
+            if traits is not None:
+                self._traits[name] = traits
             return fn
 
         return decorator
@@ -55,6 +59,12 @@ class Registry:
             f"unknown {self.key}={name!r}; known names: {', '.join(self.names())} "
             f"(or give 'module.path:function' to use your own)"
         )
+
+    def traits(self, name: str, default: Any = None) -> Any:
+        """The traits registered with ``name``; a function imported as ``"module:function"`` may carry its own as a
+        ``traits`` attribute; else ``default``. Unknown names raise as ``get`` does."""
+        fn = self.get(name)
+        return self._traits[name] if name in self._traits else getattr(fn, "traits", default)
 
     def _import(self, spec: str) -> Callable[..., Any]:
         module_name, _, attr_path = spec.partition(":")

@@ -10,8 +10,6 @@ from app.config.verl_compat import apply_verl_names, check_unsupported
 
 log = logging.getLogger(__name__)
 
-# Estimators whose baseline is the other samples of the same prompt: one sample per prompt has no baseline.
-_GROUP_ESTIMATORS = {"grpo", "rloo", "opo", "reinforce_plus_plus_baseline"}
 
 
 def validate(cfg: TrainerRunConfig) -> None:
@@ -114,7 +112,7 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
                 f"(ppo_mini_batch_size={actor.ppo_mini_batch_size} × rollout.n={n} / {ranks}), "
                 f"which actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} does not divide"
             )
-    if cfg.algorithm.adv_estimator == "gae":
+    if _estimator(cfg).needs_critic:
         critic_mb = cfg.critic.ppo_mini_batch_size
         if data.train_batch_size % critic_mb:
             raise ConfigError(
@@ -151,7 +149,7 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
         except (ValueError, ImportError, AttributeError) as exc:
             raise ConfigError(f"{key}={name!r}: {exc}") from exc
     n = cfg.actor_rollout_ref.rollout.n
-    if algo.adv_estimator in _GROUP_ESTIMATORS and n == 1:  # verl allows it
+    if _estimator(cfg).needs_groups and n == 1:  # verl allows it
         log.warning(
             "algorithm.adv_estimator=%r compares the samples of one prompt, but actor_rollout_ref.rollout.n=1: "
             "every group is a single sample with no baseline, so (as in verl) its advantage is its own score "
@@ -181,14 +179,27 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
         raise ConfigError("trainer.resume_mode must be auto, disable or a checkpoint path")
 
 
+def _estimator(cfg: TrainerRunConfig):
+    """The traits of algorithm.adv_estimator (what it needs: a critic, groups, a greedy baseline)."""
+    from algos.advantages import estimator_traits
+
+    try:
+        return estimator_traits(cfg.algorithm.adv_estimator)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise ConfigError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r}: {exc}") from exc
+
+
 def _check_filter_groups(cfg: TrainerRunConfig) -> None:
     fg, algo = cfg.algorithm.filter_groups, cfg.algorithm
     if not fg.enable:
         return
-    if algo.adv_estimator not in _GROUP_ESTIMATORS:
+    if not _estimator(cfg).needs_groups:
+        from algos.advantages import ADV_ESTIMATORS, estimator_traits
+
+        grouped = [name for name in ADV_ESTIMATORS.names() if estimator_traits(name).needs_groups]
         raise ConfigError(
             f"algorithm.filter_groups.enable=true drops groups whose samples score alike, which only matters for "
-            f"estimators that compare the samples of one prompt ({', '.join(sorted(_GROUP_ESTIMATORS))}); "
+            f"estimators that compare the samples of one prompt ({', '.join(grouped)}); "
             f"algorithm.adv_estimator={algo.adv_estimator!r} is not one of them"
         )
     n = cfg.actor_rollout_ref.rollout.n

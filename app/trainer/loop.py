@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
-from algos.advantages import compute_advantages
+from algos.advantages import compute_advantages, estimator_traits
 from algos.kl import apply_kl_penalty_to_rewards
 from algos.kl_controller import make_kl_controller
 from algos.rewards.overlong import overlong_penalty
@@ -157,7 +157,7 @@ class RLTrainer(RunStateMixin):
                              extra_info=[prompts.extra_info[i] for i in pick],
                              messages=[prompts.raw_prompt[i] for i in pick],
                              finish_reason=[s.finish_reason for s in samples], policy_version=self.version)
-        if self.cfg.algorithm.adv_estimator == "remax":
+        if estimator_traits(self.cfg.algorithm.adv_estimator).needs_greedy_baseline:  # ReMax
             group.extras["reward_baselines"] = self._greedy_baselines(prompts)
         return group
 

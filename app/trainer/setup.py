@@ -5,6 +5,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Optional
 
+from algos.advantages import estimator_traits
 from app.config.schema import TrainerRunConfig
 from app.data import PromptDataLoader, PromptDataOptions, PromptDataset, load_prompt_dataset, pad_token_id_of
 
@@ -67,7 +68,7 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
     needs_reference = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     reference = build_reference(arr, actor.engine, device=device) if needs_reference else None
     critic = None
-    if cfg.algorithm.adv_estimator == "gae":
+    if estimator_traits(cfg.algorithm.adv_estimator).needs_critic:
         critic = build_critic(cfg.critic, rollout_n=arr.rollout.n, device=device, seed=cfg.trainer.seed)
     out_dir = Path(cfg.trainer.default_local_dir)
     tracking = None
