@@ -23,6 +23,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+import app.config  # noqa: F401  registers the schema's defaults, the base of configs/ppo_trainer.yaml
+
 
 def compose_base(config_name: str, overrides: list[str]) -> dict:
     """The base trainer config tree, composed by Hydra (interpolations kept), with local paths made absolute."""

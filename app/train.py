@@ -13,6 +13,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+import app.config  # noqa: F401  registers the schema's defaults, the base of configs/ppo_trainer.yaml
+
 
 def run(cfg: DictConfig) -> int:
     from app.config import ConfigError, load_config

@@ -28,6 +28,8 @@ def compose_trainer_config(base_config: str, overrides: dict[str, Any]):
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
+    import app.config  # noqa: F401  registers the schema's defaults, the base of the configs
+
     if GlobalHydra.instance().is_initialized():  # inside another Hydra app (a test, a notebook)
         cfg = compose(config_name=base_config)
     else:

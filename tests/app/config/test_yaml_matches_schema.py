@@ -1,54 +1,50 @@
-"""configs/ppo_trainer.yaml lists exactly the schema's keys with the schema's defaults, so neither drifts."""
+"""Every default is written once, in the typed schema: configs/ppo_trainer.yaml composes to exactly the schema's
+defaults (Hydra's base node `rayrl_schema` is made from them), and the other trainer configs set only schema keys,
+each to a value other than the one they inherit."""
 import dataclasses
 from pathlib import Path
 
+import pytest
 import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
+import app.config  # noqa: F401  registers rayrl_schema
 from app.config.schema import TrainerRunConfig
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-# Keys whose YAML default is an interpolation of another key (verl writes them this way); the schema fills them.
-INTERPOLATED = {
-    "actor_rollout_ref.rollout.response_length",
-    "actor_rollout_ref.rollout.prompt_length",
-    "critic.model.path",
-    "critic.ppo_mini_batch_size",
-    "critic.ppo_epochs",
-    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
-    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-    "actor_rollout_ref.actor.checkpoint.load_contents",
-    "critic.checkpoint.load_contents",
-}
 
 
 def flatten(tree, prefix=""):
     out = {}
     for key, value in tree.items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value:
             out.update(flatten(value, path + "."))
         else:
             out[path] = value
     return out
 
 
-def test_ppo_trainer_yaml_equals_schema_defaults():
+def composed(name: str) -> dict:
+    with initialize_config_dir(str(CONFIGS), version_base=None):
+        cfg = compose(config_name=name)
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    tree.pop("hydra", None)
+    return tree
+
+
+def test_ppo_trainer_is_the_schema_defaults_and_states_none_of_them():
+    assert composed("ppo_trainer") == dataclasses.asdict(TrainerRunConfig())
     raw = yaml.safe_load((CONFIGS / "ppo_trainer.yaml").read_text())
-    raw.pop("hydra"), raw.pop("defaults")
-    in_yaml = flatten(raw)
-    in_schema = flatten(dataclasses.asdict(TrainerRunConfig()))
-    assert sorted(in_yaml) == sorted(in_schema)
-    for key, default in in_schema.items():
-        if key in INTERPOLATED:
-            assert str(in_yaml[key]).startswith("${"), key
-        else:
-            assert in_yaml[key] == default, key
+    assert set(raw) == {"hydra", "defaults"}  # no key restated
 
 
-def test_grpo_yaml_overrides_only_known_keys():
-    raw = yaml.safe_load((CONFIGS / "grpo_trainer.yaml").read_text())
+@pytest.mark.parametrize("name, parent", [("grpo_trainer", "ppo_trainer"), ("quickstart", "grpo_trainer")])
+def test_derived_configs_set_only_schema_keys_and_only_to_new_values(name, parent):
+    raw = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
     raw.pop("defaults")
-    schema_keys = set(flatten(dataclasses.asdict(TrainerRunConfig())))
-    assert set(flatten(raw)) <= schema_keys
+    inherited = flatten(composed(parent))
+    for key, value in flatten(raw).items():
+        assert key in inherited, f"{name}.yaml: {key} is not a schema key"
+        assert value != inherited[key], f"{name}.yaml: {key}={value!r} restates what {parent} already has"
