@@ -201,3 +201,19 @@ def test_default_data_source_reaches_the_data_options():
     cfg = load_config(with_(**{"data.default_data_source": "openai/gsm8k"}))
     assert PromptDataOptions.from_mapping(cfg.data).default_data_source == "openai/gsm8k"
     assert PromptDataOptions.from_mapping(load_config(with_()).data).default_data_source is None
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("algorithm.adv_estimator", "gpro", r"algorithm\.adv_estimator='gpro': unknown algorithm\.adv_estimator"),
+    ("actor_rollout_ref.actor.loss_agg_mode", "token-sum", r"actor_rollout_ref\.actor\.loss_agg_mode: 'token-sum' "
+                                                           r"is not one of 'token-mean'"),
+    ("actor_rollout_ref.actor.kl_loss_type", "kl2", r"kl_loss_type='kl2' is not one of"),
+    ("data.truncation", "chop", r"data\.truncation: 'chop' is not one of"),
+    ("actor_rollout_ref.actor.strategy", "megatron", r"actor_rollout_ref\.actor\.strategy: 'megatron' is not one of"),
+])
+def test_each_enum_names_the_key_and_the_allowed_values(key, value, message):
+    overrides = {key: value}
+    if key.endswith("kl_loss_type"):
+        overrides["actor_rollout_ref.actor.use_kl_loss"] = True
+    with pytest.raises(ConfigError, match=message):
+        load_config(with_(**overrides))

@@ -155,3 +155,19 @@ def test_a_killed_train_worker_restarts_from_the_newest_checkpoint_with_the_same
     loader = PromptDataLoader(train_set, batch_size=4, pad_token_id=0, shuffle=True, seed=cfg.data.seed)
     expected = [set(loader.next_batch().index) for _ in range(3)]
     assert [dataset_indices(out / "rollouts", step) for step in (1, 2, 3)] == expected
+
+
+def test_a_hung_reward_call_is_cut_off_scored_zero_and_the_run_goes_on(compose, rollout_app, tiny_model_dir,
+                                                                      arith_data, tmp_path):
+    out, marker = tmp_path / "hang", tmp_path / "marker"
+    marker.mkdir()
+    overrides = base_overrides(tiny_model_dir, arith_data, out) + [
+        "trainer.num_workers=1", "trainer.total_training_steps=2", "trainer.experiment_name=hang",
+        "reward_model.num_workers=1", "reward_model.timeout_s=3",
+        f"custom_reward_function.path={Path(__file__).parent / 'hang_once_reward.py'}",
+        f"+custom_reward_function.reward_kwargs.marker_dir={marker}",
+    ]
+    train(compose(overrides), rollout_app=rollout_app)
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]  # the run finished
+    assert [r["reward/timeouts"] for r in rows] == [1.0, 0.0]  # the hung call was cut off and counted, once
