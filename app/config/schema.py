@@ -306,8 +306,9 @@ class RewardModelConfig:
     # failure (a broken reward function, not an odd sample); 1.0: never
     max_failed_fraction: float = 0.5
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)  # training reward only
-    # verl's per-sample managers: naive and prime call compute_score once per response, as here (in num_workers
-    # processes); dapo also takes reward_kwargs; batch (one call with lists) is not supported yet
+    # verl's managers: naive and prime call compute_score once per response (in num_workers processes); dapo also
+    # takes reward_kwargs; batch calls a custom compute_score once per batch with lists (data_sources=, solution_strs=,
+    # ground_truths=, extra_infos=), timeout_s bounding that call
     reward_manager: Literal["naive", "prime", "dapo", "batch"] = "naive"
     # reward_manager=dapo's keyword arguments: overlong_buffer_cfg (becomes overlong_buffer), max_resp_len (must be
     # the response budget, actor_rollout_ref.rollout.response_length)

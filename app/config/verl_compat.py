@@ -167,11 +167,11 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
                     f"{path}.{name}={value!r}: checkpoints here always hold the model, the optimizer and the extra "
                     "state (LR schedule, RNG, data position), which resuming needs, and no Hugging Face copy (the run "
                     "exports hf_model/ at the end); drop the key or give all three")
-    if cfg.reward_model.reward_manager == "batch":
+    if cfg.reward_model.reward_manager == "batch" and not cfg.custom_reward_function.path:
         raise ConfigError(
-            "reward_model.reward_manager='batch' calls compute_score once with lists of all responses; rewards here "
-            "are computed one response at a time (naive, prime, dapo), so batched reward functions are not supported "
-            "yet; use reward_manager=naive with a per-response compute_score")
+            "reward_model.reward_manager='batch' calls a custom compute_score once with lists of all responses; the "
+            "built-in rules score one response at a time: set custom_reward_function.path to a batched function, or "
+            "use reward_manager=naive")
     _check_log_val_generations(cfg)
     rollout = arr.rollout
     if rollout.max_model_len is not None and rollout.max_model_len < rollout.prompt_length + rollout.response_length:

@@ -71,6 +71,9 @@ class RewardManager:
         max_failed_fraction: under "zero", a batch in which more than this fraction of the samples failed raises
             RewardComputeError naming the first failure (1.0: never): a broken reward function must not train a
             policy on zeros for hours.
+        batched: verl's ``reward_manager=batch``: one call per batch, ``compute_score(data_sources=,
+            solution_strs=, ground_truths=, extra_infos=)`` with lists, returning one score (or dict) per response;
+            ``timeout_s`` then bounds that one call, and a failed call fails every sample of the batch.
         mp_context: multiprocessing start method for the workers.
     """
 
@@ -81,6 +84,7 @@ class RewardManager:
         timeout_s: float = 30.0,
         on_error: str = "raise",
         max_failed_fraction: float = 1.0,
+        batched: bool = False,
         mp_context: str = "forkserver",
     ):
         if on_error not in ON_ERROR_MODES:
@@ -96,10 +100,30 @@ class RewardManager:
         self.timeout_s = timeout_s
         self.on_error = on_error
         self.max_failed_fraction = max_failed_fraction
+        self.batched = batched
         self.mp_context = mp_context
         self._pool: RewardWorkerPool | None = None
 
     def _run(self, tasks: list[dict[str, Any]]) -> list[TaskOutcome | None]:
+        if self.batched:
+            return self._run_batched(tasks)
+        return self._run_each(tasks)
+
+    def _run_batched(self, tasks: list[dict[str, Any]]) -> list[TaskOutcome | None]:
+        """The whole batch in one call; its list of results becomes one outcome per sample."""
+        call = {"data_sources": [t["data_source"] for t in tasks], "solution_strs": [t["solution_str"] for t in tasks],
+                "ground_truths": [t["ground_truth"] for t in tasks], "extra_infos": [t["extra_info"] for t in tasks]}
+        [outcome] = self._run_each([call])
+        if outcome is None or outcome.error is not None or outcome.timed_out:
+            return [outcome] * len(tasks)
+        values = outcome.value
+        if not isinstance(values, (list, tuple)) or len(values) != len(tasks):
+            got = f"{len(values)} results" if isinstance(values, (list, tuple)) else type(values).__name__
+            return [TaskOutcome(error=f"the batched compute_score returned {got} for {len(tasks)} responses; it "
+                                      "must return a list with one score (or dict) per response")] * len(tasks)
+        return [TaskOutcome(value=v) for v in values]
+
+    def _run_each(self, tasks: list[dict[str, Any]]) -> list[TaskOutcome | None]:
         if self.num_workers == 0:
             outcomes = []
             for task in tasks:

@@ -25,7 +25,8 @@ class Scorer:
         else:
             spec = RewardFnSpec(path=custom.path, name=custom.name, reward_kwargs=dict(custom.reward_kwargs))
             self.rules = RewardManager(spec, num_workers=rm.num_workers, timeout_s=rm.timeout_s, on_error=rm.on_error,
-                                       max_failed_fraction=rm.max_failed_fraction)
+                                       max_failed_fraction=rm.max_failed_fraction,
+                                       batched=rm.reward_manager == "batch")
 
     def score(self, responses: Sequence[str], data_sources: Sequence[str], ground_truths: Sequence[Any],
               extra_infos: Sequence[dict], messages: Sequence[list[dict]]

@@ -202,3 +202,32 @@ def test_a_batch_where_most_calls_fail_stops_naming_the_first_failure(reward_fil
                                                      r"max_failed_fraction=0\.5 allows; the first, sample 0 "
                                                      r"\(data_source='src0'\): raised ZeroDivisionError"):
             _score(manager, ["boom", "7", "boom", "boom"])
+
+
+BATCHED = """
+import os
+
+def compute_score(data_sources, solution_strs, ground_truths, extra_infos=None, bonus=0.0):
+    # one call for the whole batch: the pid shows every score came from the same call
+    if "boom" in solution_strs:
+        raise RuntimeError("the batch failed")
+    if "short" in solution_strs:
+        return [1.0]
+    return [{"score": float(s == g) + bonus, "calls": os.getpid()} for s, g in zip(solution_strs, ground_truths)]
+"""
+
+
+def test_batched_manager_calls_once_with_lists(tmp_path):
+    path = tmp_path / "batched.py"
+    path.write_text(BATCHED)
+    spec = RewardFnSpec(str(path), reward_kwargs={"bonus": 0.5})
+    with RewardManager(spec, num_workers=1, timeout_s=30, on_error="zero", batched=True) as manager:
+        result = _score(manager, ["7", "6", "7"])
+        assert result.scores == [1.5, 0.5, 1.5]
+        assert len(set(result.extra["calls"])) == 1  # one call scored all three
+    with RewardManager(spec, num_workers=0, on_error="zero", max_failed_fraction=1.0, batched=True) as manager:
+        failed = _score(manager, ["7", "boom"])  # a failed call fails every sample of its batch
+        assert failed.scores == [0.0, 0.0] and failed.metrics["reward/errors"] == 2.0
+        assert "RuntimeError: the batch failed" in failed.failures[0]
+        wrong = _score(manager, ["7", "short"])
+        assert "returned 1 results for 2 responses" in wrong.failures[1]
