@@ -238,8 +238,7 @@ class RolloutServer:
     @_http.post("/v1/chat/completions")
     async def http_chat_completions(self, request: Request):
         try:
-            openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
-            body = await _json_body(request)
+            body = await self._authorized_body(request)
             messages = openai_api.parse_messages(body)
             parsed = openai_api.parse_sampling(body, ("max_completion_tokens", "max_tokens"))
             tokenizer = await self._chat_tokenizer()
@@ -255,8 +254,7 @@ class RolloutServer:
     @_http.post("/v1/completions")
     async def http_completions(self, request: Request):
         try:
-            openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
-            body = await _json_body(request)
+            body = await self._authorized_body(request)
             parsed = openai_api.parse_sampling(body)
             prompts = openai_api.parse_prompts(body)
             if parsed.stream and len(prompts) > 1:
@@ -267,6 +265,11 @@ class RolloutServer:
         except openai_api.ApiError as err:
             return JSONResponse(status_code=err.status, content=err.body())
         return await self._answer("completion", prompts, parsed, tokenizer)
+
+    async def _authorized_body(self, request: Request) -> dict:
+        """The JSON body of a request that carries the API key (ApiError: a 401 without it, a 400 for a bad body)."""
+        openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
+        return await _json_body(request)
 
     async def _answer(self, kind: str, prompts: list[list[int]], parsed: openai_api.ParsedRequest, tokenizer):
         """Generate with the current policy and answer in OpenAI's layout: one JSON body, or a stream of events."""
