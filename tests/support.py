@@ -59,6 +59,17 @@ def verl_script_args(script: Path, **paths: str) -> list[str]:
     return shlex.split(text.format(**paths).replace("\\\n", " "))
 
 
+def wandb_run_records(wandb_dir: Path) -> tuple[Path, list]:
+    """The one offline run under `wandb_dir` and its records, read once W&B has closed the file: finish() returns when
+    the W&B service has the records, not when its writer has flushed them (a CI run read the file empty), and teardown
+    waits for the service to exit."""
+    import wandb
+
+    wandb.teardown()
+    [run_file] = wandb_dir.glob("offline-run-*/run-*.wandb")
+    return run_file, list(wandb_records(run_file))
+
+
 def wandb_records(path: Path):
     """The protobuf records of a W&B `run-<id>.wandb` file. wandb has no Python reader for it (`wandb sync` is Go), so
     this is its LevelDB log layout: a 7-byte file header, then in 32 KiB blocks records of [crc32 u32, length u16,

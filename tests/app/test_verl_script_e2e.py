@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support import free_port, verl_script_args, wandb_records
+from support import free_port, verl_script_args, wandb_run_records
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +47,7 @@ def test_verl_grpo_lora_script_trains_two_steps_logging_to_wandb_offline(ray_clu
     assert run(cfg) == 0
 
     assert (out / "hf_model" / "config.json").is_file()
-    [run_file] = (out / "wandb").glob("offline-run-*/run-*.wandb")
-    records = list(wandb_records(run_file))
+    _, records = wandb_run_records(out / "wandb")
     [meta] = [r.run for r in records if r.HasField("run")]
     assert (meta.project, meta.display_name) == ("verl_grpo_example_gsm8k", "qwen2.5_3b_grpo_lora")
     config = {item.key: json.loads(item.value_json) for item in meta.config.update}

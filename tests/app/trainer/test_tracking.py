@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import wandb_records
+from support import wandb_run_records
 
 from app.config import ConfigError
 from app.trainer.tracking import JsonlSink, Tracking, check_loggers, read_metrics, wandb_mode
@@ -99,8 +99,7 @@ def test_mlflow_run_goes_to_a_database_in_the_run_folder(tmp_path, monkeypatch):
 def test_wandb_runs_offline_under_the_run_folder_with_the_config_and_metrics(wandb_env):
     out = wandb_env / "run"
     log_steps(["wandb"], out)
-    [run_file] = (out / "wandb").glob("offline-run-*/run-*.wandb")  # offline: no key and no WANDB_MODE
-    records = list(wandb_records(run_file))
+    run_file, records = wandb_run_records(out / "wandb")  # offline: no key and no WANDB_MODE
     [run] = [r.run for r in records if r.HasField("run")]
     assert (run.project, run.display_name) == ("proj", "exp")
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
