@@ -46,17 +46,20 @@ class PolicyLossConfig:
     The entropy-mechanism modes' settings (verl ``actor.policy_loss.*``): ``clip_cov`` zeroes at most
     ``clip_cov_ratio`` of the tokens, drawn from those whose covariance lies in ``(clip_cov_lb, clip_cov_ub)``;
     ``kl_cov`` adds ``ppo_kl_coef * |log-ratio|`` to the ``kl_cov_ratio`` of the tokens with the largest covariance.
+
+    Every field is a config key without a default: the defaults are the config schema's (app/config/schema.py,
+    ``ActorConfig``), written once there; ``from_mapping`` takes them from the actor section.
     """
 
-    clip_ratio: float = 0.2
-    clip_ratio_low: float | None = None
-    clip_ratio_high: float | None = None
-    clip_ratio_c: float = 3.0
-    clip_cov_ratio: float = 0.0002
-    clip_cov_lb: float = 1.0
-    clip_cov_ub: float = 5.0
-    kl_cov_ratio: float = 0.0002
-    ppo_kl_coef: float = 0.1
+    clip_ratio: float
+    clip_ratio_low: float | None
+    clip_ratio_high: float | None
+    clip_ratio_c: float
+    clip_cov_ratio: float
+    clip_cov_lb: float
+    clip_cov_ub: float
+    kl_cov_ratio: float
+    ppo_kl_coef: float
 
     def __post_init__(self) -> None:
         for name in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
@@ -89,15 +92,17 @@ class PolicyLossConfig:
     def from_mapping(cls, actor_config: Mapping[str, Any] | Any) -> "PolicyLossConfig":
         """Build from a verl-style ``actor`` section, a mapping or an object with those attribute names (e.g. the
         typed schema): clip settings from the section, the others from its ``policy_loss``. Other keys are ignored;
-        absent or None ones keep their defaults."""
+        an absent one is a ValueError naming it (its default is the schema's, not restated here)."""
 
-        def read(source: Any, name: str) -> Any:
-            return source.get(name) if isinstance(source, Mapping) else getattr(source, name, None)
+        def read(source: Any, name: str, where: str) -> Any:
+            present = name in source if isinstance(source, Mapping) else hasattr(source, name)
+            if not present:
+                raise ValueError(f"{where}{name} is missing: build the loss settings from the whole actor section")
+            return source[name] if isinstance(source, Mapping) else getattr(source, name)
 
-        section = read(actor_config, "policy_loss") or {}
-        values = {f.name: read(section if f.name in _POLICY_LOSS_SECTION else actor_config, f.name)
-                  for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if v is not None})
+        section = read(actor_config, "policy_loss", "actor.")
+        return cls(**{f.name: read(section, f.name, "actor.policy_loss.") if f.name in _POLICY_LOSS_SECTION
+                      else read(actor_config, f.name, "actor.") for f in fields(cls)})
 
 
 def resolve_loss_agg_mode(loss_mode: str, loss_agg_mode: str) -> str:
@@ -133,7 +138,7 @@ def vanilla(
     response_mask: torch.Tensor,
     *,
     loss_agg_mode: str = "token-mean",
-    config: PolicyLossConfig | None = None,
+    config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate with asymmetric clip range and dual clip.
@@ -144,11 +149,10 @@ def vanilla(
     Metrics: ``pg_clipfrac`` (clipped term was larger), ``pg_clipfrac_lower`` (dual clip active), ``ppo_kl``
     (mean of ``old_log_prob - log_prob``).
     """
-    cfg = config or PolicyLossConfig()
     log_ratio = _log_ratio(log_prob, old_log_prob)
-    unclipped, clipped = _ppo_surrogates(torch.exp(log_ratio), advantages, cfg)
+    unclipped, clipped = _ppo_surrogates(torch.exp(log_ratio), advantages, config)
     clip_loss = torch.maximum(unclipped, clipped)
-    dual_bound = -advantages * cfg.clip_ratio_c
+    dual_bound = -advantages * config.clip_ratio_c
     negative = advantages < 0
     losses = torch.where(negative, torch.minimum(clip_loss, dual_bound), clip_loss)
     loss = agg_loss(losses, response_mask, loss_agg_mode, normalizer)
@@ -167,7 +171,7 @@ def gspo(
     response_mask: torch.Tensor,
     *,
     loss_agg_mode: str = "seq-mean-token-mean",
-    config: PolicyLossConfig | None = None,
+    config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Group Sequence Policy Optimization (GSPO-token form).
@@ -179,13 +183,12 @@ def gspo(
     (GSPO uses much smaller ranges than token-level PPO). verl aggregates GSPO as ``seq-mean-token-mean``; see
     ``resolve_loss_agg_mode``. ``pg_clipfrac_lower`` is always 0.
     """
-    cfg = config or PolicyLossConfig()
     keep = response_mask.bool()
     log_ratio = torch.where(keep, log_prob - old_log_prob, torch.zeros_like(log_prob))
     seq_log_ratio = log_ratio.sum(dim=-1) / keep.sum(dim=-1).clamp(min=1).to(log_ratio.dtype)
     token_log_ratio = seq_log_ratio.detach().unsqueeze(-1) + log_prob - log_prob.detach()
     ratio = torch.exp(torch.clamp(token_log_ratio, max=_GSPO_LOG_RATIO_MAX))
-    unclipped, clipped = _ppo_surrogates(ratio, advantages, cfg)
+    unclipped, clipped = _ppo_surrogates(ratio, advantages, config)
     losses = torch.maximum(unclipped, clipped)
     loss = agg_loss(losses, response_mask, loss_agg_mode, normalizer)
     with torch.no_grad():
@@ -227,7 +230,7 @@ def cispo(
     response_mask: torch.Tensor,
     *,
     loss_agg_mode: str = "token-mean",
-    config: PolicyLossConfig | None = None,
+    config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """CISPO (MiniMax-M1): clip the importance weight, not the update (verl ``compute_policy_loss_cispo``).
@@ -236,11 +239,10 @@ def cispo(
     gradient, so a token outside the range still learns (PPO would drop it). The paper only bounds the weight from
     above: set ``clip_ratio_low`` >= 1 for that. ``pg_clipfrac``: weights that were clipped; ``pg_clipfrac_lower`` 0.
     """
-    cfg = config or PolicyLossConfig()
     with torch.no_grad():
         log_ratio = _log_ratio(log_prob, old_log_prob)
         ratio = torch.exp(log_ratio)
-        weight = torch.clamp(ratio, 1.0 - cfg.low, 1.0 + cfg.high)
+        weight = torch.clamp(ratio, 1.0 - config.low, 1.0 + config.high)
     losses = -weight * advantages * log_prob
     loss = agg_loss(losses, response_mask, loss_agg_mode, normalizer)
     clipfrac = masked_mean((weight != ratio).float(), response_mask)
@@ -255,7 +257,7 @@ def geo_mean(
     response_mask: torch.Tensor,
     *,
     loss_agg_mode: str = "seq-mean-token-mean",
-    config: PolicyLossConfig | None = None,
+    config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GMPO, Geometric-Mean Policy Optimization (verl ``compute_policy_loss_geo_mean``).
@@ -268,9 +270,8 @@ def geo_mean(
     ``pg_clipfrac`` / ``pg_clipfrac_lower``: tokens whose log-ratio lies outside ``[-low, high]`` with ``A > 0`` /
     ``A < 0``, as verl counts them.
     """
-    cfg = config or PolicyLossConfig()
     log_ratio = _log_ratio(log_prob, old_log_prob)
-    bounded = torch.clamp(log_ratio, -cfg.low, cfg.high)
+    bounded = torch.clamp(log_ratio, -config.low, config.high)
     sign = torch.sign(advantages)
     pessimistic = sign * torch.minimum(sign * log_ratio, sign * bounded)
     ratio = torch.exp(masked_mean(pessimistic, response_mask, dim=-1))
@@ -312,7 +313,7 @@ def clip_cov(
     response_mask: torch.Tensor,
     *,
     loss_agg_mode: str = "token-mean",
-    config: PolicyLossConfig | None = None,
+    config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clip-Cov ("The Entropy Mechanism of RL for Reasoning LMs"; verl ``compute_policy_loss_clip_cov``).
@@ -323,13 +324,13 @@ def clip_cov(
     slows the entropy collapse such tokens cause. The draw uses torch's global generator.
     ``pg_clipfrac``: the zeroed tokens (as in verl); ``pg_clipfrac_lower``: 0.
     """
-    cfg = config or PolicyLossConfig()
     keep = response_mask.bool()
     log_ratio = _log_ratio(log_prob, old_log_prob)
-    unclipped, clipped = _ppo_surrogates(torch.exp(log_ratio), advantages, cfg)
+    unclipped, clipped = _ppo_surrogates(torch.exp(log_ratio), advantages, config)
     cov = _covariance_terms(advantages, log_prob, keep)
-    candidates = ((cov > cfg.clip_cov_lb) & (cov < cfg.clip_cov_ub) & ~(clipped > unclipped)).flatten().nonzero()[:, 0]
-    drawn = torch.randperm(candidates.numel(), device=candidates.device)[: _token_budget(cfg.clip_cov_ratio, keep)]
+    in_range = (cov > config.clip_cov_lb) & (cov < config.clip_cov_ub)
+    candidates = (in_range & ~(clipped > unclipped)).flatten().nonzero()[:, 0]
+    drawn = torch.randperm(candidates.numel(), device=candidates.device)[: _token_budget(config.clip_cov_ratio, keep)]
     zeroed = _flat_mask(candidates[drawn], keep)
     losses = torch.maximum(unclipped, clipped).masked_fill(zeroed, 0.0)
     loss = agg_loss(losses, response_mask, loss_agg_mode, normalizer)
@@ -347,7 +348,7 @@ def kl_cov(
     response_mask: torch.Tensor,
     *,
     loss_agg_mode: str = "token-mean",
-    config: PolicyLossConfig | None = None,
+    config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """KL-Cov ("The Entropy Mechanism of RL for Reasoning LMs"; verl ``compute_policy_loss_kl_cov``).
@@ -358,13 +359,12 @@ def kl_cov(
     ``pg_clipfrac``: the tokens that got the KL term (verl reports none); ``ppo_kl`` keeps this module's meaning
     (verl reports the mean ``|log-ratio|`` here); ``pg_clipfrac_lower``: 0.
     """
-    cfg = config or PolicyLossConfig()
     keep = response_mask.bool()
     log_ratio = _log_ratio(log_prob, old_log_prob)
     losses = -advantages * torch.exp(log_ratio)
     cov = _covariance_terms(advantages, log_prob, keep)
-    penalised = _flat_mask(cov.flatten().topk(_token_budget(cfg.kl_cov_ratio, keep)).indices, keep)
-    losses = torch.where(penalised, losses + cfg.ppo_kl_coef * (log_prob - old_log_prob).abs(), losses)
+    penalised = _flat_mask(cov.flatten().topk(_token_budget(config.kl_cov_ratio, keep)).indices, keep)
+    losses = torch.where(penalised, losses + config.ppo_kl_coef * (log_prob - old_log_prob).abs(), losses)
     loss = agg_loss(losses, response_mask, loss_agg_mode, normalizer)
     with torch.no_grad():
         clipfrac = masked_mean(penalised.float(), response_mask)

@@ -142,10 +142,16 @@ def _loss(out, micro, ctx):
 
 def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding: bool, micro: int, lora_rank: int,
              grad_ckpt: bool, compile_layers: bool, steps: int, device: str, share_prompts: bool = False) -> dict:
-    spec = EngineSpec(model_path=str(model_dir), optim=OptimSpec(lr=1e-5), param_dtype=dtype,
+    # every setting stated here: the config schema (app.config) would need Hydra, which a bare GPU box may lack
+    optim = OptimSpec(lr=1e-5, weight_decay=0.01, betas=(0.9, 0.999), lr_warmup_steps=0, lr_warmup_steps_ratio=0.0,
+                      warmup_style="constant", min_lr_ratio=0.0, total_training_steps=-1)
+    spec = EngineSpec(model_path=str(model_dir), trust_remote_code=False, optim=optim, grad_clip=1.0,
+                      param_dtype=dtype, model_dtype="fp32", reduce_dtype="fp32", buffer_dtype="fp32",
+                      param_offload=False, optimizer_offload=False,
                       use_remove_padding=remove_padding, share_prompt_prefix=share_prompts,
-                      micro_batch_size_per_gpu=micro, lora_rank=lora_rank,
-                      lora_alpha=2 * max(lora_rank, 1), target_modules="all-linear",
+                      micro_batch_size_per_gpu=micro, use_dynamic_bsz=False, max_token_len_per_gpu=16384,
+                      logits_chunk_size=1024, lora_rank=lora_rank, lora_alpha=2 * max(lora_rank, 1),
+                      target_modules="all-linear", exclude_modules=None,
                       enable_gradient_checkpointing=grad_ckpt, compile_layers=compile_layers, device=device)
     engine = make_engine("fsdp2", spec)
     engine.init_model()

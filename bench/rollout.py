@@ -148,7 +148,7 @@ def main() -> None:
     cfg = replace(RolloutConfig(), dtype="bfloat16", prompt_length=args.prompt_len, response_length=args.tokens,
                   max_num_seqs=max(64, args.prompts), cpu_kv_cache_gib=1.0, cpus_per_replica=1.0,
                   omp_threads=args.threads, replicas=1, temperature=1.0, ignore_eos=True)
-    spec = engine_spec_from_config(cfg, args.model)
+    spec = engine_spec_from_config(cfg, args.model, trust_remote_code=False)
     prompts = make_prompts(args.prompts, args.prompt_len)
     print(f"model={args.model} prompts={args.prompts}x{args.prompt_len} new_tokens={args.tokens} "
           f"threads={args.threads} cores={len(os.sched_getaffinity(0))} load_before={os.getloadavg()[0]:.2f}",
@@ -160,7 +160,7 @@ def main() -> None:
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         start = time.perf_counter()
-        client = deploy_rollout(cfg, args.model, "bench-rollout", route_prefix=None)
+        client = deploy_rollout(cfg, args.model, "bench-rollout", trust_remote_code=False, route_prefix=None)
         deploy_s = time.perf_counter() - start
         sampling = client.sampling(seed=0)
 
@@ -198,7 +198,8 @@ def main() -> None:
 
         peft_model = get_peft_model(hf, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
         adapter = LoraAdapter(peft_model.peft_config["default"].to_dict(), get_peft_model_state_dict(peft_model))
-        lora_client = deploy_rollout(cfg, args.model, "bench-rollout-lora", max_lora_rank=16, route_prefix=None)
+        lora_client = deploy_rollout(cfg, args.model, "bench-rollout-lora", trust_remote_code=False, max_lora_rank=16,
+                                     route_prefix=None)
         lora_s = []
         for version in (1, 2):
             start = time.perf_counter()

@@ -40,10 +40,11 @@ def main() -> int:
     from app.rewards.manager import split_score
     from app.data import PromptDataOptions, load_prompt_dataset
     from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
+    from app.config.schema import DataConfig
     from serve.vllm_engine import cpu_bind_string
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    options = PromptDataOptions.from_mapping({"max_prompt_length": 512})
+    options = PromptDataOptions.from_mapping(DataConfig(max_prompt_length=512))
     records = list(load_prompt_dataset(str(args.data), tokenizer, options, max_samples=args.prompts))
     dtype = resolve_auto_dtype(False, cpu_has_native_bf16())[1]  # fp32 where bf16 would be emulated
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind_string(args.threads, 0)

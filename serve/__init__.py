@@ -14,7 +14,7 @@ subclass that overrides its constructor, and a direct token-level generate would
 `serve/vllm_engine.py`, and it also measured >= 1.04x raw throughput in the same benchmark.
 
 Public API (see each docstring):
-    deploy_rollout(rollout_cfg, model_path, app_name, *, max_lora_rank=None, ...) -> RolloutClient
+    deploy_rollout(rollout_cfg, model_path, app_name, *, trust_remote_code, max_lora_rank=None, ...) -> RolloutClient
     get_rollout_client(app_name, rollout_cfg) -> RolloutClient         # e.g. inside a Ray Train worker
     RolloutClient.generate(prompt_token_ids, *, expect_version, sampling=None, validation=False) -> [RolloutSample]
     RolloutClient.generate_iter(...)                                    # chunks as they finish

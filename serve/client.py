@@ -229,6 +229,7 @@ def deploy_rollout(
     model_path: Union[str, os.PathLike],
     app_name: str,
     *,
+    trust_remote_code: bool,
     max_lora_rank: Optional[int] = None,
     nccl_weight_transfer: bool = False,
     route_prefix: Optional[str] = "/",
@@ -238,14 +239,15 @@ def deploy_rollout(
     """Deploy the rollout application `app_name` for `rollout` (a `RolloutConfig`) and return its client.
 
     Blocks until every replica's engine is up and serving policy version 0 (the weights at `model_path`).
-    `max_lora_rank` enables LoRA (each `update_weights(LoraAdapter)` then adds an adapter). The HTTP proxy binds to
+    `trust_remote_code` is `actor_rollout_ref.model.trust_remote_code`. `max_lora_rank` enables LoRA (each
+    `update_weights(LoraAdapter)` then adds an adapter). The HTTP proxy binds to
     `rollout.http_host:rollout.http_port` (127.0.0.1 by default) if Serve is not running yet; `route_prefix=None`
     serves no HTTP for this application. Requires `ray.init` first.
     """
     from serve.deployment import build_rollout_app
 
     serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)})
-    app = build_rollout_app(rollout, str(model_path), max_lora_rank=max_lora_rank,
+    app = build_rollout_app(rollout, str(model_path), trust_remote_code=trust_remote_code, max_lora_rank=max_lora_rank,
                             nccl_weight_transfer=nccl_weight_transfer, seed=seed,
                             served_model_name=app_name, ray_actor_options=ray_actor_options)
     serve.run(app, name=app_name, route_prefix=route_prefix)

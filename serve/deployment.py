@@ -365,10 +365,12 @@ class RolloutServer:
             remove_quietly(self._stage_root)
 
 
-def engine_spec_from_config(rollout: Any, model_path: str, max_lora_rank: Optional[int] = None,
-                            nccl_weight_transfer: bool = False, seed: int = 0) -> EngineSpec:
+def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code: bool,
+                            max_lora_rank: Optional[int] = None, nccl_weight_transfer: bool = False,
+                            seed: int = 0) -> EngineSpec:
     """`EngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
-    it by attribute so that it does not import the trainer's packages)."""
+    it by attribute so that it does not import the trainer's packages) and the model's `path` and
+    `trust_remote_code`."""
     prompt_len, response_len = rollout.prompt_length, rollout.response_length
     threads = rollout.omp_threads or max(1, int(rollout.cpus_per_replica))
     kv_gib = rollout.cpu_kv_cache_gib
@@ -382,7 +384,8 @@ def engine_spec_from_config(rollout: Any, model_path: str, max_lora_rank: Option
         gpu_memory_utilization=float(rollout.gpu_memory_utilization),
         max_num_batched_tokens=int(rollout.max_num_batched_tokens),
         max_num_seqs=int(rollout.max_num_seqs),
-        max_model_len=(prompt_len + response_len) if prompt_len and response_len else None,
+        # the configured cap, else what one prompt and its response need
+        max_model_len=rollout.max_model_len or ((prompt_len + response_len) if prompt_len and response_len else None),
         enforce_eager=bool(rollout.enforce_eager),
         enable_chunked_prefill=bool(rollout.enable_chunked_prefill),
         cpu_kv_cache_bytes=int(kv_gib * (1 << 30)) if kv_gib else None,
@@ -390,10 +393,11 @@ def engine_spec_from_config(rollout: Any, model_path: str, max_lora_rank: Option
         max_lora_rank=max_lora_rank,
         nccl_weight_transfer=nccl_weight_transfer,
         seed=seed,
+        trust_remote_code=trust_remote_code,
     )
 
 
-def build_rollout_app(rollout: Any, model_path: str, *, max_lora_rank: Optional[int] = None,
+def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool, max_lora_rank: Optional[int] = None,
                       nccl_weight_transfer: bool = False, seed: int = 0, served_model_name: str = "policy",
                       ray_actor_options: Optional[dict] = None):
     """The bound Serve application (not yet running) for `rollout` (a `RolloutConfig`)."""
@@ -401,7 +405,8 @@ def build_rollout_app(rollout: Any, model_path: str, *, max_lora_rank: Optional[
 
     api_key = openai_api.http_api_key(rollout)
 
-    spec = engine_spec_from_config(rollout, model_path, max_lora_rank, nccl_weight_transfer, seed)
+    spec = engine_spec_from_config(rollout, model_path, trust_remote_code=trust_remote_code,
+                                   max_lora_rank=max_lora_rank, nccl_weight_transfer=nccl_weight_transfer, seed=seed)
     options = {"num_cpus": float(rollout.cpus_per_replica)}
     if ray.cluster_resources().get("GPU", 0) > 0:
         # vLLM's TP workers see the replica's GPUs; the transformers fallback uses one.

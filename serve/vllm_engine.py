@@ -27,24 +27,29 @@ WORKER_EXTENSION = "serve.vllm_engine.WeightSyncWorkerExtension"
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """What one replica's engine needs; built from `RolloutConfig` by `serve.deployment.engine_spec_from_config`."""
+    """What one replica's engine needs; built from `RolloutConfig` by `serve.deployment.engine_spec_from_config`.
 
-    model_path: str
-    dtype: str = "bfloat16"
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.5
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 1024
-    max_model_len: Optional[int] = None  # prompt_length + response_length when both are known
-    enforce_eager: bool = True
-    enable_chunked_prefill: bool = True
+    The fields without a default are config keys (`rollout.*` unless a comment names another): their defaults are the
+    schema's (app/config/schema.py), written once there, and the builder passes every one. The defaulted fields are
+    not config keys."""
+
+    model_path: str  # model.path
+    dtype: str
+    tensor_parallel_size: int  # tensor_model_parallel_size
+    gpu_memory_utilization: float
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: Optional[int]  # None: the model's own context length
+    enforce_eager: bool
+    enable_chunked_prefill: bool
+    cpu_kv_cache_bytes: Optional[int]  # cpu_kv_cache_gib; vLLM CPU backend only, GPU uses gpu_memory_utilization
+    # omp_threads (None: cpus_per_replica): OMP threads of the CPU worker, bound to distinct cores per replica
+    cpu_threads: int
+    max_lora_rank: Optional[int]  # model.lora_rank when adapters are synced (rollout.lora_sync); None: LoRA off
+    trust_remote_code: bool  # model.trust_remote_code
     enable_prefix_caching: bool = True
-    cpu_kv_cache_bytes: Optional[int] = None  # vLLM CPU backend only; GPU uses gpu_memory_utilization
-    cpu_threads: int = 1  # OMP threads of the CPU worker, bound to distinct cores per replica
-    max_lora_rank: Optional[int] = None  # None: LoRA off
     nccl_weight_transfer: bool = False  # GPU only: let the trainer push weights over NCCL
     seed: int = 0
-    trust_remote_code: bool = False
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Plain helpers several test modules use (on pytest's `pythonpath`, so `from support import ...` works anywhere)."""
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import signal
 import socket
@@ -29,6 +30,42 @@ def tiny_run_overrides(model_dir, data_dir) -> list[str]:
         "trainer.num_workers=1", "trainer.cpus_per_worker=1", "trainer.total_training_steps=2",
         "trainer.test_freq=1", "trainer.save_freq=-1",
     ]
+
+
+# The specs below restate no default (app/config/schema.py holds them): tests that want "the defaults" build them from
+# the schema through the product's own builders, then change what they test.
+def optim_spec(**overrides):
+    """`OptimSpec.from_config` of the schema's `optim` section with `overrides` (OptimConfig keys)."""
+    from app.config.schema import OptimConfig
+    from app.engine import OptimSpec
+
+    return OptimSpec.from_config(dataclasses.replace(OptimConfig(), **overrides))
+
+
+def engine_spec(model_path, **overrides):
+    """The actor's `EngineSpec` for the schema's defaults (`app.roles.factory.actor_engine_spec`) and `model_path`,
+    with `overrides` (EngineSpec fields)."""
+    from app.config.schema import ActorConfig, ModelConfig
+    from app.roles.factory import actor_engine_spec
+
+    spec = actor_engine_spec(ModelConfig(path=str(model_path)), ActorConfig())
+    return dataclasses.replace(spec, **overrides)
+
+
+def prompt_options(**overrides):
+    """`PromptDataOptions.from_mapping` of the schema's `data` section with `overrides` (DataConfig keys)."""
+    from app.config.schema import DataConfig
+    from app.data import PromptDataOptions
+
+    return PromptDataOptions.from_mapping(dataclasses.replace(DataConfig(), **overrides))
+
+
+def policy_loss_config(**overrides):
+    """`PolicyLossConfig.from_mapping` of the schema's actor section, with `overrides` (PolicyLossConfig fields)."""
+    from algos.policy_loss import PolicyLossConfig
+    from app.config.schema import ActorConfig
+
+    return dataclasses.replace(PolicyLossConfig.from_mapping(ActorConfig()), **overrides)
 
 
 def kill_ray_under(temp_dir: str) -> None:

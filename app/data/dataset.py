@@ -76,7 +76,7 @@ def _row_field(source: TableSource, i: int, key: str, setting: str) -> Any:
 def load_prompt_dataset(
     files: str | Sequence[str],
     tokenizer: Any,
-    options: PromptDataOptions | None = None,
+    options: PromptDataOptions,
     max_samples: int | None = None,
 ) -> PromptDataset:
     """Read, validate, template and tokenize every row of ``files``; raise DataError on any bad input.
@@ -84,10 +84,9 @@ def load_prompt_dataset(
     Args:
         files: one path or a list; each a ``.parquet``, ``.jsonl``/``.json`` file or a ``save_to_disk`` folder.
         tokenizer: a Hugging Face tokenizer with a chat template.
-        options: keys and length handling; defaults to verl's defaults.
+        options: keys and length handling (``PromptDataOptions.from_mapping(cfg.data)``).
         max_samples: keep only the first rows, in file order (data.train_max_samples / val_max_samples).
     """
-    options = options or PromptDataOptions()
     paths = as_file_list(files)
     check_files_exist(paths)  # before reading any, so a typo in the last file fails fast
     sources = [read_table(p) for p in paths]

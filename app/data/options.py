@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping
 
 from app.data.errors import DataError
@@ -12,7 +12,9 @@ TRUNCATION_MODES = ("error", "left", "right", "middle")
 
 @dataclass
 class PromptDataOptions:
-    """Field names are verl's ``data.*`` keys (plus ``default_data_source`` and ``extra_info_key``).
+    """Field names are verl's ``data.*`` keys (plus ``extra_info_key``). The ``data.*`` fields have no default: theirs
+    are the config schema's (``app.config.schema.DataConfig``), written once there; ``from_mapping`` takes every one
+    from the typed ``cfg.data``.
 
     Attributes:
         prompt_key: column with a list of chat messages or a plain string (wrapped as one user message).
@@ -25,17 +27,17 @@ class PromptDataOptions:
         filter_overlong_prompts: drop longer prompts (and report how many) instead of truncating.
         truncation: for longer prompts when not filtering: ``error`` (name file, row and length), ``left`` (keep the
             end), ``right`` (keep the start), ``middle`` (keep both ends).
-        extra_info_key: column with per-row metadata passed to reward functions.
+        extra_info_key: column with per-row metadata passed to reward functions (not a config key).
     """
 
-    prompt_key: str = "prompt"
-    system_prompt: str | None = None
-    ground_truth_key: str | None = "reward_model.ground_truth"
-    reward_fn_key: str = "data_source"
-    default_data_source: str | None = None
-    max_prompt_length: int = 512
-    filter_overlong_prompts: bool = False
-    truncation: str = "error"
+    prompt_key: str
+    system_prompt: str | None
+    ground_truth_key: str | None
+    reward_fn_key: str
+    default_data_source: str | None
+    max_prompt_length: int
+    filter_overlong_prompts: bool
+    truncation: str
     extra_info_key: str = "extra_info"
 
     def __post_init__(self) -> None:
@@ -48,13 +50,16 @@ class PromptDataOptions:
 
     @classmethod
     def from_mapping(cls, source: Mapping[str, Any] | Any) -> "PromptDataOptions":
-        """Build from any mapping or object with these attribute names (e.g. ``cfg.data``); other keys are ignored
-        and absent ones keep their defaults."""
-        values = {}
-        for f in fields(cls):
-            if isinstance(source, Mapping):
-                if f.name in source:
-                    values[f.name] = source[f.name]
-            elif hasattr(source, f.name):
-                values[f.name] = getattr(source, f.name)
-        return cls(**values)
+        """Build from any mapping or object with these attribute names (e.g. the typed ``cfg.data``); other keys are
+        ignored. A ``data.*`` key it lacks is a DataError: its default is the schema's, not restated here."""
+        mapping = isinstance(source, Mapping)
+
+        def has(name: str) -> bool:
+            return name in source if mapping else hasattr(source, name)
+
+        missing = [f"data.{f.name}" for f in fields(cls) if f.default is MISSING and not has(f.name)]
+        if missing:
+            raise DataError(f"the data settings lack {', '.join(missing)}: build them from the typed config's data "
+                            "section (app.config.schema.DataConfig), which has every key")
+        return cls(**{f.name: source[f.name] if mapping else getattr(source, f.name)
+                      for f in fields(cls) if has(f.name)})

@@ -27,15 +27,16 @@ def to_dtype(name: Union[str, torch.dtype], key: str = "dtype") -> torch.dtype:
 
 @dataclass
 class OptimSpec:
-    """AdamW and the learning-rate schedule (verl ``optim`` keys)."""
-    lr: float = 1e-6
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    lr_warmup_steps: int = -1  # -1: lr_warmup_steps_ratio * total_training_steps
-    lr_warmup_steps_ratio: float = 0.0
-    warmup_style: Literal["constant", "cosine", "linear"] = "constant"  # schedule after warm-up
-    min_lr_ratio: float = 0.0  # where the decay ends, as a fraction of lr
-    total_training_steps: int = -1  # needed by cosine and by the warm-up ratio
+    """AdamW and the learning-rate schedule (verl ``optim`` keys). No field has a default: the defaults are the config
+    schema's (``app.config.schema.OptimConfig``), written once there, and ``from_config`` passes every key."""
+    lr: float
+    weight_decay: float
+    betas: tuple[float, float]
+    lr_warmup_steps: int  # -1: lr_warmup_steps_ratio * total_training_steps
+    lr_warmup_steps_ratio: float
+    warmup_style: Literal["constant", "cosine", "linear"]  # schedule after warm-up
+    min_lr_ratio: float  # where the decay ends, as a fraction of lr
+    total_training_steps: int  # needed by cosine and by the warm-up ratio
 
     @classmethod
     def from_config(cls, optim) -> "OptimSpec":
@@ -50,39 +51,43 @@ class OptimSpec:
 class EngineSpec:
     """Everything one engine (one model + optimizer) needs.
 
+    The fields without a default are config keys (the comments name those spelt otherwise): their defaults are the
+    schema's, written once there, and ``app.roles.factory`` passes every one. The defaulted fields are the engine's own.
+
     ``model_kind``: ``causal_lm`` gives response log-probs (and entropy); ``value`` is a value-head model
     (``AutoModelForTokenClassification`` with one label) giving per-response-token values.
     """
-    model_path: str
-    model_kind: Literal["causal_lm", "value"] = "causal_lm"
-    trust_remote_code: bool = False
-    # LoRA (peft); lora_rank 0 = full fine-tuning
-    lora_rank: int = 0
-    lora_alpha: int = 16
-    target_modules: Union[str, list[str]] = "all-linear"
-    exclude_modules: Optional[str] = None  # regex over module names
-    enable_gradient_checkpointing: bool = False
-    use_remove_padding: bool = True
+    model_path: str  # model.path
+    trust_remote_code: bool
+    # LoRA (peft); lora_rank 0 = full fine-tuning, the other three are then unused
+    lora_rank: int
+    lora_alpha: int
+    target_modules: Union[str, list[str]]
+    exclude_modules: Optional[str]  # regex over module names
+    enable_gradient_checkpointing: bool
+    use_remove_padding: bool
     # packed rows hold one copy of each distinct prompt, shared by its samples (needs the packed sdpa attention)
-    share_prompt_prefix: bool = True
-    # optimisation; optim None = inference only (a reference model)
-    optim: Optional[OptimSpec] = None
-    grad_clip: float = 1.0
-    # micro-batching: a fixed number of samples, or a token budget (use_dynamic_bsz)
-    micro_batch_size_per_gpu: Optional[int] = None  # None: the whole batch in one forward
-    use_dynamic_bsz: bool = False
-    max_token_len_per_gpu: int = 16384
-    logits_chunk_size: int = 1024
-    # precision and memory
-    model_dtype: str = "fp32"  # master weights (what the optimizer steps); frozen weights are kept in param_dtype
-    param_dtype: str = "bf16"  # compute dtype
-    reduce_dtype: str = "fp32"  # gradient reduction dtype
-    buffer_dtype: str = "fp32"
-    param_offload: bool = False
-    optimizer_offload: bool = False
-    # torch.compile each decoder layer's forward (fuses the many small element-wise ops; ~2x less CPU work per
-    # step on a CPU, after a one-off compile of ~30-100 s). Off by default: tests and short runs pay the compile.
-    compile_layers: bool = False
+    share_prompt_prefix: bool
+    # optimisation; optim None = inference only (a reference model), which has no grad_clip either (None)
+    optim: Optional[OptimSpec]
+    grad_clip: Optional[float]
+    # micro-batching: a fixed number of samples (ppo_micro_batch_size_per_gpu; None: the whole batch in one forward),
+    # or a token budget (use_dynamic_bsz, ppo_max_token_len_per_gpu)
+    micro_batch_size_per_gpu: Optional[int]
+    use_dynamic_bsz: bool
+    max_token_len_per_gpu: int
+    logits_chunk_size: Optional[int]  # None: a value model, which has no logits
+    # precision and memory (fsdp_config)
+    model_dtype: str  # master weights (what the optimizer steps); frozen weights are kept in param_dtype
+    param_dtype: str  # compute dtype
+    reduce_dtype: str  # gradient reduction dtype
+    buffer_dtype: str
+    param_offload: bool
+    optimizer_offload: bool
+    # use_torch_compile: torch.compile each decoder layer's forward (fuses the many small element-wise ops; ~2x less
+    # CPU work per step on a CPU, after a one-off compile of ~30-100 s)
+    compile_layers: bool
+    model_kind: Literal["causal_lm", "value"] = "causal_lm"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 0  # all ranks build identical fresh heads (critic score, LoRA) from this seed
     extra: dict = field(default_factory=dict)

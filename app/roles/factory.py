@@ -27,6 +27,11 @@ def _lora(model_cfg: ModelConfig) -> dict[str, Any]:
                 exclude_modules=model_cfg.exclude_modules)
 
 
+# engines without an adapter: the critic (verl has no LoRA keys for it) and the reference of a full fine-tuning run
+# (with LoRA the reference is the actor's engine); rank 0 leaves the other LoRA settings unused
+_NO_LORA = dict(lora_rank=0, lora_alpha=0, target_modules=[], exclude_modules=None)
+
+
 def _trained_engine_spec(model_cfg: Union[ModelConfig, CriticModelConfig], role_cfg: Union[ActorConfig, CriticConfig],
                          fsdp_config: FSDPConfig, *, model_kind: str, device: str, seed: int,
                          **extra: Any) -> EngineSpec:
@@ -55,18 +60,18 @@ def ref_engine_spec(model_cfg: ModelConfig, ref_cfg: RefConfig, actor_cfg: Actor
     return EngineSpec(
         model_path=model_cfg.path, model_kind="causal_lm", trust_remote_code=model_cfg.trust_remote_code,
         use_remove_padding=model_cfg.use_remove_padding, share_prompt_prefix=model_cfg.share_prompt_prefix,
-        optim=None,
+        optim=None, grad_clip=None, enable_gradient_checkpointing=False,  # inference only: no backward, no step
         micro_batch_size_per_gpu=ref_cfg.log_prob_micro_batch_size_per_gpu,
         use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
         logits_chunk_size=actor_cfg.logits_chunk_size, device=device, compile_layers=actor_cfg.use_torch_compile,
-        **_precision(ref_cfg.fsdp_config))
+        **_NO_LORA, **_precision(ref_cfg.fsdp_config))
 
 
 def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: int = 0) -> EngineSpec:
     if not critic_cfg.model.path:
         raise ValueError("critic.model.path is empty (validate() fills it from actor_rollout_ref.model.path)")
     return _trained_engine_spec(critic_cfg.model, critic_cfg, critic_cfg.model.fsdp_config, model_kind="value",
-                                device=device, seed=seed)
+                                device=device, seed=seed, logits_chunk_size=None, **_NO_LORA)
 
 
 def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: int = 0) -> Actor:

@@ -117,7 +117,7 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
     if rollout_app is None:
         model = cfg.actor_rollout_ref.model
         adapters = model.lora_rank and cfg.actor_rollout_ref.rollout.lora_sync == "adapter"
-        deploy_rollout(cfg.actor_rollout_ref.rollout, model.path, app_name,
+        deploy_rollout(cfg.actor_rollout_ref.rollout, model.path, app_name, trust_remote_code=model.trust_remote_code,
                        max_lora_rank=model.lora_rank if adapters else None, seed=cfg.trainer.seed,
                        route_prefix=route_prefix)
     use_gpu = cfg.trainer.n_gpus_per_node > 0

@@ -11,6 +11,7 @@ from algos.rewards import default_compute_score
 from app.data import DataError, PromptDataLoader, load_prompt_dataset, pad_token_id_of
 from app.data.gsm8k_task import gsm8k_final_answer
 from app.prepare import main, prepare_gsm8k
+from support import prompt_options
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_gsm8k_schema(gsm8k_parquet, gsm8k_dir):
 
 def test_every_gsm8k_test_item_through_loader_and_reward(gsm8k_parquet, tokenizer):
     """All 1,319 test items: the gold solution text scores 1.0, the same text with a wrong final number scores 0."""
-    ds = load_prompt_dataset(str(gsm8k_parquet / "test.parquet"), tokenizer)
+    ds = load_prompt_dataset(str(gsm8k_parquet / "test.parquet"), tokenizer, prompt_options())
     assert len(ds) == 1319 and ds.num_filtered == 0
     loader = PromptDataLoader(ds, batch_size=1319, pad_token_id=pad_token_id_of(tokenizer), shuffle=False)
     batch = loader.next_batch()

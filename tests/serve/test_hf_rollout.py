@@ -28,7 +28,7 @@ def hf_rollout(ray_cluster, vllm_tiny_model_dir, rollout_config):
 
     # with an API key, as a run whose http_host is not loopback has: the HTTP test sends it (the handle needs none)
     client = deploy_rollout(replace(rollout_config, name="hf", http_api_key=API_KEY), vllm_tiny_model_dir, APP,
-                            route_prefix="/hf")
+                            trust_remote_code=False, route_prefix="/hf")
     try:
         yield client
     finally:

@@ -37,7 +37,7 @@ def rollout(ray_cluster, vllm_tiny_model_dir, rollout_config):
 
     from serve import deploy_rollout
 
-    client = deploy_rollout(rollout_config, vllm_tiny_model_dir, APP, max_lora_rank=8, seed=0)
+    client = deploy_rollout(rollout_config, vllm_tiny_model_dir, APP, trust_remote_code=False, max_lora_rank=8, seed=0)
     try:
         yield client
     finally:

@@ -44,4 +44,4 @@ def test_unresolved_auto_never_reaches_the_rollout_engine():
     from serve.deployment import engine_spec_from_config
 
     with pytest.raises(ValueError, match="dtype 'auto' reached the rollout engine unresolved"):
-        engine_spec_from_config(RolloutConfig(), "/m")
+        engine_spec_from_config(RolloutConfig(), "/m", trust_remote_code=False)

@@ -1,9 +1,13 @@
 """Rows become templated, tokenized prompts with their reward fields."""
 
+import dataclasses
+
 import pytest
 
-from app.data import PromptDataOptions, load_prompt_dataset
+from app.config.schema import DataConfig
+from app.data import DataError, PromptDataOptions, load_prompt_dataset
 from app.data.prompts import truncate_ids
+from support import prompt_options
 
 
 def _expected_ids(tokenizer, messages):
@@ -13,7 +17,7 @@ def _expected_ids(tokenizer, messages):
 
 def test_verl_parquet_rows(data_files, smollm2_tokenizer):
     path = data_files.parquet("train.parquet", data_files.verl_rows(3))
-    ds = load_prompt_dataset(path, smollm2_tokenizer)
+    ds = load_prompt_dataset(path, smollm2_tokenizer, prompt_options())
     assert len(ds) == 3 and ds.num_filtered == 0
     record = ds[2]
     assert record.prompt_ids == _expected_ids(smollm2_tokenizer, [{"role": "user", "content": "What is 2 + 0?"}])
@@ -28,7 +32,7 @@ def test_verl_parquet_rows(data_files, smollm2_tokenizer):
 def test_several_files_keep_file_order(data_files, smollm2_tokenizer):
     a = data_files.parquet("a.parquet", data_files.verl_rows(2, data_source="a"))
     b = data_files.jsonl("b.jsonl", data_files.verl_rows(3, data_source="b"))
-    ds = load_prompt_dataset([a, b], smollm2_tokenizer)
+    ds = load_prompt_dataset([a, b], smollm2_tokenizer, prompt_options())
     assert [r.data_source for r in ds] == ["a", "a", "b", "b", "b"]
     assert ds.files == [a, b]
 
@@ -36,7 +40,7 @@ def test_several_files_keep_file_order(data_files, smollm2_tokenizer):
 def test_string_prompt_and_system_prompt(data_files, smollm2_tokenizer):
     rows = [{"data_source": "x", "prompt": "Hello?", "reward_model": {"ground_truth": "1"}}]
     path = data_files.jsonl("s.jsonl", rows)
-    options = PromptDataOptions(system_prompt="Be brief.")
+    options = prompt_options(system_prompt="Be brief.")
     record = load_prompt_dataset(path, smollm2_tokenizer, options)[0]
     expected = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello?"}]
     assert record.messages == expected
@@ -46,7 +50,7 @@ def test_string_prompt_and_system_prompt(data_files, smollm2_tokenizer):
 def test_system_prompt_keeps_a_rows_own(data_files, smollm2_tokenizer):
     own = [{"role": "system", "content": "own"}, {"role": "user", "content": "q"}]
     rows = [{"data_source": "x", "prompt": own, "reward_model": {"ground_truth": "1"}}]
-    options = PromptDataOptions(system_prompt="configured")
+    options = prompt_options(system_prompt="configured")
     record = load_prompt_dataset(data_files.jsonl("s.jsonl", rows), smollm2_tokenizer, options)[0]
     assert record.messages == own
 
@@ -54,7 +58,7 @@ def test_system_prompt_keeps_a_rows_own(data_files, smollm2_tokenizer):
 def test_trl_style_columns(data_files, smollm2_tokenizer):
     rows = [{"problem": "What is 1+1?", "solution": r"It is $\boxed{2}$."}]
     path = data_files.jsonl("trl.jsonl", rows)
-    options = PromptDataOptions(prompt_key="problem", ground_truth_key="solution", default_data_source="math")
+    options = prompt_options(prompt_key="problem", ground_truth_key="solution", default_data_source="math")
     record = load_prompt_dataset(path, smollm2_tokenizer, options)[0]
     assert record.messages == [{"role": "user", "content": "What is 1+1?"}]
     assert record.ground_truth == r"It is $\boxed{2}$." and record.data_source == "math" and record.extra_info == {}
@@ -65,7 +69,7 @@ def test_hf_save_to_disk_folder(tmp_path, smollm2_tokenizer, data_files):
 
     rows = data_files.verl_rows(4)
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "single"))
-    ds = load_prompt_dataset(str(tmp_path / "single"), smollm2_tokenizer)
+    ds = load_prompt_dataset(str(tmp_path / "single"), smollm2_tokenizer, prompt_options())
     assert [r.ground_truth for r in ds] == ["0", "1", "2", "3"]
     assert ds[1].where == f"{tmp_path / 'single'} row 1"
 
@@ -74,8 +78,8 @@ def test_hf_save_to_disk_folder(tmp_path, smollm2_tokenizer, data_files):
     from app.data import DataError
 
     with pytest.raises(DataError, match="several splits \\(train, test\\)"):
-        load_prompt_dataset(str(tmp_path / "two"), smollm2_tokenizer)
-    assert len(load_prompt_dataset(str(tmp_path / "two" / "test"), smollm2_tokenizer)) == 4
+        load_prompt_dataset(str(tmp_path / "two"), smollm2_tokenizer, prompt_options())
+    assert len(load_prompt_dataset(str(tmp_path / "two" / "test"), smollm2_tokenizer, prompt_options())) == 4
 
 
 def test_filter_overlong_prompts_counts_drops(data_files, smollm2_tokenizer):
@@ -83,7 +87,7 @@ def test_filter_overlong_prompts_counts_drops(data_files, smollm2_tokenizer):
     rows[1]["prompt"] = [{"role": "user", "content": "word " * 200}]
     rows[3]["prompt"] = [{"role": "user", "content": "word " * 200}]
     path = data_files.jsonl("mixed.jsonl", rows)
-    options = PromptDataOptions(max_prompt_length=64, filter_overlong_prompts=True)
+    options = prompt_options(max_prompt_length=64, filter_overlong_prompts=True)
     ds = load_prompt_dataset(path, smollm2_tokenizer, options)
     assert ds.num_filtered == 2
     assert [r.ground_truth for r in ds] == ["0", "2"]
@@ -96,7 +100,7 @@ def test_truncation_modes_on_real_prompts(data_files, smollm2_tokenizer, mode):
     rows[0]["prompt"] = [{"role": "user", "content": "word " * 100}]
     path = data_files.jsonl("long.jsonl", rows)
     full = _expected_ids(smollm2_tokenizer, rows[0]["prompt"])
-    record = load_prompt_dataset(path, smollm2_tokenizer, PromptDataOptions(max_prompt_length=21, truncation=mode))[0]
+    record = load_prompt_dataset(path, smollm2_tokenizer, prompt_options(max_prompt_length=21, truncation=mode))[0]
     assert record.prompt_ids == truncate_ids(full, 21, mode)
     assert len(record.prompt_ids) == 21
 
@@ -113,12 +117,17 @@ def test_truncate_ids_by_hand():
 def test_max_samples_keeps_the_first_rows(data_files, smollm2_tokenizer):
     a = data_files.jsonl("a.jsonl", data_files.verl_rows(3))
     b = data_files.jsonl("b.jsonl", data_files.verl_rows(3))
-    ds = load_prompt_dataset([a, b], smollm2_tokenizer, max_samples=4)
+    ds = load_prompt_dataset([a, b], smollm2_tokenizer, prompt_options(), max_samples=4)
     assert [r.where for r in ds] == [f"{a} line 1", f"{a} line 2", f"{a} line 3", f"{b} line 1"]
 
 
 def test_options_from_mapping_ignores_unrelated_keys():
-    cfg = {"prompt_key": "q", "max_prompt_length": 128, "train_batch_size": 8, "truncation": "left"}
+    data = dataclasses.asdict(DataConfig())
+    cfg = {**data, "prompt_key": "q", "max_prompt_length": 128, "train_batch_size": 8, "truncation": "left"}
     options = PromptDataOptions.from_mapping(cfg)
     assert (options.prompt_key, options.max_prompt_length, options.truncation) == ("q", 128, "left")
-    assert options.ground_truth_key == "reward_model.ground_truth"  # absent keys keep defaults
+    assert options.ground_truth_key == "reward_model.ground_truth"  # the schema's default
+    # an absent key has no default to fall back on here: it is named, never silently filled in
+    del cfg["ground_truth_key"], cfg["truncation"]
+    with pytest.raises(DataError, match=r"the data settings lack data\.ground_truth_key, data\.truncation"):
+        PromptDataOptions.from_mapping(cfg)

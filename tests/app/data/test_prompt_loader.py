@@ -4,6 +4,7 @@ import torch
 
 from app.data import PromptDataLoader, PromptRecord, collate_prompts, load_prompt_dataset, pad_token_id_of
 from app.data.dataset import PromptDataset
+from support import prompt_options
 
 
 def _record(ids, i):
@@ -65,7 +66,7 @@ def test_loader_resume_continues_with_next_unseen_batch():
 
 def test_loader_on_real_prompts(data_files, smollm2_tokenizer):
     path = data_files.jsonl("d.jsonl", data_files.verl_rows(5))
-    ds = load_prompt_dataset(path, smollm2_tokenizer)
+    ds = load_prompt_dataset(path, smollm2_tokenizer, prompt_options())
     loader = PromptDataLoader(ds, batch_size=2, pad_token_id=pad_token_id_of(smollm2_tokenizer), shuffle=False)
     batches = list(loader)
     assert len(batches) == 2  # 5 // 2, last partial batch dropped

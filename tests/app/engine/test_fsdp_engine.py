@@ -9,15 +9,16 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from app.engine import EngineSpec, OptimSpec, StepContext, make_engine
+from app.engine import StepContext, make_engine
+from support import engine_spec, optim_spec
 
 PROMPTS, RESPONSES = [6, 3, 5, 2], [4, 1, 3, 4]
 
 
 def _engine(path, **kwargs):
-    spec = dict(model_path=str(path), optim=OptimSpec(lr=1e-2, weight_decay=0.0), param_dtype="fp32", device="cpu")
+    spec = dict(optim=optim_spec(lr=1e-2, weight_decay=0.0), param_dtype="fp32", device="cpu")
     spec.update(kwargs)
-    engine = make_engine("fsdp2", EngineSpec(**spec))
+    engine = make_engine("fsdp2", engine_spec(path, **spec))
     engine.init_model()
     return engine
 
@@ -116,7 +117,7 @@ def test_bf16_compute_stays_close_to_fp32(tiny_llama_dir, make_rl_batch):
 def test_checkpoint_round_trip_makes_the_next_step_identical(tiny_llama_dir, make_rl_batch, tmp_path):
     batch = make_rl_batch(PROMPTS, RESPONSES)
     ctx = StepContext(loss_normalizer=float(batch["response_mask"].sum()))
-    optim = OptimSpec(lr=1e-2, weight_decay=0.01, lr_warmup_steps=3)  # warm-up: the scheduler state matters
+    optim = optim_spec(lr=1e-2, weight_decay=0.01, lr_warmup_steps=3)  # warm-up: the scheduler state matters
 
     def step(engine):
         with engine.train_mode():

@@ -7,16 +7,17 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from app.engine import EngineSpec, OptimSpec, StepContext, make_engine
+from app.engine import StepContext, make_engine
+from support import engine_spec, optim_spec
 
 PROMPTS, RESPONSES = [6, 3, 5, 2], [4, 1, 3, 4]
 
 
 def _spec(path, **kwargs):
-    spec = dict(model_path=str(path), optim=OptimSpec(lr=1e-2, weight_decay=0.01), param_dtype="fp32", device="cpu",
+    spec = dict(optim=optim_spec(lr=1e-2, weight_decay=0.01), param_dtype="fp32", device="cpu",
                 micro_batch_size_per_gpu=1)
     spec.update(kwargs)
-    return EngineSpec(**spec)
+    return engine_spec(path, **spec)
 
 
 def _loss(out, micro, ctx):

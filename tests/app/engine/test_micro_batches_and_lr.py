@@ -5,7 +5,7 @@ import torch
 
 from app.engine.lr_schedule import lr_factor
 from app.engine.micro_batches import balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order
-from app.engine.spec import OptimSpec
+from support import optim_spec
 
 
 def test_fixed_size_groups_are_consecutive():
@@ -37,18 +37,18 @@ def test_restore_order_inverts_the_grouping():
 
 
 def test_lr_warmup_then_constant_and_cosine():
-    const = OptimSpec(lr=1.0, lr_warmup_steps=4, warmup_style="constant")
+    const = optim_spec(lr=1.0, lr_warmup_steps=4, warmup_style="constant")
     # verl/transformers warm-up: step / warmup, so step 0 runs at 0
     assert [lr_factor(s, const) for s in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
-    cos = OptimSpec(lr=1.0, lr_warmup_steps=2, warmup_style="cosine", total_training_steps=6, min_lr_ratio=0.1)
+    cos = optim_spec(lr=1.0, lr_warmup_steps=2, warmup_style="cosine", total_training_steps=6, min_lr_ratio=0.1)
     # after warm-up: 0.1 + 0.9 * 0.5 * (1 + cos(pi * (s - 2) / 4))
     expected = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - 2) / 4)) for s in range(2, 7)]
     assert [lr_factor(s, cos) for s in range(2, 7)] == pytest.approx(expected)
     assert lr_factor(6, cos) == pytest.approx(0.1)
-    ratio = OptimSpec(lr_warmup_steps=-1, lr_warmup_steps_ratio=0.5, total_training_steps=8)
+    ratio = optim_spec(lr_warmup_steps=-1, lr_warmup_steps_ratio=0.5, total_training_steps=8)
     assert lr_factor(2, ratio) == pytest.approx(0.5)  # 4 warm-up steps from the ratio
     with pytest.raises(ValueError, match="total_training_steps"):
-        lr_factor(0, OptimSpec(warmup_style="cosine", lr_warmup_steps=0))
+        lr_factor(0, optim_spec(warmup_style="cosine", lr_warmup_steps=0, total_training_steps=-1))  # length unknown
     # linear (transformers' default): 1 at the end of warm-up down to min_lr_ratio at the last step, in equal steps
-    lin = OptimSpec(lr=1.0, lr_warmup_steps=2, warmup_style="linear", total_training_steps=6, min_lr_ratio=0.2)
+    lin = optim_spec(lr=1.0, lr_warmup_steps=2, warmup_style="linear", total_training_steps=6, min_lr_ratio=0.2)
     assert [lr_factor(s, lin) for s in range(7)] == pytest.approx([0.0, 0.5, 1.0, 0.8, 0.6, 0.4, 0.2])

@@ -23,7 +23,7 @@ def smollm2_rollout(ray_cluster, smollm2_dir, free_port):
     dtype = resolve_auto_dtype(False, cpu_has_native_bf16())[1]  # fp32 where bf16 would be emulated
     config = RolloutConfig(dtype=dtype, max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.25,
                            response_length=4, prompt_length=256, http_port=free_port())
-    deploy_rollout(config, smollm2_dir, APP, max_lora_rank=16)
+    deploy_rollout(config, smollm2_dir, APP, trust_remote_code=False, max_lora_rank=16)
     yield APP
     serve.delete(APP)
 

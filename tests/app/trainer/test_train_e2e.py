@@ -33,7 +33,7 @@ def rollout_app(ray_cluster, tiny_model_dir, free_port):
 
     config = RolloutConfig(dtype="float32", max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.5,
                            response_length=16, prompt_length=256, http_port=free_port())
-    deploy_rollout(config, tiny_model_dir, APP, max_lora_rank=8)
+    deploy_rollout(config, tiny_model_dir, APP, trust_remote_code=False, max_lora_rank=8)
     yield APP
     serve.delete(APP)
 
