@@ -170,6 +170,18 @@ def test_bad_policy_loss_settings_are_named(key, value, message):
         load_config(with_(**{f"actor_rollout_ref.actor.policy_loss.{key}": value}))
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("clip_ratio_low", -0.1, r"actor_rollout_ref\.actor\.clip_ratio_low must be >= 0, got -0\.1"),
+    ("clip_ratio", -0.2, r"actor_rollout_ref\.actor\.clip_ratio must be >= 0, got -0\.2"),
+    ("clip_ratio_c", 1.0, r"actor_rollout_ref\.actor\.clip_ratio_c must be > 1 .*got 1\.0"),
+])
+def test_clip_ratios_are_checked_by_the_losss_one_rule(key, value, message):
+    # one rule, the loss's (PolicyLossConfig): the config once had its own, stricter copy (> 0)
+    with pytest.raises(ConfigError, match=message):
+        load_config(with_(**{f"actor_rollout_ref.actor.{key}": value}))
+    load_config(with_(**{"actor_rollout_ref.actor.clip_ratio_low": 0.0}))  # a zero range is the loss's to allow
+
+
 def test_max_bad_steps_must_not_be_negative():
     assert load_config(with_(**{"trainer.max_bad_steps": 0})).trainer.max_bad_steps == 0  # 0: count, never stop
     with pytest.raises(ConfigError, match=r"trainer\.max_bad_steps=-1 must be >= 0"):
