@@ -24,6 +24,7 @@ import hydra
 from omegaconf import DictConfig
 
 import app.config  # noqa: F401  registers the schema's defaults, the base of configs/ppo_trainer.yaml
+import app.tuning.spec  # noqa: F401  registers the sweep file's defaults, the base of configs/sweep/*.yaml
 
 
 def compose_base(config_name: str, overrides: list[str]) -> dict:

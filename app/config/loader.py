@@ -38,6 +38,12 @@ def load_config(cfg: Any) -> TrainerRunConfig:
     return run
 
 
+def build_typed(cls: type, data: Any, path: str = "") -> Any:
+    """Any typed section (a dataclass such as the sweep file's) from a plain tree, with the same checks and messages as
+    the trainer config: an unknown key names the nearest one, a wrong type or enum value names key and value."""
+    return _build(cls, data, path)
+
+
 def _build(cls: type, data: Any, path: str) -> Any:
     if data is None:
         data = {}

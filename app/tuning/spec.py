@@ -20,11 +20,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
-from app.config.loader import ConfigError
+from app.config.loader import ConfigError, build_typed
 from app.config.schema import TrainerRunConfig
 
 SPACE_KINDS = ("grid", "choice", "loguniform", "uniform")
-METHODS = ("grid", "random", "optuna")
 KL_ALIAS = "kl_coef"
 KL_LOSS_KEY = "actor_rollout_ref.actor.kl_loss_coef"
 KL_REWARD_KEY = "algorithm.kl_ctrl.kl_coef"
@@ -44,28 +43,72 @@ class ParamSpace:
 
 @dataclass(frozen=True)
 class SchedulerSpec:
+    """`scheduler`: which trials Tune stops early."""
     type: Literal["asha", "fifo"] = "asha"
     grace_period: int = 1  # steps before a trial can be stopped
     reduction_factor: float = 2.0  # ASHA keeps the top 1/reduction_factor at each rung
     max_t: Optional[int] = None  # None: the trainer's total steps
 
 
-@dataclass(frozen=True)
-class SweepSpec:
-    name: str
-    base_config: str  # a config name under configs/, e.g. quickstart
-    base_overrides: tuple[str, ...]
-    output_dir: str  # the sweep folder: Tune state, one folder per trial, results, best config
-    params: tuple[ParamSpace, ...]
-    method: Literal["grid", "random", "optuna"] = "random"
+@dataclass
+class SweepBase:
+    """`base`: the trainer config every trial starts from."""
+    config: str = ""  # a config name under configs/, e.g. quickstart (required)
+    overrides: list[str] = field(default_factory=list)  # Hydra overrides of it, shared by every trial
+
+
+@dataclass
+class SearchConfig:
+    """`search`: how points are drawn and what ranks the trials."""
+    method: Literal["grid", "random", "optuna"] = "random"  # optuna: pip install 'rayrl[optuna]'
     metric: str = "val-core/reward/mean"
     mode: Literal["max", "min"] = "max"
-    num_samples: int = 1
+    num_samples: int = 1  # trials (method grid: repeats of the whole grid)
     max_concurrent_trials: Optional[int] = None  # a cap; the cluster's resources give the actual limit
-    search_seed: Optional[int] = None  # the searcher's random seed (random draws, Optuna's sampler)
+    seed: Optional[int] = None  # the searcher's random seed (random draws, Optuna's sampler)
+
+
+@dataclass
+class SweepFile:
+    """The sweep file's keys and their defaults, written only here: Hydra composes a sweep file over them (node
+    `rayrl_sweep_schema`) and `parse_sweep` reads a tree with the trainer config's loader."""
+    name: str = ""  # required
+    base: SweepBase = field(default_factory=SweepBase)
+    output_dir: Optional[str] = None  # the sweep folder (Tune state, trial folders, results); None: outputs/sweeps/<name>
+    search: SearchConfig = field(default_factory=SearchConfig)
+    params: dict[str, Any] = field(default_factory=dict)  # trainer-config key -> space (see the module doc)
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
     trial_seed: Literal["per_trial", "fixed"] = "per_trial"  # per_trial: trainer.seed + a number from the trial id
     resume: Union[bool, Literal["auto"]] = "auto"  # auto: continue the sweep in output_dir when there is one
+
+
+SWEEP_SCHEMA_NODE = "rayrl_sweep_schema"
+
+
+def register_sweep_defaults() -> None:
+    """Store `SweepFile`'s defaults as Hydra's base for sweep files, so they hold only what differs."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SWEEP_SCHEMA_NODE, node=dataclasses.asdict(SweepFile()))
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A checked sweep file (see `SweepFile` for each field's meaning and default)."""
+    name: str
+    base_config: str
+    base_overrides: tuple[str, ...]
+    output_dir: str
+    params: tuple[ParamSpace, ...]
+    method: Literal["grid", "random", "optuna"]
+    metric: str
+    mode: Literal["max", "min"]
+    num_samples: int
+    max_concurrent_trials: Optional[int]
+    search_seed: Optional[int]
+    scheduler: SchedulerSpec
+    trial_seed: Literal["per_trial", "fixed"]
+    resume: Union[bool, Literal["auto"]]
 
     def search_signature(self) -> dict[str, Any]:
         """What must match for a resumed sweep to be the same sweep."""
@@ -74,53 +117,31 @@ class SweepSpec:
                 "base_config": self.base_config, "base_overrides": list(self.base_overrides)}
 
 
-_TOP_KEYS = {"name", "base", "output_dir", "search", "params", "scheduler", "trial_seed", "resume"}
-_SEARCH_KEYS = {"method", "metric", "mode", "num_samples", "max_concurrent_trials", "seed"}
-_SCHEDULER_KEYS = {"type", "grace_period", "reduction_factor", "max_t"}
-
-
 def parse_sweep(raw: dict[str, Any]) -> SweepSpec:
     """Validate the sweep mapping (Hydra config as a plain dict). Parameter keys are checked against the schema."""
-    _known(raw, _TOP_KEYS, "")
-    name = _string(raw.get("name"), "name")
-    base = raw.get("base") or {}
-    if not isinstance(base, dict):
-        raise ConfigError(f"sweep base: expected a mapping with config and overrides, got {base!r}")
-    _known(base, {"config", "overrides"}, "base")
-    base_config = _string(base.get("config"), "base.config")
-    overrides = base.get("overrides") or []
-    if not isinstance(overrides, (list, tuple)) or not all(isinstance(o, str) for o in overrides):
-        raise ConfigError(f"sweep base.overrides: expected a list of key=value strings, got {overrides!r}")
-    search = raw.get("search") or {}
-    if not isinstance(search, dict):
-        raise ConfigError(f"sweep search: expected a mapping, got {search!r}")
-    _known(search, _SEARCH_KEYS, "search")
-    method = search.get("method", "random")
-    if method not in METHODS:
-        raise ConfigError(f"sweep search.method: {method!r} is not one of {', '.join(METHODS)}")
-    mode = search.get("mode", "max")
-    if mode not in ("max", "min"):
-        raise ConfigError(f"sweep search.mode: {mode!r} is not one of 'max', 'min'")
-    num_samples = _int(search.get("num_samples", 1), "search.num_samples", minimum=1)
-    cap = search.get("max_concurrent_trials")
-    cap = None if cap is None else _int(cap, "search.max_concurrent_trials", minimum=1)
-    seed = search.get("seed")
-    seed = None if seed is None else _int(seed, "search.seed", minimum=0)
-    params = tuple(_parse_params(raw.get("params")))
+    try:
+        sweep = build_typed(SweepFile, raw)
+    except ConfigError as exc:
+        raise ConfigError(f"sweep {exc}") from None
+    name = _string(sweep.name, "name")
+    search, scheduler = sweep.search, sweep.scheduler
+    _string(search.metric, "search.metric")
+    _at_least(search.num_samples, "search.num_samples", 1)
+    _at_least(search.max_concurrent_trials, "search.max_concurrent_trials", 1)
+    _at_least(search.seed, "search.seed", 0)
+    _at_least(scheduler.grace_period, "scheduler.grace_period", 1)
+    _at_least(scheduler.max_t, "scheduler.max_t", 1)
+    if scheduler.reduction_factor <= 1:
+        raise ConfigError(f"sweep scheduler.reduction_factor: {scheduler.reduction_factor} must be > 1")
+    params = tuple(_parse_params(sweep.params))
     for p in params:
-        _check_method(method, p)
-    trial_seed = raw.get("trial_seed", "per_trial")
-    if trial_seed not in ("per_trial", "fixed"):
-        raise ConfigError(f"sweep trial_seed: {trial_seed!r} is not one of 'per_trial', 'fixed'")
-    resume = raw.get("resume", "auto")
-    if resume not in (True, False, "auto"):
-        raise ConfigError(f"sweep resume: {resume!r} is not one of true, false, auto")
+        _check_method(search.method, p)
     return SweepSpec(
-        name=name, base_config=base_config, base_overrides=tuple(overrides),
-        output_dir=_string(raw.get("output_dir") or f"outputs/sweeps/{name}", "output_dir"),
-        params=params, method=method, metric=_string(search.get("metric", "val-core/reward/mean"), "search.metric"),
-        mode=mode, num_samples=num_samples, max_concurrent_trials=cap, search_seed=seed,
-        scheduler=_parse_scheduler(raw.get("scheduler")), trial_seed=trial_seed, resume=resume)
+        name=name, base_config=_string(sweep.base.config, "base.config"), base_overrides=tuple(sweep.base.overrides),
+        output_dir=_string(sweep.output_dir or f"outputs/sweeps/{name}", "output_dir"), params=params,
+        method=search.method, metric=search.metric, mode=search.mode, num_samples=search.num_samples,
+        max_concurrent_trials=search.max_concurrent_trials, search_seed=search.seed, scheduler=scheduler,
+        trial_seed=sweep.trial_seed, resume=sweep.resume)
 
 
 def resolve_params(spec: SweepSpec, base: TrainerRunConfig) -> SweepSpec:
@@ -254,42 +275,15 @@ def _type_name(tp: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- small checks
-def _parse_scheduler(raw: Any) -> SchedulerSpec:
-    if raw is None:
-        return SchedulerSpec()
-    if not isinstance(raw, dict):
-        raise ConfigError(f"sweep scheduler: expected a mapping, got {raw!r}")
-    _known(raw, _SCHEDULER_KEYS, "scheduler")
-    kind = raw.get("type", "asha")
-    if kind not in ("asha", "fifo"):
-        raise ConfigError(f"sweep scheduler.type: {kind!r} is not one of 'asha', 'fifo'")
-    grace = _int(raw.get("grace_period", 1), "scheduler.grace_period", minimum=1)
-    factor = _number(raw.get("reduction_factor", 2.0), "sweep scheduler.reduction_factor")
-    if factor <= 1:
-        raise ConfigError(f"sweep scheduler.reduction_factor: {factor} must be > 1")
-    max_t = raw.get("max_t")
-    max_t = None if max_t is None else _int(max_t, "scheduler.max_t", minimum=1)
-    return SchedulerSpec(kind, grace, factor, max_t)
-
-
-def _known(raw: dict, known: set[str], where: str) -> None:
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        prefix = f"{where}." if where else ""
-        raise ConfigError(f"sweep {', '.join(prefix + k for k in unknown)}: unknown key; known keys"
-                          f"{' under ' + where if where else ''}: {', '.join(sorted(known))}")
-
-
 def _string(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"sweep {key}: expected a non-empty string, got {value!r}")
     return value
 
 
-def _int(value: Any, key: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def _at_least(value: Optional[int], key: str, minimum: int) -> None:
+    if value is not None and value < minimum:
         raise ConfigError(f"sweep {key}: expected an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def _number(value: Any, where: str) -> float:
@@ -301,3 +295,6 @@ def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     return float(value)
+
+
+register_sweep_defaults()  # Hydra's base for configs/sweep/*.yaml

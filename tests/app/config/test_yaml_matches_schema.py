@@ -48,3 +48,26 @@ def test_derived_configs_set_only_schema_keys_and_only_to_new_values(name, paren
     for key, value in flatten(raw).items():
         assert key in inherited, f"{name}.yaml: {key} is not a schema key"
         assert value != inherited[key], f"{name}.yaml: {key}={value!r} restates what {parent} already has"
+
+
+@pytest.mark.parametrize("path", sorted((CONFIGS / "sweep").glob("*.yaml")), ids=lambda p: p.stem)
+def test_sweep_files_state_only_what_differs_from_the_sweep_schema(path):
+    from app.tuning.spec import SweepFile  # registers rayrl_sweep_schema
+
+    raw = yaml.safe_load(path.read_text())
+    raw.pop("hydra", None)
+    raw.pop("defaults")
+    params = raw.pop("params", None)  # the searched keys: the sweep's content, with no default to restate
+    defaults = flatten(dataclasses.asdict(SweepFile()))
+    for key, value in flatten(raw).items():
+        assert key in defaults, f"sweep/{path.name}: {key} is not a sweep key"
+        assert value != defaults[key], f"sweep/{path.name}: {key}={value!r} restates the default"
+    # composed, the file is the schema's defaults with its own values over them
+    assert composed(f"sweep/{path.stem}") == deep_merge(dataclasses.asdict(SweepFile()), {**raw, "params": params})
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and out.get(key) else value
+    return out
