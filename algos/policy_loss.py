@@ -137,7 +137,7 @@ def vanilla(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str,
     config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -170,7 +170,7 @@ def gspo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    loss_agg_mode: str = "seq-mean-token-mean",
+    loss_agg_mode: str,
     config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -205,7 +205,7 @@ def reinforce(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str,
     config: PolicyLossConfig | None = None,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -229,7 +229,7 @@ def cispo(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str,
     config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -256,7 +256,7 @@ def geo_mean(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    loss_agg_mode: str = "seq-mean-token-mean",
+    loss_agg_mode: str,
     config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -312,7 +312,7 @@ def clip_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str,
     config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -347,7 +347,7 @@ def kl_cov(
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
     *,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str,
     config: PolicyLossConfig,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -15,7 +15,7 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     *,
     cliprange_value: float | None,
-    loss_agg_mode: str = "token-mean",
+    loss_agg_mode: str,
     normalizer: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``0.5 * agg(max((vpred - R)^2, (clip(vpred, V_old - c, V_old + c) - R)^2))``.

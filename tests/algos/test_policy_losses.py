@@ -26,6 +26,11 @@ from support import policy_loss_config
 
 HYP = settings(max_examples=30, deadline=None)
 
+# the aggregation every call states (the loss functions take no default: actor.loss_agg_mode's is the schema's);
+# gspo and geo_mean run verl's forced seq-mean-token-mean
+TOKEN_MEAN = {"loss_agg_mode": "token-mean"}
+SEQ_MEAN = {"loss_agg_mode": "seq-mean-token-mean"}
+
 
 def test_vanilla_hand_computed_clip_and_dual_clip():
     ratios = torch.tensor([[1.5, 0.5, 0.5, 5.0]])
@@ -50,10 +55,10 @@ def test_vanilla_asymmetric_clip_uses_clip_ratio_high():
     log_prob = torch.tensor([[math.log(1.25)]], requires_grad=True)
     args = (torch.zeros(1, 1), log_prob, torch.ones(1, 1), torch.ones(1, 1))
     # Symmetric 0.2: ratio 1.25 > 1.2 is clipped, no gradient.
-    loss, _ = vanilla(*args, config=policy_loss_config(clip_ratio=0.2))
+    loss, _ = vanilla(*args, loss_agg_mode="token-mean", config=policy_loss_config(clip_ratio=0.2))
     assert torch.autograd.grad(loss, log_prob)[0].item() == 0.0
     # clip_ratio_high 0.28 (DAPO clip-higher): 1.25 < 1.28 is inside, gradient -A r = -1.25.
-    loss, m = vanilla(*args, config=policy_loss_config(clip_ratio=0.2, clip_ratio_high=0.28))
+    loss, m = vanilla(*args, **TOKEN_MEAN, config=policy_loss_config(clip_ratio=0.2, clip_ratio_high=0.28))
     assert torch.autograd.grad(loss, log_prob)[0].item() == pytest.approx(-1.25)
     assert m["pg_clipfrac"].item() == 0.0
 
@@ -62,7 +67,7 @@ def test_gspo_hand_computed_sequence_ratio_token_gradient():
     log_prob = torch.tensor([[0.1, 0.3, 9.0]], requires_grad=True)  # last token is padding
     mask = torch.tensor([[1, 1, 0]])
     adv = torch.tensor([[1.0, 1.0, 1.0]])
-    loss, m = gspo(torch.zeros(1, 3), log_prob, adv, mask, config=policy_loss_config(clip_ratio=0.5))
+    loss, m = gspo(torch.zeros(1, 3), log_prob, adv, mask, **SEQ_MEAN, config=policy_loss_config(clip_ratio=0.5))
     # Sequence ratio = exp(mean(0.1, 0.3)) = exp(0.2) on every kept token, inside [0.5, 1.5]:
     # seq-mean-token-mean of -A s = -exp(0.2). d/dlogp_t = -A s / 2 tokens for each kept token.
     s = math.exp(0.2)
@@ -77,7 +82,7 @@ def test_gspo_clips_on_the_sequence_ratio():
     # though the first token's own ratio exp(0.1) is also out of range - the decision is per sequence.
     log_prob = torch.tensor([[0.1, 0.3]], requires_grad=True)
     cfg = policy_loss_config(clip_ratio_low=3e-4, clip_ratio_high=4e-4)
-    loss, m = gspo(torch.zeros(1, 2), log_prob, torch.ones(1, 2), torch.ones(1, 2), config=cfg)
+    loss, m = gspo(torch.zeros(1, 2), log_prob, torch.ones(1, 2), torch.ones(1, 2), **SEQ_MEAN, config=cfg)
     assert loss.item() == pytest.approx(-(1 + 4e-4), rel=1e-6)
     assert m["pg_clipfrac"].item() == 1.0
     assert torch.autograd.grad(loss, log_prob)[0].abs().sum().item() == 0.0
@@ -85,7 +90,8 @@ def test_gspo_clips_on_the_sequence_ratio():
 
 def test_reinforce_hand_computed():
     log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    loss, m = reinforce(torch.tensor([[-1.5, -2.0]]), log_prob, torch.tensor([[2.0, -1.0]]), torch.ones(1, 2))
+    loss, m = reinforce(torch.tensor([[-1.5, -2.0]]), log_prob, torch.tensor([[2.0, -1.0]]), torch.ones(1, 2),
+                        loss_agg_mode="token-mean")
     # mean(-A * logp) = mean(2, -2) = 0; gradient -A / 2 = [-1, 0.5]; ppo_kl = mean(old - new) = mean(-0.5, 0).
     assert loss.item() == 0.0 and m["ppo_kl"].item() == -0.25
     loss.backward()
@@ -97,7 +103,8 @@ def test_gpg_is_plain_policy_gradient_whatever_the_old_policy():
     log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     adv = torch.tensor([[2.0, 1.0]])
     # old = log_prob - 5: ratio e^5, which PPO would clip to zero gradient; GPG has no ratio at all.
-    loss, _ = POLICY_LOSSES.get("gpg")(log_prob.detach() - 5.0, log_prob, adv, torch.ones(1, 2), normalizer=8.0)
+    gpg = POLICY_LOSSES.get("gpg")
+    loss, _ = gpg(log_prob.detach() - 5.0, log_prob, adv, torch.ones(1, 2), **TOKEN_MEAN, normalizer=8.0)
     # sum(-A * logp) / normalizer = (2 + 2) / 8; d/dlogp = -A / normalizer = [-2/8, -1/8].
     assert loss.item() == 0.5
     loss.backward()
@@ -108,7 +115,8 @@ def test_cispo_clips_the_weight_which_carries_no_gradient():
     log_prob = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
     ratios = torch.tensor([[1.5, 0.5, 1.1]])
     adv = torch.tensor([[1.0, 1.0, -1.0]])
-    loss, m = cispo(log_prob.detach() - ratios.log(), log_prob, adv, torch.ones(1, 3), config=policy_loss_config())
+    loss, m = cispo(log_prob.detach() - ratios.log(), log_prob, adv, torch.ones(1, 3), loss_agg_mode="token-mean", 
+                    config=policy_loss_config())
     # Weights clip(r, 0.8, 1.2) = [1.2, 0.8, 1.1]; per token -w * A * logp = [1.2, 1.6, -0.55], mean 2.25 / 3.
     assert loss.item() == pytest.approx(0.75, rel=1e-6)
     loss.backward()
@@ -124,7 +132,7 @@ def test_geo_mean_takes_the_geometric_mean_of_pessimistically_clipped_ratios():
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
     log_prob = torch.full((2, 3), -1.0, requires_grad=True)
-    loss, m = geo_mean(log_prob.detach() - log_ratio, log_prob, adv, mask, config=policy_loss_config())
+    loss, m = geo_mean(log_prob.detach() - log_ratio, log_prob, adv, mask, **SEQ_MEAN, config=policy_loss_config())
     # Clip range [-0.2, 0.2], on the pessimistic side only:
     #   row 0, A > 0 keeps min(x, clip(x)): [0.1, 0.2, -0.6], mean -0.1 -> loss -A e^-0.1
     #   row 1, A < 0 keeps max(x, clip(x)): [0.5, -0.2],      mean 0.15 -> loss -A e^0.15
@@ -148,7 +156,7 @@ def test_clip_cov_zeroes_tokens_whose_covariance_is_in_range_and_that_ppo_kept()
     log_prob = _COV_LOG_PROB.clone().requires_grad_()
     ratios = torch.tensor([[1.0, 1.5, 1.0, 1.0]])
     cfg = policy_loss_config(clip_cov_ratio=0.5)  # up to 2 of the 4 tokens, those with a term in (1, 5)
-    loss, m = clip_cov(log_prob.detach() - ratios.log(), log_prob, _COV_ADV, torch.ones(1, 4), config=cfg)
+    loss, m = clip_cov(log_prob.detach() - ratios.log(), log_prob, _COV_ADV, torch.ones(1, 4), **TOKEN_MEAN, config=cfg)
     # The only candidate is token 0 (term 2): token 1 (term 2) was already clipped by PPO (r = 1.5 > 1.2), token 2's
     # 6 is >= ub and token 3's -2 <= lb. PPO losses max(-A r, -A clip r) = [-2, -2.4, 2, 2]; with token 0 zeroed the
     # mean is (0 - 2.4 + 2 + 2) / 4 = 0.4 (plain PPO: -0.1).
@@ -162,7 +170,7 @@ def test_clip_cov_zeroes_tokens_whose_covariance_is_in_range_and_that_ppo_kept()
 def test_clip_cov_zeroes_at_most_its_share_of_the_tokens():
     log_prob = _COV_LOG_PROB.clone().requires_grad_()
     cfg = policy_loss_config(clip_cov_ratio=0.25)  # one token of 4
-    loss, m = clip_cov(log_prob.detach(), log_prob, _COV_ADV, torch.ones(1, 4), config=cfg)
+    loss, m = clip_cov(log_prob.detach(), log_prob, _COV_ADV, torch.ones(1, 4), loss_agg_mode="token-mean", config=cfg)
     # On-policy (r = 1) tokens 0 and 1 are both candidates (term 2); one of them, drawn at random, is zeroed:
     # losses [-2, -2, 2, 2] with one -2 replaced by 0, mean 0.5; gradients -A / 4 = [-0.5, -0.5, 0.5, 0.5] likewise.
     assert loss.item() == 0.5
@@ -175,7 +183,7 @@ def test_kl_cov_adds_the_kl_term_to_the_largest_covariance_token_only():
     log_prob = _COV_LOG_PROB.clone().requires_grad_()
     log_ratio = torch.tensor([[0.5, 0.5, 0.2, 0.0]])
     cfg = policy_loss_config(kl_cov_ratio=0.25, ppo_kl_coef=0.5)  # one token of 4: the largest term, token 2's 6
-    loss, m = kl_cov(log_prob.detach() - log_ratio, log_prob, _COV_ADV, torch.ones(1, 4), config=cfg)
+    loss, m = kl_cov(log_prob.detach() - log_ratio, log_prob, _COV_ADV, torch.ones(1, 4), **TOKEN_MEAN, config=cfg)
     # -A r on every token with no clip: [-2 e^0.5, -2 e^0.5, 2 e^0.2, 2]; token 2 also gets 0.5 * |0.2| = 0.1.
     assert loss.item() == pytest.approx((-4 * math.exp(0.5) + 2 * math.exp(0.2) + 0.1 + 2) / 4, rel=1e-6)
     loss.backward()
@@ -214,12 +222,14 @@ def test_padding_with_garbage_does_not_change_loss_or_gradient(loss_mode):
     old, new, adv = torch.randn(3, 4) * 0.1 - 1, torch.randn(3, 4) * 0.1 - 1, torch.randn(3, 4)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
     fn = POLICY_LOSSES.get(loss_mode)
+    agg = resolve_loss_agg_mode(loss_mode, "token-mean")
     x = new.clone().requires_grad_()
-    loss, metrics = fn(old, x, adv, mask, config=policy_loss_config())
+    loss, metrics = fn(old, x, adv, mask, loss_agg_mode=agg, config=policy_loss_config())
     (g,) = torch.autograd.grad(loss, x)
     pad = lambda t, v: torch.cat([t, torch.full((3, 2), v)], dim=1)  # noqa: E731
     xp = pad(new, 30.0).requires_grad_()
-    loss_p, metrics_p = fn(pad(old, -50.0), xp, pad(adv, 1e4), pad(mask, 0), config=policy_loss_config())
+    loss_p, metrics_p = fn(pad(old, -50.0), xp, pad(adv, 1e4), pad(mask, 0), loss_agg_mode=agg,
+                           config=policy_loss_config())
     (gp,) = torch.autograd.grad(loss_p, xp)
     assert torch.allclose(loss_p, loss, atol=1e-6) and torch.allclose(gp[:, :4], g, atol=1e-7)
     assert not gp[:, 4:].any()

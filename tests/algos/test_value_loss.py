@@ -12,7 +12,7 @@ def test_value_loss_hand_computed():
     values = torch.tensor([[0.5, 2.0, 0.0]])
     returns = torch.tensor([[2.0, 1.0, 0.0]])
     mask = torch.tensor([[1, 1, 0]])  # the 50 is padding
-    loss, metrics = compute_value_loss(vpreds, values, returns, mask, cliprange_value=0.2)
+    loss, metrics = compute_value_loss(vpreds, values, returns, mask, cliprange_value=0.2, loss_agg_mode="token-mean")
     # Token 0: unclipped (1-2)^2 = 1; clipped vpred = clamp(1, 0.3, 0.7) = 0.7 -> (0.7-2)^2 = 1.69; max = 1.69.
     # Token 1: vpred 2 is inside [1.8, 2.2], both errors (2-1)^2 = 1.
     # loss = 0.5 * token-mean(1.69, 1) = 0.6725.
@@ -26,7 +26,8 @@ def test_value_loss_hand_computed():
 def test_no_clip_is_half_mse():
     vpreds = torch.tensor([[3.0, 1.0]])
     ones = torch.ones(1, 2)
-    loss, metrics = compute_value_loss(vpreds, torch.zeros(1, 2), ones, ones, cliprange_value=None)
+    loss, metrics = compute_value_loss(vpreds, torch.zeros(1, 2), ones, ones, cliprange_value=None,
+                                       loss_agg_mode="token-mean")
     # 0.5 * mean((3-1)^2, (1-1)^2) = 0.5 * 2 = 1.
     assert loss.item() == 1.0 and metrics["vf_clipfrac"].item() == 0.0
 
