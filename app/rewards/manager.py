@@ -80,10 +80,12 @@ class RewardManager:
     def __init__(
         self,
         compute_score: RewardFnSpec | Callable[..., Any] | None = None,
-        num_workers: int = 2,
-        timeout_s: float = 30.0,
-        on_error: str = "raise",
-        max_failed_fraction: float = 1.0,
+        *,
+        # reward_model.* keys: no defaults here, theirs are the config schema's (RewardModelConfig)
+        num_workers: int,
+        timeout_s: float,
+        on_error: str,
+        max_failed_fraction: float,
         batched: bool = False,
         mp_context: str = "forkserver",
     ):

@@ -5,6 +5,7 @@ import textwrap
 import pytest
 import torch
 
+from app.config.schema import RewardModelConfig
 from app.rewards import RewardComputeError, RewardConfigError, RewardFnSpec, RewardManager, decode_responses
 
 # A user reward file whose behaviour is chosen by the response text.
@@ -49,13 +50,21 @@ def reward_file(tmp_path):
     return str(path)
 
 
+def manager_of(compute_score=None, **settings) -> RewardManager:
+    """A RewardManager with the config's reward_model defaults, except `settings`."""
+    rm = RewardModelConfig()
+    defaults = dict(num_workers=rm.num_workers, timeout_s=rm.timeout_s, on_error=rm.on_error,
+                    max_failed_fraction=rm.max_failed_fraction)
+    return RewardManager(compute_score, **{**defaults, **settings})
+
+
 def _score(manager, responses, truths=None, **kwargs):
     truths = truths if truths is not None else ["7"] * len(responses)
     return manager.score(responses, [f"src{i}" for i in range(len(responses))], truths, **kwargs)
 
 
 def test_builtin_rules_by_default():
-    with RewardManager(num_workers=1, timeout_s=30) as manager:
+    with manager_of(num_workers=1, timeout_s=30) as manager:
         result = manager.score(["#### 7", "#### 8", r"\boxed{\frac12}"], ["openai/gsm8k", "openai/gsm8k", "math"],
                                ["7", "7", "0.5"])
     assert result.scores == [1.0, 0.0, 1.0]
@@ -66,7 +75,7 @@ def test_results_come_back_in_order_from_parallel_workers(reward_file, tmp_path)
     flag = str(tmp_path / "flag")
     responses = ["wait", "7", "x", "signal", "7"]
     infos = [{"flag": flag}] * 5
-    with RewardManager(RewardFnSpec(reward_file), num_workers=2, timeout_s=30) as manager:
+    with manager_of(RewardFnSpec(reward_file), num_workers=2, timeout_s=30) as manager:
         result = _score(manager, responses, extra_infos=infos)
     # "wait" saw the flag, so "signal" ran in the other worker at the same time; order follows the input
     assert result.scores == [1.0, 1.0, 0.0, 1.0, 1.0]
@@ -74,12 +83,12 @@ def test_results_come_back_in_order_from_parallel_workers(reward_file, tmp_path)
 
 def test_reward_kwargs_are_passed(reward_file):
     spec = RewardFnSpec(reward_file, reward_kwargs={"bonus": 0.25})
-    with RewardManager(spec, num_workers=1, timeout_s=30) as manager:
+    with manager_of(spec, num_workers=1, timeout_s=30) as manager:
         assert _score(manager, ["7", "6"]).scores == [1.25, 0.25]
 
 
 def test_dict_results_give_extra_metrics(reward_file):
-    with RewardManager(RewardFnSpec(reward_file), num_workers=2, timeout_s=30) as manager:
+    with manager_of(RewardFnSpec(reward_file), num_workers=2, timeout_s=30) as manager:
         result = _score(manager, ["dict1", "dict2", "7"])
     assert result.scores == [0.5, 0.5, 1.0]
     assert result.extra == {"acc": [True, False, None], "length": [5, 5, None]}
@@ -88,7 +97,7 @@ def test_dict_results_give_extra_metrics(reward_file):
 
 
 def test_hung_sample_times_out_and_counts_as_zero(reward_file):
-    with RewardManager(RewardFnSpec(reward_file), num_workers=2, timeout_s=1.0, on_error="zero") as manager:
+    with manager_of(RewardFnSpec(reward_file), num_workers=2, timeout_s=1.0, on_error="zero") as manager:
         result = _score(manager, ["7", "hang", "7", "7"])
         assert result.scores == [1.0, 0.0, 1.0, 1.0]
         assert result.metrics["reward/timeouts"] == 1.0 and result.metrics["reward/errors"] == 0.0
@@ -99,14 +108,14 @@ def test_hung_sample_times_out_and_counts_as_zero(reward_file):
 
 
 def test_hung_sample_raises_naming_it(reward_file):
-    with RewardManager(RewardFnSpec(reward_file), num_workers=2, timeout_s=1.0, on_error="raise") as manager:
+    with manager_of(RewardFnSpec(reward_file), num_workers=2, timeout_s=1.0, on_error="raise") as manager:
         with pytest.raises(RewardComputeError, match=r"sample 2 \(data_source='src2'\) did not finish within 1s"):
             _score(manager, ["7", "7", "hang"])
         assert _score(manager, ["7"]).scores == [1.0]  # still usable afterwards
 
 
 def test_exception_raises_naming_sample_and_error(reward_file):
-    with RewardManager(RewardFnSpec(reward_file), num_workers=2, timeout_s=30, on_error="raise") as manager:
+    with manager_of(RewardFnSpec(reward_file), num_workers=2, timeout_s=30, on_error="raise") as manager:
         with pytest.raises(RewardComputeError) as err:
             _score(manager, ["7", "boom", "7"])
     message = str(err.value)
@@ -115,7 +124,9 @@ def test_exception_raises_naming_sample_and_error(reward_file):
 
 
 def test_exception_zero_mode_counts_errors(reward_file):
-    with RewardManager(RewardFnSpec(reward_file), num_workers=2, timeout_s=30, on_error="zero") as manager:
+    # 5 of 7 fail: max_failed_fraction=1.0 lets the batch through to show how each failure is counted
+    with manager_of(RewardFnSpec(reward_file), num_workers=2, timeout_s=30, on_error="zero",
+                    max_failed_fraction=1.0) as manager:
         result = _score(manager, ["boom", "7", "nan", "text", "nodict", "die", "7"])
     assert result.scores == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert result.metrics["reward/errors"] == 5.0 and result.metrics["reward/timeouts"] == 0.0
@@ -127,13 +138,13 @@ def test_exception_zero_mode_counts_errors(reward_file):
 
 
 def test_in_process_mode(reward_file):
-    manager = RewardManager(RewardFnSpec(reward_file), num_workers=0, on_error="zero")
+    manager = manager_of(RewardFnSpec(reward_file), num_workers=0, on_error="zero")
     result = _score(manager, ["7", "boom"])
     assert result.scores == [1.0, 0.0] and result.metrics["reward/errors"] == 1.0
 
 
 def test_token_level_rewards_at_last_response_token(reward_file):
-    with RewardManager(RewardFnSpec(reward_file), num_workers=1, timeout_s=30) as manager:
+    with manager_of(RewardFnSpec(reward_file), num_workers=1, timeout_s=30) as manager:
         result = _score(manager, ["7", "6", "7"], response_lengths=[2, 3, 1], response_len=4)
     expected = torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
     assert torch.equal(result.token_level_rewards, expected)
@@ -141,19 +152,19 @@ def test_token_level_rewards_at_last_response_token(reward_file):
 
 def test_bad_custom_reward_config(tmp_path, reward_file):
     with pytest.raises(RewardConfigError, match="file not found"):
-        RewardManager(RewardFnSpec(str(tmp_path / "missing.py")))
+        manager_of(RewardFnSpec(str(tmp_path / "missing.py")))
     with pytest.raises(RewardConfigError, match="no function 'score_fn'; functions there: compute_score"):
-        RewardManager(RewardFnSpec(reward_file, name="score_fn"))
+        manager_of(RewardFnSpec(reward_file, name="score_fn"))
     broken = tmp_path / "broken.py"
     broken.write_text("import not_a_module_anywhere\n")
     with pytest.raises(RewardConfigError, match="importing .*broken.py failed: ModuleNotFoundError"):
-        RewardManager(RewardFnSpec(str(broken)))
+        manager_of(RewardFnSpec(str(broken)))
     with pytest.raises(ValueError, match="on_error"):
-        RewardManager(on_error="ignore")
+        manager_of(on_error="ignore")
 
 
 def test_mismatched_lengths():
-    manager = RewardManager(num_workers=0)
+    manager = manager_of(num_workers=0)
     with pytest.raises(ValueError, match="responses \\(2\\), data_sources \\(1\\)"):
         manager.score(["a", "b"], ["x"], ["1", "2"])
 
@@ -172,7 +183,7 @@ def test_decode_responses_uses_mask(smollm2_dir):
         mask[row, : len(seq)] = 1
     texts, lengths = decode_responses(tokenizer, ids, mask)
     assert texts == ["#### 7", "no"] and lengths == [len(a), len(b)]  # EOS is counted but not decoded
-    manager = RewardManager(num_workers=0)
+    manager = manager_of(num_workers=0)
     result = manager.score_token_batch(tokenizer, ids, mask, ["openai/gsm8k"] * 2, ["7", "7"])
     assert result.token_level_rewards.shape == (2, width)
     assert result.token_level_rewards[0, len(a) - 1] == 1.0 and result.token_level_rewards.sum() == 1.0
@@ -188,14 +199,14 @@ def test_spec_from_verl_config_section():
 def test_unknown_data_source_with_builtin_rules_raises_even_in_zero_mode():
     from algos.rewards import UnknownDataSourceError
 
-    manager = RewardManager(num_workers=0, on_error="zero")
+    manager = manager_of(num_workers=0, on_error="zero")
     with pytest.raises(UnknownDataSourceError, match="'my/new-data'.*known: .*openai/gsm8k"):
         manager.score(["#### 1"], ["my/new-data"], ["1"])
 
 
 def test_a_batch_where_most_calls_fail_stops_naming_the_first_failure(reward_file):
     # 2 of 4 failed: exactly the 0.5 allowed, so the batch is scored; 3 of 4 is more, so the run stops
-    with RewardManager(RewardFnSpec(reward_file), num_workers=1, timeout_s=30, on_error="zero",
+    with manager_of(RewardFnSpec(reward_file), num_workers=1, timeout_s=30, on_error="zero",
                        max_failed_fraction=0.5) as manager:
         assert _score(manager, ["7", "boom", "boom", "7"]).scores == [1.0, 0.0, 0.0, 1.0]
         with pytest.raises(RewardComputeError, match=r"3 of 4 reward calls failed in one batch, more than "
@@ -221,11 +232,11 @@ def test_batched_manager_calls_once_with_lists(tmp_path):
     path = tmp_path / "batched.py"
     path.write_text(BATCHED)
     spec = RewardFnSpec(str(path), reward_kwargs={"bonus": 0.5})
-    with RewardManager(spec, num_workers=1, timeout_s=30, on_error="zero", batched=True) as manager:
+    with manager_of(spec, num_workers=1, timeout_s=30, on_error="zero", batched=True) as manager:
         result = _score(manager, ["7", "6", "7"])
         assert result.scores == [1.5, 0.5, 1.5]
         assert len(set(result.extra["calls"])) == 1  # one call scored all three
-    with RewardManager(spec, num_workers=0, on_error="zero", max_failed_fraction=1.0, batched=True) as manager:
+    with manager_of(spec, num_workers=0, on_error="zero", max_failed_fraction=1.0, batched=True) as manager:
         failed = _score(manager, ["7", "boom"])  # a failed call fails every sample of its batch
         assert failed.scores == [0.0, 0.0] and failed.metrics["reward/errors"] == 2.0
         assert "RuntimeError: the batch failed" in failed.failures[0]
