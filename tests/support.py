@@ -45,10 +45,10 @@ def optim_spec(**overrides):
 def engine_spec(model_path, **overrides):
     """The actor's `EngineSpec` for the schema's defaults (`app.roles.factory.actor_engine_spec`) and `model_path`,
     with `overrides` (EngineSpec fields)."""
-    from app.config.schema import ActorConfig, ModelConfig
+    from app.config.schema import ActorConfig, ModelConfig, RolloutConfig
     from app.roles.factory import actor_engine_spec
 
-    spec = actor_engine_spec(ModelConfig(path=str(model_path)), ActorConfig())
+    spec = actor_engine_spec(ModelConfig(path=str(model_path)), ActorConfig(), rollout_n=RolloutConfig().n)
     return dataclasses.replace(spec, **overrides)
 
 

@@ -95,6 +95,18 @@ class FSDPConfig:
 
 
 @dataclass
+class DeepSpeedConfig:
+    """strategy=deepspeed: the DeepSpeed engine's settings (app/engine/deepspeed_config.py derives DeepSpeed's JSON:
+    batch sizes from ppo_mini_batch_size x rollout.n, the ranks and ppo_micro_batch_size_per_gpu; clipping from
+    grad_clip; bf16/fp16 from fsdp_config.mixed_precision.param_dtype; AdamW and its schedule from optim)."""
+    zero_stage: Literal[2, 3] = 2  # 2: optimizer state and gradients partitioned over the ranks; 3: parameters too
+    offload_optimizer: bool = False  # optimizer state on the CPU, stepped there (ZeRO-Offload)
+    # a DeepSpeed JSON file (a TRL / accelerate one works); its values win over the derived ones and "auto" takes
+    # ours; its batch keys must agree with the derived ones, its optimizer / scheduler sections may only say "auto"
+    config_path: Optional[str] = None
+
+
+@dataclass
 class CheckpointConfig:
     """What a checkpoint holds (verl's `checkpoint` section). Here always model, optimizer and extra (LR schedule,
     RNG, data position), so only that set is accepted (any order)."""
@@ -115,7 +127,7 @@ class PolicyLossSection:
 # ---------------------------------------------------------------- actor / reference
 @dataclass
 class ActorConfig:
-    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
+    strategy: Literal["fsdp", "fsdp2", "deepspeed"] = "fsdp2"  # fsdp and fsdp2 both run FSDP2; the reference follows
     ppo_mini_batch_size: int = 256  # prompts per optimiser step (times rollout.n samples)
     ppo_micro_batch_size_per_gpu: Optional[int] = None  # samples per forward/backward; None: whole mini-batch
     # verl's older global name: divided by trainer.num_workers into ppo_micro_batch_size_per_gpu
@@ -142,6 +154,7 @@ class ActorConfig:
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed (the ref's too)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 
@@ -256,7 +269,7 @@ class CriticModelConfig:
 
 @dataclass
 class CriticConfig:
-    strategy: Literal["fsdp", "fsdp2"] = "fsdp2"
+    strategy: Literal["fsdp", "fsdp2", "deepspeed"] = "fsdp2"
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     ppo_mini_batch_size: Optional[int] = None  # None: actor's
@@ -271,6 +284,7 @@ class CriticConfig:
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     grad_clip: float = 1.0
     use_torch_compile: bool = False
+    deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+from app.config.deepspeed_check import check_deepspeed
 from app.config.loader import ConfigError
 from app.config.ranks import derive_ranks, ranks_named
 from app.config.schema import TrainerRunConfig
@@ -21,6 +22,7 @@ def validate(cfg: TrainerRunConfig) -> None:
     _check_ranges(cfg)
     _check_overlong_buffer(cfg)
     check_unsupported(cfg)
+    check_deepspeed(cfg, needs_critic=_estimator(cfg).needs_critic)
 
 
 def _fill_derived(cfg: TrainerRunConfig) -> None:

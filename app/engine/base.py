@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -151,6 +151,13 @@ class BaseEngine(abc.ABC):
     def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False) -> WeightSyncPayload:
         """Gathered weights for the rollout engine: full HF-named weights, or with LoRA the adapter only, or with
         `merge_lora` the adapter folded into full weights (the rollout engine then needs no LoRA support)."""
+
+    @abc.abstractmethod
+    def get_per_tensor_param(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False
+                             ) -> Iterator[tuple[str, torch.Tensor]]:
+        """The tensors of ``state_dict_for_sync(dtype, merge_lora)`` as (name, full CPU tensor) pairs, one at a time
+        (verl's per-tensor weight sync), on every rank: each is gathered when it is reached, so no rank holds more
+        than one parameter (a merged LoRA linear: three) gathered at once. Collective: every rank consumes it all."""
 
     @abc.abstractmethod
     def export_hf(self, path: str, dtype: Optional[torch.dtype] = None) -> None:

@@ -11,12 +11,10 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 import os
-import shutil
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -27,23 +25,13 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from app.batch import TensorBatch
 from app.engine import hf_model
-from app.engine.base import BaseEngine, LossFn, PostprocessFn, PreprocessFn, StepContext, StepResult, \
-    WeightSyncPayload
-from app.engine.distributed import ensure_process_group, pick_device, reduce_op
-from app.engine.forward import response_outputs
+from app.engine.base import WeightSyncPayload
+from app.engine.distributed import ensure_process_group, pick_device
 from app.engine.lr_schedule import build_lr_scheduler
 from app.engine.lora_fast_path import use_fused_lora_forward
-from app.engine.micro_batches import balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order
-from app.engine.packed_attention import PACKED_SDPA
+from app.engine.sharded import ShardedEngine, resolve_auto_param_dtype
 from app.engine.spec import EngineSpec, to_dtype
-
-_EXTRA_STATE = "engine_state.pt"
-# tokenizer and generation files copied next to exported weights so the folder is a complete HF model
-_HF_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                  "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json",
-                  "generation_config.json")
 
 
 @functools.cache
@@ -54,19 +42,13 @@ def _compiled_layer_forward():
     return torch.compile(layer_forward, dynamic=True)
 
 
-class FSDPEngine(BaseEngine):
+class FSDPEngine(ShardedEngine):
     def __init__(self, spec: EngineSpec) -> None:
         self.device = pick_device(spec.device)
-        if spec.param_dtype == "auto":  # a config validation did not resolve it: decide for the device we run on
-            from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
-
-            spec = dataclasses.replace(spec, param_dtype=resolve_auto_dtype(self.device.type == "cuda",
-                                                                            cpu_has_native_bf16())[0])
-        self.spec = spec
+        self.spec = resolve_auto_param_dtype(spec, self.device)
         self.model: Optional[torch.nn.Module] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.lr_scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
-        self._loss_fn: Optional[LossFn] = None
         self._attn_implementation: Optional[str] = None  # chosen for the device when the model is built
 
     # ------------------------------------------------------------------ lifecycle
@@ -128,11 +110,6 @@ class FSDPEngine(BaseEngine):
         fully_shard(model, mesh=mesh, mp_policy=mp)
         return model
 
-    def _require_model(self) -> torch.nn.Module:
-        if self.model is None:
-            raise RuntimeError("engine used before init_model()")
-        return self.model
-
     @contextlib.contextmanager
     def _on_device(self) -> Iterator[None]:
         if self.spec.param_offload and self.device.type != "cpu":
@@ -144,101 +121,19 @@ class FSDPEngine(BaseEngine):
         else:
             yield
 
-    @contextlib.contextmanager
-    def train_mode(self) -> Iterator[None]:
-        model = self._require_model()
-        model.train()
-        with self._on_device():
-            yield
+    # ------------------------------------------------------------------ hooks of ShardedEngine
+    def _after_forward_only(self) -> None:
+        # without a backward to follow, FSDP would keep the root's (and, on one rank, every layer's) gathered
+        # compute-dtype copy alive; drop them
+        for module in self._require_model().modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
     @contextlib.contextmanager
-    def eval_mode(self) -> Iterator[None]:
-        model = self._require_model()
-        model.eval()
-        with self._on_device():
-            yield
-
-    # ------------------------------------------------------------------ compute
-    def set_loss_fn(self, loss_fn: LossFn) -> None:
-        self._loss_fn = loss_fn
-
-    def _micro_groups(self, batch: TensorBatch, ctx: StepContext) -> list[list[int]]:
-        dynamic = self.spec.use_dynamic_bsz if ctx.use_dynamic_bsz is None else ctx.use_dynamic_bsz
-        if dynamic:
-            budget = ctx.max_token_len or self.spec.max_token_len_per_gpu
-            lens = batch["attention_mask"].sum(dim=1).tolist()
-            count = num_bins_for_budget(lens, budget)
-            # every rank must run the same number of forward/backward passes
-            count = int(self.all_reduce(torch.tensor(count), "max").item())
-            if count > len(lens):
-                raise ValueError(f"rank {self.dp_rank} has {len(lens)} samples but another rank needs {count} "
-                                 f"micro-batches for max_token_len={budget}: give every rank the same batch size")
-            return balanced_groups(lens, count)
-        size = ctx.micro_batch_size or self.spec.micro_batch_size_per_gpu
-        groups = fixed_size_groups(len(batch), size)
-        counts = self.all_reduce(torch.tensor([len(groups), -len(groups)]), "max")
-        if int(counts[0]) != -int(counts[1]):
-            raise ValueError(f"ranks disagree on the number of micro-batches (rank {self.dp_rank}: {len(groups)} for "
-                             f"{len(batch)} samples, micro batch size {size}): give every rank the same batch size")
-        return groups
-
-    def _shares_prompts(self) -> bool:
-        """Shared-prompt packing needs the packed sdpa attention (flash-attention's varlen kernel cannot express it)."""
-        return (self.spec.use_remove_padding and self.spec.share_prompt_prefix
-                and self._attn_implementation == PACKED_SDPA)
-
-    def forward_backward_step(self, batch: TensorBatch, ctx: Optional[StepContext] = None, forward_only: bool = False,
-                              preprocess_fn: Optional[PreprocessFn] = None,
-                              postprocess_fn: Optional[PostprocessFn] = None) -> StepResult:
-        model = self._require_model()
-        ctx = ctx or StepContext()
-        if not forward_only and self._loss_fn is None:
-            raise RuntimeError("forward_backward_step(forward_only=False) needs a loss: call set_loss_fn first")
-        groups = self._micro_groups(batch, ctx)
-        out_device = batch["input_ids"].device
-        outputs: list[TensorBatch] = []
-        sums: dict[str, float] = {}
-        weights: dict[str, float] = {}
-        loss_total = 0.0
-        with self._on_device():
-            for group in groups:
-                micro = batch.index(group).to(self.device)
-                if preprocess_fn is not None:
-                    micro = preprocess_fn(micro, ctx)
-                with torch.set_grad_enabled(not forward_only):
-                    out = response_outputs(model, micro, model_kind=self.spec.model_kind,
-                                           remove_padding=self.spec.use_remove_padding,
-                                           share_prompts=self._shares_prompts(),
-                                           temperature=ctx.temperature, compute_entropy=ctx.compute_entropy,
-                                           entropy_requires_grad=ctx.entropy_requires_grad and not forward_only,
-                                           chunk_size=self.spec.logits_chunk_size)
-                    if not forward_only:
-                        loss, metrics = self._loss_fn(out, micro, ctx)
-                        loss.backward()
-                        loss_total += float(loss.detach())
-                        for name, value in metrics.items():
-                            value, weight = value if isinstance(value, tuple) else (value, 1.0)
-                            sums[name] = sums.get(name, 0.0) + float(value) * float(weight)
-                            weights[name] = weights.get(name, 0.0) + float(weight)
-                if postprocess_fn is not None:
-                    out = postprocess_fn(out, micro, ctx)
-                outputs.append(TensorBatch({k: v.detach().to(out_device) for k, v in out.items()}))
-            if forward_only:
-                # without a backward to follow, FSDP would keep the root's (and, on one rank, every layer's)
-                # gathered compute-dtype copy alive; drop them
-                for module in model.modules():
-                    if isinstance(module, FSDPModule):
-                        module.reshard()
-        merged = TensorBatch.concat(outputs).index(restore_order(groups)) if len(groups) > 1 else outputs[0]
-        metrics = {k: sums[k] / weights[k] if weights[k] else 0.0 for k in sums}
-        return StepResult(outputs=merged, metrics=metrics, loss=loss_total)
+    def _gathered(self, params: Sequence[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
+        yield [p.full_tensor() if isinstance(p, DTensor) else p for p in params]
 
     # ------------------------------------------------------------------ optimizer
-    def _require_optimizer(self) -> torch.optim.Optimizer:
-        if self.optimizer is None:
-            raise RuntimeError("this engine has no optimizer (EngineSpec.optim is None: an inference-only model)")
-        return self.optimizer
-
     def optimizer_zero_grad(self) -> None:
         self._require_optimizer().zero_grad(set_to_none=True)
 
@@ -263,46 +158,6 @@ class FSDPEngine(BaseEngine):
         else:
             optimizer.step()
         return grad_norm
-
-    def lr_scheduler_step(self) -> float:
-        self._require_optimizer()
-        self.lr_scheduler.step()
-        return self.get_lr()
-
-    def get_lr(self) -> float:
-        return float(self._require_optimizer().param_groups[0]["lr"])
-
-    # ------------------------------------------------------------------ data parallelism
-    @property
-    def dp_rank(self) -> int:
-        return dist.get_rank() if dist.is_initialized() else 0
-
-    @property
-    def dp_world_size(self) -> int:
-        return dist.get_world_size() if dist.is_initialized() else 1
-
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        if self.dp_world_size == 1:
-            return tensor.clone()
-        work = tensor.detach().to(self.device, copy=True)
-        dist.all_reduce(work, op=reduce_op(op))
-        if op == "mean":
-            work = work / self.dp_world_size
-        return work.to(tensor.device)
-
-    def shard_data(self, batch: TensorBatch) -> TensorBatch:
-        world = self.dp_world_size
-        if len(batch) % world:
-            raise ValueError(f"batch of {len(batch)} samples cannot be split evenly over {world} ranks")
-        return batch.chunk(world)[self.dp_rank]
-
-    def unshard_data(self, batch: TensorBatch) -> TensorBatch:
-        if self.dp_world_size == 1:
-            return batch
-        parts: list[Any] = [None] * self.dp_world_size
-        dist.all_gather_object(parts, batch.to("cpu").tensors)
-        device = next(iter(batch.tensors.values())).device if len(batch.keys()) else torch.device("cpu")
-        return TensorBatch.concat([TensorBatch(p, dict(batch.meta)) for p in parts]).to(device)
 
     # ------------------------------------------------------------------ memory placement
     def to(self, device: str, model: bool = True, optimizer: bool = True) -> None:
@@ -329,16 +184,12 @@ class FSDPEngine(BaseEngine):
         else:
             state = {"model": get_model_state_dict(model, options=self._state_options())}
         dcp.save(state, checkpoint_id=path)
-        if self.dp_rank == 0:
-            extra = {"lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
-                     "world_size": self.dp_world_size, "model_path": self.spec.model_path}
-            torch.save(extra, os.path.join(path, _EXTRA_STATE))
+        self._save_extra_state(path)
         dist.barrier()
 
     def load_checkpoint(self, path: str) -> None:
         model = self._require_model()
-        if not os.path.isfile(os.path.join(path, _EXTRA_STATE)):
-            raise FileNotFoundError(f"{path} is not an engine checkpoint (no {_EXTRA_STATE})")
+        self._check_is_checkpoint(path)
         if self.optimizer is not None:
             model_sd, optim_sd = get_state_dict(model, self.optimizer, options=self._state_options())
             state = {"model": model_sd, "optimizer": optim_sd}
@@ -353,35 +204,13 @@ class FSDPEngine(BaseEngine):
                            optim_state_dict=state["optimizer"], options=load_options)
         else:
             set_model_state_dict(model, state["model"], options=load_options)
-        extra = torch.load(os.path.join(path, _EXTRA_STATE), weights_only=True)  # plain data: no objects unpickled
-        if self.lr_scheduler is not None and extra.get("lr_scheduler") is not None:
-            self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+        self._load_extra_state(path)
         if self.spec.optimizer_offload and self.device.type != "cpu":
             self.to("cpu", model=False, optimizer=True)
 
     # ------------------------------------------------------------------ weights for rollout and export
-    @property
-    def has_adapter(self) -> bool:
-        return self.spec.use_lora
-
-    @contextlib.contextmanager
-    def disable_adapter(self) -> Iterator[None]:
-        if not self.has_adapter:
-            raise RuntimeError("disable_adapter() needs a LoRA engine (actor_rollout_ref.model.lora_rank > 0)")
-        # Flip only the LoRA layers' "disabled" flag. peft's own disable_adapter() also turns requires_grad off and
-        # on again, and FSDP2 then reduces the next micro-batches' bf16 gradients without the fp32 cast and fails.
-        from peft.tuners.lora import LoraLayer
-
-        layers = [m for m in self._require_model().modules() if isinstance(m, LoraLayer)]
-        previous = [layer._disable_adapters for layer in layers]
-        for layer in layers:
-            layer._disable_adapters = True
-        try:
-            yield
-        finally:
-            for layer, was in zip(layers, previous):
-                layer._disable_adapters = was
-
+    # state_dict_for_sync and export_hf gather through torch's state-dict API (one collective, straight to rank 0's
+    # CPU), faster than ShardedEngine's per-tensor stream, which get_per_tensor_param still offers
     def _full_state_dict(self, trainable_only: bool) -> dict[str, torch.Tensor]:
         """Unsharded weights on rank 0 (CPU); ``{}`` on other ranks. Collective."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
@@ -408,10 +237,6 @@ class FSDPEngine(BaseEngine):
         state = self._full_state_dict(trainable_only=False)
         return WeightSyncPayload(kind="full", tensors=self._hf_weights(state, dtype) if self.dp_rank == 0 else {})
 
-    @property
-    def _tied_embeddings(self) -> bool:
-        return bool(getattr(self._require_model().config, "tie_word_embeddings", False))
-
     def _hf_weights(self, state: dict[str, torch.Tensor], dtype: Optional[torch.dtype]) -> dict[str, torch.Tensor]:
         """The full state dict as a plain Hugging Face checkpoint: LoRA merged, in `dtype`, without a tied LM head.
 
@@ -434,15 +259,5 @@ class FSDPEngine(BaseEngine):
             # Straight from the state dict to safetensors: building a second model to merge and save would hold
             # another full copy of the weights (the largest allocation of a LoRA run on a small machine).
             state = self._hf_weights(state, dtype)
-            config = hf_model.load_config(self.spec)
-            config.torch_dtype = next(iter(state.values())).dtype
-            os.makedirs(path, exist_ok=True)
-            config.save_pretrained(path)
-            from huggingface_hub import save_torch_state_dict
-
-            save_torch_state_dict(state, path)
-            for name in _HF_SIDE_FILES:
-                src = os.path.join(self.spec.model_path, name)
-                if os.path.isfile(src):
-                    shutil.copyfile(src, os.path.join(path, name))
+            hf_model.save_hf_folder(path, state, self.spec)
         dist.barrier()

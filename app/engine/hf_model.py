@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from typing import Any
 
 import torch
@@ -9,6 +11,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClas
 
 from app.engine.packed_attention import register_packed_attention
 from app.engine.spec import EngineSpec
+
+# tokenizer and generation files copied next to exported weights so the folder is a complete HF model
+_HF_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                  "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json",
+                  "generation_config.json")
 
 
 def attention_implementation(device: torch.device) -> str:
@@ -91,3 +98,18 @@ def decoder_layer_class_names(model: torch.nn.Module) -> set[str]:
     if not names:
         raise ValueError(f"{type(base).__name__} does not declare _no_split_modules; cannot find its layers to shard")
     return names
+
+
+def save_hf_folder(path: str, state: dict[str, torch.Tensor], spec: EngineSpec) -> None:
+    """A Hugging Face model folder: ``spec``'s config, ``state`` (plain HF names) as safetensors, tokenizer files."""
+    from huggingface_hub import save_torch_state_dict
+
+    config = load_config(spec)
+    config.torch_dtype = next(iter(state.values())).dtype
+    os.makedirs(path, exist_ok=True)
+    config.save_pretrained(path)
+    save_torch_state_dict(state, path)
+    for name in _HF_SIDE_FILES:
+        src = os.path.join(spec.model_path, name)
+        if os.path.isfile(src):
+            shutil.copyfile(src, os.path.join(path, name))

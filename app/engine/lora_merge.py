@@ -10,6 +10,23 @@ from typing import Optional
 import torch
 
 _PEFT_PREFIX = "base_model.model."
+_BASE_WEIGHT = ".base_layer.weight"
+
+
+def hf_name(name: str) -> str:
+    """A peft model's tensor name -> the plain model's (a LoRA-wrapped linear's base weight becomes its weight)."""
+    plain = name[len(_PEFT_PREFIX):] if name.startswith(_PEFT_PREFIX) else name
+    if plain.endswith(_BASE_WEIGHT):
+        return plain[: -len(_BASE_WEIGHT)] + ".weight"
+    return plain.replace(".base_layer.", ".")  # a bias of a wrapped linear
+
+
+def lora_pair_names(name: str, adapter: str = "default") -> Optional[tuple[str, str]]:
+    """The names of the LoRA A and B weights that fold into the base weight ``name``; None if it is not one."""
+    if not name.endswith(_BASE_WEIGHT):
+        return None
+    module = name[: -len(_BASE_WEIGHT)]
+    return f"{module}.lora_A.{adapter}.weight", f"{module}.lora_B.{adapter}.weight"
 
 
 def merge_lora_state_dict(state: dict[str, torch.Tensor], scaling: float, adapter: str = "default",
@@ -26,14 +43,10 @@ def merge_lora_state_dict(state: dict[str, torch.Tensor], scaling: float, adapte
     for name, tensor in state.items():
         if name.endswith((lora_a_suffix, lora_b_suffix)):
             continue
-        plain = name[len(_PEFT_PREFIX):] if name.startswith(_PEFT_PREFIX) else name
-        if plain.endswith(".base_layer.weight"):
-            module = name[: -len(".base_layer.weight")]
-            lora_a, lora_b = state[module + lora_a_suffix], state[module + lora_b_suffix]
+        pair = lora_pair_names(name, adapter)
+        if pair is not None:
+            lora_a, lora_b = state[pair[0]], state[pair[1]]
             delta = scaling * (lora_b.float() @ lora_a.float())
             tensor = (tensor.float() + delta).to(dtype or tensor.dtype)
-            plain = plain[: -len(".base_layer.weight")] + ".weight"
-        elif ".base_layer." in plain:  # a bias of a wrapped linear
-            plain = plain.replace(".base_layer.", ".")
-        merged[plain] = tensor if dtype is None else tensor.to(dtype)
+        merged[hf_name(name)] = tensor if dtype is None else tensor.to(dtype)
     return merged

@@ -48,6 +48,22 @@ class OptimSpec:
 
 
 @dataclass
+class DeepSpeedSpec:
+    """The DeepSpeed engine's own settings (``strategy=deepspeed``; the config's ``deepspeed_config`` section).
+
+    ``train_batch_size``: samples per optimiser step over all ranks (verl's ``ppo_mini_batch_size`` x
+    ``rollout.n``), from which the engine derives DeepSpeed's batch keys; None for an inference-only engine.
+    ``config_path``: a user's DeepSpeed JSON, whose values win over the derived ones (see
+    ``app.engine.deepspeed_config``).
+    """
+    # the deepspeed_config keys: no defaults here, theirs are the schema's (DeepSpeedConfig)
+    zero_stage: int
+    offload_optimizer: bool
+    config_path: Optional[str]
+    train_batch_size: Optional[int]
+
+
+@dataclass
 class EngineSpec:
     """Everything one engine (one model + optimizer) needs.
 
@@ -90,6 +106,7 @@ class EngineSpec:
     model_kind: Literal["causal_lm", "value"] = "causal_lm"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 0  # all ranks build identical fresh heads (critic score, LoRA) from this seed
+    deepspeed: Optional[DeepSpeedSpec] = None  # strategy=deepspeed only
     extra: dict = field(default_factory=dict)
 
     @property

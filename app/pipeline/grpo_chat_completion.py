@@ -79,8 +79,10 @@ PARAMS: tuple[Param, ...] = (
          "code: adamw_torch, adamw_torch_fused: the trainer's AdamW (`actor.optim`); any other is refused naming it"),
         ("use_liger_kernel", False, "bool", "code: true prints a warning: Liger kernels are not wired into the "
                                             "FSDP engine here, so the standard kernels run"),
-        ("deepspeed_config", None, "path", "code: refused when given: the trainer runs FSDP2 only (no "
-                                           "`actor.strategy=deepspeed` yet)", {"optional": True}),
+        ("deepspeed_config", None, "path", f"code: `{A}.strategy=deepspeed` with this file as "
+                                           f"`{A}.deepspeed_config.config_path` (its values win, \"auto\" takes "
+                                           "the card's; batch keys that disagree with the card's are refused)",
+         {"optional": True}),
         ("beta", 0.04, "float", f"code: `{A}.kl_loss_coef`, with `{A}.use_kl_loss` = beta > 0 (no reference model at 0)"),
     ),
     *param_rows(
@@ -169,9 +171,9 @@ def build_plan(values: Values, dry_run: bool) -> Plan:
 
 
 def _refuse_what_cannot_run(values: Values, plan: Plan) -> None:
-    if values["deepspeed_config"]:
-        raise PipelineError(f"deepspeed_config={values['deepspeed_config']}: the trainer runs FSDP2 only "
-                            "(actor.strategy=deepspeed does not exist yet); remove the key to train with FSDP2")
+    if values["deepspeed_config"]:  # TRL's DeepSpeed JSON: the DeepSpeed engine, which checks it against the card
+        plan.overrides[f"{A}.strategy"] = "deepspeed"
+        plan.overrides[f"{A}.deepspeed_config.config_path"] = values["deepspeed_config"]
     if values["optim"] not in OPTIMIZERS_HERE:
         raise PipelineError(f"optim={values['optim']!r}: the trainer's optimizer is AdamW; use one of "
                             f"{', '.join(OPTIMIZERS_HERE)}")

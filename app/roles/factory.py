@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from app.config.schema import (ActorConfig, ActorRolloutRefConfig, CriticConfig, CriticModelConfig, FSDPConfig,
-                               ModelConfig, RefConfig, RolloutConfig)
-from app.engine import BaseEngine, EngineSpec, OptimSpec, make_engine
+from app.config.schema import (ActorConfig, ActorRolloutRefConfig, CriticConfig, CriticModelConfig, DeepSpeedConfig,
+                               FSDPConfig, ModelConfig, RefConfig, RolloutConfig)
+from app.engine import BaseEngine, DeepSpeedSpec, EngineSpec, OptimSpec, make_engine
 from app.roles.actor import Actor
 from app.roles.critic import Critic
 from app.roles.reference import Reference
@@ -20,6 +20,12 @@ def _precision(fsdp_config: FSDPConfig) -> dict[str, Any]:
     return dict(model_dtype=fsdp_config.model_dtype, param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype,
                 buffer_dtype=mp.buffer_dtype, param_offload=fsdp_config.param_offload,
                 optimizer_offload=fsdp_config.optimizer_offload)
+
+
+def _deepspeed(ds_cfg: DeepSpeedConfig, train_batch_size: Optional[int]) -> DeepSpeedSpec:
+    """``train_batch_size``: samples per optimiser step over all ranks (None: inference only)."""
+    return DeepSpeedSpec(zero_stage=ds_cfg.zero_stage, offload_optimizer=ds_cfg.offload_optimizer,
+                         config_path=ds_cfg.config_path, train_batch_size=train_batch_size)
 
 
 def _lora(model_cfg: ModelConfig) -> dict[str, Any]:
@@ -33,12 +39,14 @@ _NO_LORA = dict(lora_rank=0, lora_alpha=0, target_modules=[], exclude_modules=No
 
 
 def _trained_engine_spec(model_cfg: Union[ModelConfig, CriticModelConfig], role_cfg: Union[ActorConfig, CriticConfig],
-                         fsdp_config: FSDPConfig, *, model_kind: str, device: str, seed: int,
+                         fsdp_config: FSDPConfig, *, model_kind: str, device: str, seed: int, rollout_n: int,
                          **extra: Any) -> EngineSpec:
     """An engine that trains: the model section plus the role's verl keys (optim, grad_clip, ppo_* batch sizes,
-    use_torch_compile), which the actor and critic sections spell the same way, and the role's ``fsdp_config``
-    (verl keeps the actor's in ``actor``, the critic's in ``critic.model``)."""
+    use_torch_compile, deepspeed_config), which the actor and critic sections spell the same way, and the role's
+    ``fsdp_config`` (verl keeps the actor's in ``actor``, the critic's in ``critic.model``)."""
+    mini = role_cfg.ppo_mini_batch_size  # prompts per optimiser step (the critic's is filled in by validation)
     return EngineSpec(
+        deepspeed=_deepspeed(role_cfg.deepspeed_config, mini * rollout_n if mini else None),
         model_path=model_cfg.path, model_kind=model_kind, trust_remote_code=model_cfg.trust_remote_code,
         enable_gradient_checkpointing=model_cfg.enable_gradient_checkpointing,
         use_remove_padding=model_cfg.use_remove_padding, share_prompt_prefix=model_cfg.share_prompt_prefix,
@@ -48,10 +56,11 @@ def _trained_engine_spec(model_cfg: Union[ModelConfig, CriticModelConfig], role_
         device=device, seed=seed, compile_layers=role_cfg.use_torch_compile, **extra, **_precision(fsdp_config))
 
 
-def actor_engine_spec(model_cfg: ModelConfig, actor_cfg: ActorConfig, *, device: str = "auto",
-                      seed: int = 0) -> EngineSpec:
+def actor_engine_spec(model_cfg: ModelConfig, actor_cfg: ActorConfig, *, device: str = "auto", seed: int = 0,
+                      rollout_n: int) -> EngineSpec:
     return _trained_engine_spec(model_cfg, actor_cfg, actor_cfg.fsdp_config, model_kind="causal_lm", device=device,
-                                seed=seed, logits_chunk_size=actor_cfg.logits_chunk_size, **_lora(model_cfg))
+                                seed=seed, rollout_n=rollout_n, logits_chunk_size=actor_cfg.logits_chunk_size,
+                                **_lora(model_cfg))
 
 
 def ref_engine_spec(model_cfg: ModelConfig, ref_cfg: RefConfig, actor_cfg: ActorConfig, *,
@@ -64,20 +73,22 @@ def ref_engine_spec(model_cfg: ModelConfig, ref_cfg: RefConfig, actor_cfg: Actor
         micro_batch_size_per_gpu=ref_cfg.log_prob_micro_batch_size_per_gpu,
         use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
         logits_chunk_size=actor_cfg.logits_chunk_size, device=device, compile_layers=actor_cfg.use_torch_compile,
-        **_NO_LORA, **_precision(ref_cfg.fsdp_config))
+        deepspeed=_deepspeed(actor_cfg.deepspeed_config, None), **_NO_LORA, **_precision(ref_cfg.fsdp_config))
 
 
-def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: int = 0) -> EngineSpec:
+def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: int = 0,
+                       rollout_n: int) -> EngineSpec:
     if not critic_cfg.model.path:
         raise ValueError("critic.model.path is empty (validate() fills it from actor_rollout_ref.model.path)")
     return _trained_engine_spec(critic_cfg.model, critic_cfg, critic_cfg.model.fsdp_config, model_kind="value",
-                                device=device, seed=seed, logits_chunk_size=None, **_NO_LORA)
+                                device=device, seed=seed, rollout_n=rollout_n, logits_chunk_size=None, **_NO_LORA)
 
 
 def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: int = 0) -> Actor:
     """``arr_cfg``: the ``actor_rollout_ref`` section. Initialises the engine (collective: call on all ranks)."""
     actor_cfg = arr_cfg.actor
-    engine = make_engine(actor_cfg.strategy, actor_engine_spec(arr_cfg.model, actor_cfg, device=device, seed=seed))
+    engine = make_engine(actor_cfg.strategy, actor_engine_spec(arr_cfg.model, actor_cfg, device=device, seed=seed,
+                                                               rollout_n=arr_cfg.rollout.n))
     engine.init_model()
     return Actor(engine, actor_cfg, rollout_n=arr_cfg.rollout.n, seed=seed, **_log_prob_batching(arr_cfg.rollout))
 
@@ -100,7 +111,8 @@ def _log_prob_batching(section: Union[RolloutConfig, RefConfig]) -> dict[str, An
                 log_prob_max_token_len=section.log_prob_max_token_len_per_gpu)
 
 
-def build_critic(critic_cfg: CriticConfig, *, rollout_n: int = 1, device: str = "auto", seed: int = 0) -> Critic:
-    engine = make_engine(critic_cfg.strategy, critic_engine_spec(critic_cfg, device=device, seed=seed))
+def build_critic(critic_cfg: CriticConfig, *, rollout_n: int, device: str = "auto", seed: int = 0) -> Critic:
+    engine = make_engine(critic_cfg.strategy, critic_engine_spec(critic_cfg, device=device, seed=seed,
+                                                                 rollout_n=rollout_n))
     engine.init_model()
     return Critic(engine, critic_cfg, rollout_n=rollout_n, seed=seed)

@@ -87,9 +87,11 @@ def read_state(ckpt: Path) -> dict[str, Any]:
     return json.loads((ckpt / STATE_FILE).read_text())
 
 
-# what resume reads: the trainer state's keys, and per engine folder DCP's index and the engine's own state
+# what resume reads: the trainer state's keys, and per engine folder the index of its sharded state (FSDP's DCP
+# `.metadata`, or DeepSpeed's `latest`) and the engine's own state
 _STATE_KEYS = ("global_step", "policy_version", "kl_coef", "data")
-_ENGINE_FILES = (".metadata", "engine_state.pt")
+_ENGINE_INDEXES = (".metadata", "latest")
+_ENGINE_STATE = "engine_state.pt"
 
 
 def check_checkpoint(ckpt: Path) -> None:
@@ -107,8 +109,10 @@ def check_checkpoint(ckpt: Path) -> None:
     if not (ckpt / "actor").is_dir():
         raise CheckpointError(f"{ckpt} has no actor/ folder: the checkpoint is incomplete")
     for engine in ("actor", "critic"):
-        for name in _ENGINE_FILES if (ckpt / engine).is_dir() else ():
-            path = ckpt / engine / name
+        folder = ckpt / engine
+        index = next((n for n in _ENGINE_INDEXES if (folder / n).exists()), _ENGINE_INDEXES[0])
+        for name in (index, _ENGINE_STATE) if folder.is_dir() else ():
+            path = folder / name
             if not path.is_file() or path.stat().st_size == 0:
                 raise CheckpointError(f"{path} is {'empty' if path.is_file() else 'missing'}: the checkpoint {ckpt} "
                                       "is corrupt; resume from another (trainer.resume_mode=<path>) or delete it")

@@ -14,7 +14,7 @@ import pytest
 from algos.policy_loss import PolicyLossConfig
 from app.config import load_config
 from app.data import PromptDataOptions
-from app.engine import EngineSpec, OptimSpec
+from app.engine import DeepSpeedSpec, EngineSpec, OptimSpec
 from app.roles.factory import actor_engine_spec, critic_engine_spec, ref_engine_spec
 from serve.deployment import engine_spec_from_config
 from serve.vllm_engine import EngineSpec as RolloutEngineSpec
@@ -44,6 +44,7 @@ def _trained(model: str, role: str) -> dict[str, str]:
 
 OPTIM = _same_names("optim", "lr", "weight_decay", "betas", "lr_warmup_steps", "lr_warmup_steps_ratio", "warmup_style",
                     "min_lr_ratio", "total_training_steps")  # under the role's section
+DEEPSPEED = _same_names("deepspeed_config", "zero_stage", "offload_optimizer", "config_path")  # under the role's section
 ACTOR_ENGINE = {**_loaded(MODEL, f"{ACTOR}.fsdp_config"), **_trained(MODEL, ACTOR),
                 **_same_names(MODEL, "lora_rank", "lora_alpha", "target_modules", "exclude_modules"),
                 **_same_names(ACTOR, "logits_chunk_size")}
@@ -72,6 +73,7 @@ def _without_default(cls: type) -> set[str]:
 
 @pytest.mark.parametrize("cls, config_keys", [
     (OptimSpec, set(OPTIM)),
+    (DeepSpeedSpec, set(DEEPSPEED) | {"train_batch_size"}),  # train_batch_size: ppo_mini_batch_size x rollout.n
     (EngineSpec, set(ACTOR_ENGINE) | {"optim"}),  # optim: the role's optim section (None: an inference-only engine)
     (RolloutEngineSpec, set(ROLLOUT_ENGINE) | ROLLOUT_CONVERTED),
     (PromptDataOptions, set(PROMPT_DATA)),
@@ -103,12 +105,15 @@ def _assert_mirrors(spec, fields: dict[str, str], cfg) -> None:
 
 def test_trainer_engine_specs_hold_the_configs_values(cfg):
     arr = cfg.actor_rollout_ref
-    actor = actor_engine_spec(arr.model, arr.actor)
+    actor = actor_engine_spec(arr.model, arr.actor, rollout_n=arr.rollout.n)
     _assert_mirrors(actor, ACTOR_ENGINE, cfg)
     _assert_mirrors(actor.optim, {f: f"{ACTOR}.{key}" for f, key in OPTIM.items()}, cfg)
-    critic = critic_engine_spec(cfg.critic)
+    _assert_mirrors(actor.deepspeed, {f: f"{ACTOR}.{key}" for f, key in DEEPSPEED.items()}, cfg)
+    assert actor.deepspeed.train_batch_size == arr.actor.ppo_mini_batch_size * arr.rollout.n
+    critic = critic_engine_spec(cfg.critic, rollout_n=arr.rollout.n)
     _assert_mirrors(critic, CRITIC_ENGINE, cfg)
     _assert_mirrors(critic.optim, {f: f"critic.{key}" for f, key in OPTIM.items()}, cfg)
+    _assert_mirrors(critic.deepspeed, {f: f"critic.{key}" for f, key in DEEPSPEED.items()}, cfg)
     reference = ref_engine_spec(arr.model, arr.ref, arr.actor)
     _assert_mirrors(reference, REF_ENGINE, cfg)
     assert reference.optim is None and critic.lora_rank == reference.lora_rank == 0

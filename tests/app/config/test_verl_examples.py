@@ -126,8 +126,9 @@ def test_ppo_script_with_a_critic(paths):
     assert cfg.critic.ppo_micro_batch_size_per_gpu == 32  # 256 over the script's 8 GPUs, as its own per-GPU key says
     assert cfg.trainer.logger == ["console", "wandb"] and cfg.trainer.use_legacy_worker_impl == "auto"
     # critic.model.fsdp_config is the critic's engine's FSDP setting (and not the actor's)
-    assert critic_engine_spec(cfg.critic).param_offload is True
-    assert actor_engine_spec(cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.actor).param_offload is False
+    arr = cfg.actor_rollout_ref
+    assert critic_engine_spec(cfg.critic, rollout_n=arr.rollout.n).param_offload is True
+    assert actor_engine_spec(arr.model, arr.actor, rollout_n=arr.rollout.n).param_offload is False
 
 
 def test_rloo_script(paths):

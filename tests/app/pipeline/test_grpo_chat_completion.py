@@ -61,7 +61,6 @@ def test_length_eval_and_kl_switches(tiny_model_dir, problem_jsonl, tmp_path):
 @pytest.mark.parametrize("key,value,message", [
     ("lr_scheduler_type", "polynomial", "lr_scheduler_type='polynomial': the trainer's schedules"),
     ("optim", "adafactor", "optim='adafactor': the trainer's optimizer is AdamW"),
-    ("deepspeed_config", "ds.json", "deepspeed_config=ds.json: the trainer runs FSDP2 only"),
     ("do_eval", "true", "do_eval=true with eval_strategy=no"),
 ])
 def test_values_the_trainer_cannot_honour_are_refused_by_name(tiny_model_dir, problem_jsonl, tmp_path, key, value,
@@ -137,3 +136,24 @@ def test_console_samples_logger_prints_each_validation_sample(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "validation sample 1/1 at step 4 (score 1.000, ground truth '3')" in out
     assert "prompt: 'What is 1 + 2?'" in out and "completion: '#### 3'" in out
+
+
+def test_a_deepspeed_config_selects_the_deepspeed_engine_and_must_agree_with_the_card(tiny_model_dir, problem_jsonl,
+                                                                                      tmp_path):
+    import json
+
+    from app.config import ConfigError
+
+    ds_json = tmp_path / "ds.json"
+    ds_json.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}}))
+    params = card_params(tiny_model_dir, problem_jsonl, tmp_path, deepspeed_config=str(ds_json))
+    _, cfg, _ = plan_card("grpo_chat_completion", params, True)
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.strategy == "deepspeed" and actor.deepspeed_config.config_path == str(ds_json)
+    # the card's accumulation is ppo_mini_batch / ranks / per_device; a file saying otherwise is refused
+    accumulation = actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n // cfg.trainer.num_workers \
+        // actor.ppo_micro_batch_size_per_gpu
+    ds_json.write_text(json.dumps({"gradient_accumulation_steps": accumulation + 1}))
+    with pytest.raises((ConfigError, PipelineError),
+                       match=rf"gradient_accumulation_steps={accumulation + 1} disagrees"):
+        plan_card("grpo_chat_completion", params, True)

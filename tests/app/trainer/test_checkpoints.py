@@ -69,3 +69,14 @@ def test_a_damaged_checkpoint_is_named_before_resuming(tmp_path, damage, message
     damage(ckpt)
     with pytest.raises(ck.CheckpointError, match=message):
         ck.check_checkpoint(ckpt)
+
+
+def test_a_deepspeed_engine_folder_is_checked_by_its_own_index(tmp_path):
+    # DeepSpeed's folder has no DCP .metadata; its index is `latest` (the tag of the sub-folder holding the state)
+    ckpt = _complete(tmp_path)
+    (ckpt / "actor" / ".metadata").unlink()
+    (ckpt / "actor" / "latest").write_text("deepspeed")
+    ck.check_checkpoint(ckpt)
+    (ckpt / "actor" / "latest").write_text("")
+    with pytest.raises(ck.CheckpointError, match=r"actor/latest is empty"):
+        ck.check_checkpoint(ckpt)
