@@ -9,12 +9,12 @@ import concurrent.futures
 import math
 import os
 import time
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import ray
 from ray import serve
 
-from serve.payload import DEFAULT_CHUNK_BYTES, encode_tensors
+from serve.payload import DEFAULT_CHUNK_BYTES, encode_tensors, iter_encoded_chunks
 from serve.types import (FullWeights, LoraAdapter, PolicyVersionMismatch, RolloutSample, SamplingOptions,
                          WirePayload)
 
@@ -181,8 +181,13 @@ class NcclSyncClient:
 def to_wire(payload: Union[FullWeights, LoraAdapter], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> WirePayload:
     """`ray.put` the payload's tensors as safetensors buffers; the refs travel, the bytes stay in the object store."""
     if isinstance(payload, FullWeights):
-        buffers = encode_tensors(payload.tensors, chunk_bytes)
-        return WirePayload("full", [ray.put(b) for b in buffers], sum(b.nbytes for b in buffers))
+        tensors = payload.tensors
+        pairs = tensors.items() if isinstance(tensors, Mapping) else tensors
+        refs, nbytes = [], 0
+        for buffer in iter_encoded_chunks(pairs, chunk_bytes):  # each chunk to the object store as soon as it fills
+            refs.append(ray.put(buffer))
+            nbytes += buffer.nbytes
+        return WirePayload("full", refs, nbytes)
     if isinstance(payload, LoraAdapter):
         buffers = encode_tensors(payload.tensors, chunk_bytes=1 << 62)  # one buffer: one adapter file
         return WirePayload("lora", [ray.put(b) for b in buffers], sum(b.nbytes for b in buffers),

@@ -21,28 +21,35 @@ SHM_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 def encode_tensors(tensors: Mapping[str, "torch.Tensor"], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[np.ndarray]:
     """Split `tensors` into chunks of about `chunk_bytes` and serialise each to a safetensors uint8 buffer."""
+    return list(iter_encoded_chunks(tensors.items(), chunk_bytes))
+
+
+def iter_encoded_chunks(pairs: Iterable[tuple[str, "torch.Tensor"]], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+                        ) -> Iterator[np.ndarray]:
+    """Safetensors uint8 buffers of about `chunk_bytes` each, from (name, tensor) pairs pulled only as a chunk fills:
+    a chunk is yielded (and its tensors dropped) before the next pair is pulled, so a stream from the engine never
+    holds the whole state dict."""
     from safetensors.torch import save
 
-    if not tensors:
-        raise ValueError("weight payload is empty: no tensors to send")
-    chunks: list[dict] = [{}]
+    chunk: dict = {}
     size = 0
-    seen: set = set()
-    for name, tensor in tensors.items():
+    seen: set = set()  # storages in this chunk: safetensors refuses shared storage (tied weights) within a file
+    for name, tensor in pairs:
         tensor = tensor.detach()
         if tensor.device.type != "cpu":
             tensor = tensor.cpu()
-        storage = tensor.untyped_storage().data_ptr()
-        if storage in seen:  # tied weights (e.g. lm_head = embed_tokens): safetensors refuses shared storage
+        nbytes = tensor.numel() * tensor.element_size()
+        if chunk and size + nbytes > chunk_bytes:
+            yield np.frombuffer(save(chunk), dtype=np.uint8)
+            chunk, size, seen = {}, 0, set()
+        if tensor.untyped_storage().data_ptr() in seen:
             tensor = tensor.clone()
         seen.add(tensor.untyped_storage().data_ptr())
-        nbytes = tensor.numel() * tensor.element_size()
-        if chunks[-1] and size + nbytes > chunk_bytes:
-            chunks.append({})
-            size = 0
-        chunks[-1][name] = tensor.contiguous()
+        chunk[name] = tensor.contiguous()
         size += nbytes
-    return [np.frombuffer(save(chunk), dtype=np.uint8) for chunk in chunks]
+    if not chunk:
+        raise ValueError("weight payload is empty: no tensors to send")
+    yield np.frombuffer(save(chunk), dtype=np.uint8)
 
 
 def decode_tensors(buffers: Iterable[np.ndarray]) -> dict[str, "torch.Tensor"]:

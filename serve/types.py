@@ -5,7 +5,7 @@ Nothing here imports Ray or vLLM, so the trainer can build these objects cheaply
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Union
 
 
 class PolicyVersionMismatch(RuntimeError):
@@ -106,9 +106,12 @@ class RolloutSample:
 
 @dataclass
 class FullWeights:
-    """Full-parameter sync: every named tensor of the policy, with Hugging Face checkpoint names."""
+    """Full-parameter sync: every named tensor of the policy, with Hugging Face checkpoint names.
 
-    tensors: Mapping[str, Any]  # name -> torch.Tensor (any dtype; sent as is)
+    `tensors`: name -> torch.Tensor (any dtype; sent as is), or (name, tensor) pairs read once as they come (the
+    trainer streams them from its engine one tensor at a time, so the whole state dict is never held)."""
+
+    tensors: Union[Mapping[str, Any], Iterable[tuple[str, Any]]]
 
 
 @dataclass

@@ -15,6 +15,7 @@ class RecordingRollout:
         self.calls: list[str] = []
         self.asleep = False
         self.version = 0
+        self.payloads: list = []  # per update: (payload, its tensors read into a dict, whether they came as a stream)
 
     def generate(self, prompt_token_ids, *, expect_version, validation=False):
         assert not self.asleep, "generate() reached a sleeping engine"
@@ -32,6 +33,8 @@ class RecordingRollout:
     def update_weights(self, version, payload):
         assert not self.asleep, "weights pushed into a sleeping engine"
         self.calls.append("update_weights")
+        streamed = not isinstance(payload.tensors, dict)
+        self.payloads.append((payload, dict(payload.tensors), streamed))
         self.version = version
         return version
 

@@ -211,16 +211,22 @@ class RLTrainer(RunStateMixin):
                 group.batch.update(self.actor.compute_log_prob(group.batch))
 
     def sync_weights(self) -> None:
-        """Gather the new weights (or LoRA adapter) and push them as version + 1; every rank then expects it."""
-        payload = self.engine.state_dict_for_sync(dtype=self.sync_dtype, merge_lora=self.merge_lora)
+        """Push the new weights (or LoRA adapter) as version + 1; every rank then expects it."""
         if self.rollout_sleeps:
             self._rollout_wake_up()
+        if self.engine.has_adapter and not self.merge_lora:  # the adapter alone: a few MB, sent as one file
+            payload = self.engine.state_dict_for_sync(dtype=self.sync_dtype)
+            wire = LoraAdapter(adapter_config=payload.adapter_config, tensors=payload.tensors)
+        else:
+            # full (or merged) weights stream from the engine one gathered tensor at a time into object-store chunks,
+            # so no rank holds the whole state dict; every rank takes part in each gather
+            wire = FullWeights(tensors=self.engine.get_per_tensor_param(dtype=self.sync_dtype,
+                                                                        merge_lora=self.merge_lora))
         if self.rank == 0:
-            if payload.kind == "lora":
-                wire = LoraAdapter(adapter_config=payload.adapter_config, tensors=payload.tensors)
-            else:
-                wire = FullWeights(tensors=payload.tensors)
             self.rollout.update_weights(self.version + 1, wire)
+        elif isinstance(wire, FullWeights):
+            for _ in wire.tensors:  # the gathers rank 0 runs while it sends
+                pass
         self.ranks.barrier()
         self.version += 1
 

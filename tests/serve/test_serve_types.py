@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from serve.payload import decode_tensors, encode_tensors, write_full_weights, write_peft_adapter, iter_safetensors
+from serve.payload import (decode_tensors, encode_tensors, iter_encoded_chunks, iter_safetensors, write_full_weights,
+                           write_peft_adapter)
 from serve.types import PolicyVersionMismatch, SamplingOptions
 
 
@@ -62,6 +63,25 @@ def test_payload_round_trips_dtypes_and_splits_into_chunks(tmp_path):
     # Staged files stream back the same tensors, in order.
     paths = write_full_weights(buffers, tmp_path / "full")
     assert [n for n, _ in iter_safetensors(paths)] == ["a", "b", "c"]
+
+
+def test_a_stream_of_tensors_is_encoded_chunk_by_chunk_as_it_is_read():
+    pulled = []
+
+    def stream():  # what the trainer's engine yields: one gathered tensor at a time
+        for i in range(5):
+            pulled.append(i)
+            yield f"t{i}", torch.full((25,), float(i))  # 100 bytes each
+
+    chunks = iter_encoded_chunks(stream(), chunk_bytes=200)
+    first = next(chunks)
+    # the first chunk (t0, t1) is out when t2, which does not fit in it, has been pulled, and no later tensor
+    assert pulled == [0, 1, 2] and set(decode_tensors([first])) == {"t0", "t1"}
+    back = decode_tensors([first, *chunks])
+    assert sorted(back) == [f"t{i}" for i in range(5)] and all(torch.equal(back[f"t{i}"], torch.full((25,), float(i)))
+                                                             for i in range(5))
+    with pytest.raises(ValueError, match="empty"):
+        next(iter_encoded_chunks(iter(())))
 
 
 def test_tied_tensors_are_sent_as_separate_copies():

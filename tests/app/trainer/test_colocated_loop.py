@@ -47,7 +47,8 @@ def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(compose, ti
         f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={small_arith_data / 'train.parquet'}",
         "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
         "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.rollout.free_cache_engine=false", "trainer.total_training_steps=1",
+        "actor_rollout_ref.rollout.free_cache_engine=false", "actor_rollout_ref.rollout.lora_sync=merged",
+        "trainer.total_training_steps=1",
         "trainer.val_before_train=false", "trainer.save_freq=-1", "trainer.logger=[jsonl]",
         f"trainer.default_local_dir={tmp_path / 'run'}", "reward_model.num_workers=1",
     ])
@@ -55,3 +56,13 @@ def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(compose, ti
     rollout = RecordingRollout(vocab_size=1000, n=2, response_len=8)
     build_trainer(cfg, rollout, device="cpu").fit()
     assert rollout.calls == ["generate", "update_weights"]
+    # merged LoRA: the weights came as a stream from the engine (never one gathered dict), every tensor of the model's
+    # checkpoint under its own name but the tied lm_head (the receiver restores it from the embedding)
+    from safetensors import safe_open
+
+    from serve.types import FullWeights
+
+    [(payload, tensors, streamed)] = rollout.payloads
+    assert isinstance(payload, FullWeights) and streamed
+    with safe_open(str(tiny_model_dir / "model.safetensors"), "pt") as f:
+        assert set(tensors) == set(f.keys()) - {"lm_head.weight"}

@@ -1,6 +1,7 @@
 """`actor.strategy=deepspeed` through `python -m app.train`'s code path: two GRPO steps of the tiny model on two Ray
-Train workers (ZeRO-3, LoRA, a TRL-style DeepSpeed JSON of "auto" values), then a resume from the step-1 checkpoint.
-The cheapest settings of the end-to-end tests: the hf rollout, 16-token responses, 2 prompts x 2 samples a step."""
+Train workers (ZeRO-3, LoRA synced merged, a TRL-style DeepSpeed JSON of "auto" values), then a resume from the
+step-1 checkpoint. The cheapest settings of the end-to-end tests: the hf rollout, 16-token responses, 2 prompts x 2
+samples a step."""
 from __future__ import annotations
 
 import json
@@ -45,6 +46,8 @@ def test_grpo_on_deepspeed_trains_two_steps_and_resumes_from_step_one(ray_cluste
         "actor_rollout_ref.actor.strategy=deepspeed", f"actor_rollout_ref.actor.deepspeed_config.config_path={ds_json}",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.dtype=float32",
+        # merged LoRA: the weights stream from both ZeRO-3 ranks, one gathered parameter at a time, in lockstep
+        "actor_rollout_ref.rollout.lora_sync=merged",
         f"actor_rollout_ref.rollout.http_port={free_port()}",
         "trainer.num_workers=2", "trainer.cpus_per_worker=1", "trainer.val_before_train=false",
         "trainer.test_freq=-1", "trainer.logger=[jsonl]", "trainer.save_freq=1", "reward_model.num_workers=1",
@@ -62,7 +65,10 @@ def test_grpo_on_deepspeed_trains_two_steps_and_resumes_from_step_one(ray_cluste
     assert all(r["actor/grad_norm_nonfinite"] == 0 for r in rows)
     # two 16-token samples per prompt tie on this reward 1 time in 7: some step has a gradient (and so an update)
     assert any(r["actor/grad_norm"] > 0 for r in rows)
-    assert all(r["training/policy_version"] >= r["step"] for r in rows)  # the LoRA adapter synced every step
+    assert all(r["training/policy_version"] >= r["step"] for r in rows)  # the merged weights synced every step
+    # step 2 sampled from the weights streamed after step 1; fp32 on both sides, so the trainer's log-probs of those
+    # samples match the replica's to rounding
+    assert rows[-1]["actor/rollout_logprob_diff"] < 1e-3
     actor_ckpt = out / "global_step_1" / "actor"
     assert (actor_ckpt / "latest").read_text() == "deepspeed" and (actor_ckpt / "engine_state.pt").is_file()
     assert (out / "hf_model" / "model.safetensors").is_file()

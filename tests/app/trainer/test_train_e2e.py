@@ -124,6 +124,9 @@ def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, ar
     assert [r["step"] for r in rows] == [1, 2]
     for key in ("critic/vf_loss", "critic/values/mean", "actor/pg_loss", "actor/reward_kl_penalty"):
         assert key in rows[-1], key
+    # step 2 sampled from the full weights streamed after step 1: the trainer's log-probs of those samples match vLLM's
+    # as closely as before any update (see the test above), so every updated tensor reached the replica
+    assert rows[-1]["actor/rollout_logprob_diff"] < 1e-3
     assert (out / "hf_model" / "model.safetensors").is_file()
 
 
