@@ -24,12 +24,12 @@ pytest.importorskip("deepspeed")
 PROMPTS, RESPONSES = [6, 3, 5, 2], [4, 1, 3, 4]
 
 
-def _spec(path, strategy, stage=2, **kwargs):
+def _spec(path, strategy, stage=2, offload_optimizer=False, **kwargs):
     spec = dict(optim=optim_spec(lr=1e-2, weight_decay=0.01), param_dtype="fp32", device="cpu",
                 micro_batch_size_per_gpu=2, grad_clip=1.0)
     if strategy == "deepspeed":
         # 4 samples per step on one rank, micro-batches of 2: DeepSpeed accumulates over 2 backward passes
-        spec["deepspeed"] = DeepSpeedSpec(zero_stage=stage, offload_optimizer=False, config_path=None,
+        spec["deepspeed"] = DeepSpeedSpec(zero_stage=stage, offload_optimizer=offload_optimizer, config_path=None,
                                           train_batch_size=4)
     spec.update(kwargs)
     return engine_spec(path, **spec)
@@ -83,11 +83,14 @@ def _counting_gathers(engine):
         engine._gathered = original
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_two_steps_match_fsdp(tiny_llama_dir, make_rl_batch, stage):
+@pytest.mark.parametrize("stage, offload_optimizer", [(2, False), (3, False), (2, True)])
+def test_two_steps_match_fsdp(tiny_llama_dir, make_rl_batch, stage, offload_optimizer):
     batch = make_rl_batch(PROMPTS, RESPONSES, seed=5)
-    fsdp, ds = _engine(tiny_llama_dir, "fsdp2"), _engine(tiny_llama_dir, "deepspeed", stage)
+    fsdp = _engine(tiny_llama_dir, "fsdp2")
+    ds = _engine(tiny_llama_dir, "deepspeed", stage, offload_optimizer=offload_optimizer)
     assert ds.ds.zero_optimization_stage() == stage and ds.ds.gradient_accumulation_steps() == 2
+    # offload: DeepSpeed keeps the fp32 master weights and AdamW's state on the CPU and steps them there
+    assert bool(ds.ds.zero_cpu_offload()) is offload_optimizer
     for step in range(2):  # the second step's loss shows the first AdamW update (clipped at 1.0) was the same
         (fsdp_loss, fsdp_norm), (ds_loss, ds_norm) = _step(fsdp, batch), _step(ds, batch)
         assert ds_loss == pytest.approx(fsdp_loss, rel=1e-6), step
