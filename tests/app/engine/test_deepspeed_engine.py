@@ -213,3 +213,14 @@ def test_a_value_model_critic_takes_the_fsdp_step(tiny_llama_dir, make_rl_batch)
     (fsdp_loss, fsdp_norm), (ds_loss, ds_norm) = results
     assert fsdp_loss > 0 and ds_loss == pytest.approx(fsdp_loss, rel=1e-6)
     assert ds_norm == pytest.approx(fsdp_norm, rel=1e-5)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_an_inference_only_reference_gives_the_fsdp_log_probs(tiny_llama_dir, make_rl_batch, stage):
+    # the reference of a full fine-tuning run: no optimizer, so ZeRO-2 runs unpartitioned and ZeRO-3 still splits it
+    batch = make_rl_batch(PROMPTS, RESPONSES, seed=3)
+    reference = {"optim": None, "grad_clip": None}
+    fsdp = _engine(tiny_llama_dir, "fsdp2", **reference)
+    ds = _engine(tiny_llama_dir, "deepspeed", stage, **reference)
+    assert ds.ds.zero_optimization_stage() == (3 if stage == 3 else 0)
+    torch.testing.assert_close(_log_probs(ds, batch), _log_probs(fsdp, batch), rtol=1e-6, atol=1e-6)
