@@ -26,6 +26,28 @@ from algos.registry import Registry
 
 POLICY_LOSSES = Registry("actor.policy_loss.loss_mode")
 
+
+@dataclass(frozen=True)
+class PolicyLossTraits:
+    """What the trainer may assume of a loss, kept with its registration (``POLICY_LOSSES.register(name, traits)``).
+
+    ``linear_in_advantage``: each token's loss is ``A_t`` times a factor that depends on ``A_t`` at most through its
+    sign (and the metrics likewise), so scaling ``A_t`` by ``w_t > 0`` scales exactly that token's loss by ``w_t``.
+    That is how per-token importance weights (``algos.rollout_correction``) are applied; losses that pick tokens by
+    the size of ``A`` (clip_cov, kl_cov) or average ``A`` over a response (geo_mean) are not linear.
+    """
+
+    linear_in_advantage: bool = False
+
+
+_LINEAR = PolicyLossTraits(linear_in_advantage=True)
+
+
+def policy_loss_traits(name: str) -> PolicyLossTraits:
+    """Traits of ``actor.policy_loss.loss_mode=name``; none registered (an imported function without a ``traits``
+    attribute): nothing assumed."""
+    return POLICY_LOSSES.traits(name, PolicyLossTraits())
+
 # Log-ratios are clamped before exp() so one badly off-policy token cannot overflow the loss (as verl does).
 _LOG_RATIO_CLAMP = 20.0
 # GSPO clamps only from above: a large sequence ratio would overflow, a small one is harmless.
@@ -130,7 +152,7 @@ def _metrics(clipfrac: torch.Tensor, ppo_kl: torch.Tensor, clipfrac_lower: torch
     }
 
 
-@POLICY_LOSSES.register("vanilla")
+@POLICY_LOSSES.register("vanilla", _LINEAR)
 def vanilla(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -163,7 +185,7 @@ def vanilla(
     return loss, _metrics(clipfrac, ppo_kl, clipfrac_lower)
 
 
-@POLICY_LOSSES.register("gspo")
+@POLICY_LOSSES.register("gspo", _LINEAR)
 def gspo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -197,8 +219,8 @@ def gspo(
     return loss, _metrics(clipfrac, ppo_kl, torch.zeros((), device=loss.device))
 
 
-@POLICY_LOSSES.register("gpg")
-@POLICY_LOSSES.register("reinforce")
+@POLICY_LOSSES.register("gpg", _LINEAR)
+@POLICY_LOSSES.register("reinforce", _LINEAR)
 def reinforce(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -222,7 +244,7 @@ def reinforce(
     return loss, _metrics(zero, ppo_kl, zero)
 
 
-@POLICY_LOSSES.register("cispo")
+@POLICY_LOSSES.register("cispo", _LINEAR)
 def cispo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,

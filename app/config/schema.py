@@ -367,6 +367,11 @@ class RolloutCorrectionConfig:
     # makes those as cheap as one. Exact when sampler and trainer compute the same numbers (fp32 on CPU: ~1e-5 per
     # token, see actor/rollout_logprob_diff), an approximation when the rollout runs in lower precision.
     bypass_mode: bool = False
+    # token | sequence: the decoupled PPO objective. Each token's loss is weighted by pi_old / pi_sampler (per token,
+    # or the product over its response), truncated at rollout_is_threshold: corrects for a sampler that ran an older
+    # policy (async_training) or computed in another precision. null: no weights.
+    rollout_is: Optional[Literal["token", "sequence"]] = None
+    rollout_is_threshold: float = 2.0  # verl's default; larger keeps more of the correction and more variance
 
 
 @dataclass
@@ -380,6 +385,19 @@ class AlgorithmConfig:
     kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+
+
+# ---------------------------------------------------------------- async training
+@dataclass
+class AsyncTrainingConfig:
+    """One-step off-policy training (verl's one_step_off_policy recipe): the rollout service samples the next batch
+    while the trainer updates on this one. Not verl's `rollout.mode` (which picks the sync or async rollout server)
+    nor its fully-async recipe's `async_training.staleness_threshold`: those keys are refused here."""
+    enable: bool = False
+    # the most policy versions a trained sample may lag the policy being updated: generation runs this many batches
+    # ahead; 0 is the synchronous loop. Needs algorithm.rollout_correction (rollout_is or bypass_mode) to weight the
+    # stale samples.
+    max_staleness: int = 1
 
 
 # ---------------------------------------------------------------- trainer
@@ -430,4 +448,5 @@ class TrainerRunConfig:
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     custom_reward_function: CustomRewardConfig = field(default_factory=CustomRewardConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+from app.config.async_check import check_async_training
 from app.config.deepspeed_check import check_deepspeed
 from app.config.loader import ConfigError
 from app.config.ranks import derive_ranks, ranks_named
@@ -23,6 +24,7 @@ def validate(cfg: TrainerRunConfig) -> None:
     _check_overlong_buffer(cfg)
     check_unsupported(cfg)
     check_deepspeed(cfg, needs_critic=_estimator(cfg).needs_critic)
+    check_async_training(cfg, needs_greedy_baseline=_estimator(cfg).needs_greedy_baseline)
 
 
 def _fill_derived(cfg: TrainerRunConfig) -> None:
@@ -228,13 +230,28 @@ def _check_filter_groups(cfg: TrainerRunConfig) -> None:
 
 
 def _check_rollout_correction(cfg: TrainerRunConfig) -> None:
-    rollout = cfg.actor_rollout_ref.rollout
-    if cfg.algorithm.rollout_correction.bypass_mode and (rollout.top_p < 1.0 or rollout.top_k > 0):
+    from algos.policy_loss import policy_loss_traits
+
+    rollout, rc = cfg.actor_rollout_ref.rollout, cfg.algorithm.rollout_correction
+    uses = [f"{key}={value}" for key, value, on in (("bypass_mode", "true", rc.bypass_mode),
+                                                     ("rollout_is", rc.rollout_is, rc.rollout_is is not None)) if on]
+    if uses and (rollout.top_p < 1.0 or rollout.top_k > 0):
         raise ConfigError(
-            f"algorithm.rollout_correction.bypass_mode=true takes the old policy's log-probs from the sampler, but with "
+            f"algorithm.rollout_correction.{' and '.join(uses)} reads the sampler's log-probs, but with "
             f"actor_rollout_ref.rollout.top_p={rollout.top_p} / top_k={rollout.top_k} those are of the truncated "
             "distribution, not of the policy the actor computes; sample with top_p=1.0 and top_k=-1, or set "
-            "bypass_mode=false"
+            "bypass_mode=false and rollout_is=null"
+        )
+    if rc.rollout_is is None:
+        return
+    if not rc.rollout_is_threshold > 0:
+        raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold={rc.rollout_is_threshold} must be > 0")
+    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    if not policy_loss_traits(loss_mode).linear_in_advantage:
+        raise ConfigError(
+            f"algorithm.rollout_correction.rollout_is={rc.rollout_is} weights each token's loss through its advantage, "
+            f"which actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered as linear in "
+            "(algos.policy_loss.PolicyLossTraits); use vanilla, gspo, cispo or reinforce, or set rollout_is=null"
         )
 
 

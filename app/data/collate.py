@@ -48,6 +48,13 @@ class PromptBatch:
     def non_tensors(self) -> dict[str, list[Any]]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.TENSOR_KEYS}
 
+    def rank_share(self, rank: int, world: int) -> "PromptBatch":
+        """Rank `rank`'s contiguous share of `world` equal shares (the data-parallel split of a global batch)."""
+        size = len(self) // world
+        lo, hi = rank * size, (rank + 1) * size
+        return PromptBatch(**{k: v[lo:hi] for k, v in self.tensors().items()},
+                           **{k: v[lo:hi] for k, v in self.non_tensors().items()})
+
 
 def collate_prompts(
     records: Sequence[PromptRecord],

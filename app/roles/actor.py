@@ -12,7 +12,8 @@ import torch
 from algos.aggregation import agg_loss
 from algos.kl import kl_penalty
 from algos.masked import masked_count
-from algos.policy_loss import POLICY_LOSSES, PolicyLossConfig, resolve_loss_agg_mode
+from algos.policy_loss import POLICY_LOSSES, PolicyLossConfig, policy_loss_traits, resolve_loss_agg_mode
+from algos.rollout_correction import rollout_is_weights
 from app.batch import TensorBatch
 from app.engine.base import BaseEngine, StepContext
 from app.roles.common import MetricMeans, run_ppo_epochs, samples_per_rank
@@ -35,11 +36,15 @@ class Actor:
     ``log_prob_use_dynamic_bsz`` / ``log_prob_max_token_len``: the micro-batching of ``compute_log_prob`` (verl
     ``rollout.log_prob_micro_batch_size_per_gpu`` / ``log_prob_use_dynamic_bsz`` / ``log_prob_max_token_len_per_gpu``;
     None: the engine's, i.e. the update's).
+
+    ``rollout_correction``: ``algorithm.rollout_correction``; with ``rollout_is`` set, each token's policy loss is
+    weighted by the truncated ratio of the old (proximal) policy over the sampler's (``algos.rollout_correction``).
     """
 
     def __init__(self, engine: BaseEngine, config: Any, *, rollout_n: int = 1,
                  log_prob_micro_batch_size: Optional[int] = None, log_prob_use_dynamic_bsz: Optional[bool] = None,
-                 log_prob_max_token_len: Optional[int] = None, seed: int = 0) -> None:
+                 log_prob_max_token_len: Optional[int] = None, seed: int = 0,
+                 rollout_correction: Optional[Any] = None) -> None:
         self.engine = engine
         self.config = config
         self.rollout_n = rollout_n
@@ -52,6 +57,10 @@ class Actor:
         self.policy_loss_fn = POLICY_LOSSES.get(loss_mode)
         self.loss_agg_mode = resolve_loss_agg_mode(loss_mode, config.loss_agg_mode)
         self.policy_loss_config = PolicyLossConfig.from_mapping(config)
+        self.rollout_is = rollout_correction if rollout_correction and rollout_correction.rollout_is else None
+        if self.rollout_is is not None and not policy_loss_traits(loss_mode).linear_in_advantage:
+            raise ValueError(f"rollout_is weights reach the loss through the advantages, which policy loss "
+                             f"{loss_mode!r} is not linear in (algos.policy_loss.PolicyLossTraits)")
 
     # ------------------------------------------------------------------ log-probs
     def compute_log_prob(self, batch: TensorBatch, *, calculate_entropy: bool = True) -> TensorBatch:
@@ -85,8 +94,18 @@ class Actor:
                 if "rollout_log_probs" in micro:
                     gap = ((old_log_prob - micro["rollout_log_probs"]).abs() * mask).sum() / max(tokens, 1.0)
                     token_means.add("actor/rollout_logprob_diff", float(gap), tokens)
+            advantages = micro["advantages"]
+            if self.rollout_is is not None:
+                # w > 0 per token; the loss is linear in A (checked at construction), so A * w weights each token's
+                # clipped loss by w: the decoupled PPO objective
+                weights, is_metrics = rollout_is_weights(old_log_prob, micro["rollout_log_probs"], mask,
+                                                         level=self.rollout_is.rollout_is,
+                                                         threshold=self.rollout_is.rollout_is_threshold)
+                advantages = advantages * weights
+                for name, value in is_metrics.items():
+                    token_means.add(f"rollout_corr/{name}", float(value), tokens)
             pg_loss, pg_metrics = self.policy_loss_fn(
-                old_log_prob, log_prob, micro["advantages"], mask, loss_agg_mode=self.loss_agg_mode,
+                old_log_prob, log_prob, advantages, mask, loss_agg_mode=self.loss_agg_mode,
                 config=self.policy_loss_config, normalizer=ctx.loss_normalizer)
             loss = pg_loss
             # globally normalised micro-batch losses add up to the mini-batch loss
@@ -123,6 +142,8 @@ class Actor:
         required = ["input_ids", "attention_mask", "responses", "response_mask", "advantages"]
         if cfg.use_kl_loss:
             required.append("ref_log_prob")
+        if self.rollout_is is not None:
+            required.append("rollout_log_probs")
         if "old_log_probs" not in batch and not self.is_on_policy(len(batch)):
             raise KeyError("update_policy: batch lacks old_log_probs, which only an on-policy update (ppo_epochs=1 and "
                            "one mini-batch) may leave out")
@@ -143,6 +164,10 @@ class Actor:
         self.engine.lr_scheduler_step()
         self._updates += 1
         metrics = per_step.means()  # over mini-batches and epochs; each value is already global over ranks
+        if "rollout_corr/rollout_is_sq_mean" in metrics:  # E[w^2] - E[w]^2 over the tokens
+            square = metrics.pop("rollout_corr/rollout_is_sq_mean")
+            mean = metrics["rollout_corr/rollout_is_mean"]
+            metrics["rollout_corr/rollout_is_std"] = max(0.0, square - mean ** 2) ** 0.5
         metrics["actor/lr"] = lr
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from app.config.schema import (ActorConfig, ActorRolloutRefConfig, CriticConfig, CriticModelConfig, DeepSpeedConfig,
-                               FSDPConfig, ModelConfig, RefConfig, RolloutConfig)
+                               FSDPConfig, ModelConfig, RefConfig, RolloutConfig, RolloutCorrectionConfig)
 from app.engine import BaseEngine, DeepSpeedSpec, EngineSpec, OptimSpec, make_engine
 from app.roles.actor import Actor
 from app.roles.critic import Critic
@@ -84,13 +84,16 @@ def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: 
                                 device=device, seed=seed, rollout_n=rollout_n, logits_chunk_size=None, **_NO_LORA)
 
 
-def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: int = 0) -> Actor:
-    """``arr_cfg``: the ``actor_rollout_ref`` section. Initialises the engine (collective: call on all ranks)."""
+def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: int = 0,
+                rollout_correction: Optional[RolloutCorrectionConfig] = None) -> Actor:
+    """``arr_cfg``: the ``actor_rollout_ref`` section; ``rollout_correction``: ``algorithm.rollout_correction`` (None:
+    no importance weights). Initialises the engine (collective: call on all ranks)."""
     actor_cfg = arr_cfg.actor
     engine = make_engine(actor_cfg.strategy, actor_engine_spec(arr_cfg.model, actor_cfg, device=device, seed=seed,
                                                                rollout_n=arr_cfg.rollout.n))
     engine.init_model()
-    return Actor(engine, actor_cfg, rollout_n=arr_cfg.rollout.n, seed=seed, **_log_prob_batching(arr_cfg.rollout))
+    return Actor(engine, actor_cfg, rollout_n=arr_cfg.rollout.n, seed=seed, rollout_correction=rollout_correction,
+                 **_log_prob_batching(arr_cfg.rollout))
 
 
 def build_reference(arr_cfg: ActorRolloutRefConfig, actor_engine: Optional[BaseEngine] = None, *, device: str = "auto") -> Reference:

@@ -23,9 +23,11 @@ from app.trainer.bad_steps import BadStepGuard
 from app.trainer.collectives import RankGroup
 from app.trainer.dynamic_sampling import FILTER_COUNTS, filter_metric, fill_with_informative_groups
 from app.trainer.ray_metrics import publish_step_metrics
-from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch, repeat_per_sample
+from app.trainer.rollout_ahead import RolloutAhead, running_ahead, staleness_metrics
+from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch
 from app.trainer.rollout_dump import dump_rollouts
 from app.trainer.run_state import RunStateMixin
+from app.trainer.scoring import greedy_baselines
 from app.trainer.services import RewardScorer, RolloutService
 from app.trainer.step_metrics import batch_metrics, max_min_metrics
 from app.trainer.timing import PhaseTimer
@@ -65,6 +67,7 @@ class RLTrainer(RunStateMixin):
         self.total_steps = self._total_steps()
         self.last_val: dict[str, float] = {}
         self.bad_steps = BadStepGuard(cfg.trainer.max_bad_steps)
+        self.ahead: Optional[RolloutAhead] = None  # async_training: the generation running ahead, during fit
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -73,6 +76,14 @@ class RLTrainer(RunStateMixin):
         if self.cfg.trainer.val_before_train and self.step == 0:
             self.last_val = self.validate()
             self._log(self.last_val, step=0)
+        with running_ahead(self.cfg.async_training, self.total_steps - self.step, self._next_prompts,
+                           self.train_loader.state_dict, self.generate) as self.ahead:
+            self._train_steps()
+        self.ahead = None
+        self.export_model()
+        return self.last_val
+
+    def _train_steps(self) -> None:
         while self.step < self.total_steps:
             self.step += 1
             timer = PhaseTimer()
@@ -98,6 +109,8 @@ class RLTrainer(RunStateMixin):
                 if self.step > self.cfg.trainer.critic_warmup:
                     with timer.phase("update_actor"):
                         metrics |= self.actor.update_policy(group.batch)
+                    if self.ahead is not None:
+                        self.ahead.drain()  # outside "sync": timing_s/gen_wait counts this wait
                     with timer.phase("sync"):
                         self.sync_weights()
                 bad = self.bad_steps.observe(self.step, metrics)  # skipped updates; raises after max_bad_steps
@@ -111,29 +124,31 @@ class RLTrainer(RunStateMixin):
             metrics |= self.ranks.reduce(
                 batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length),
                 max_min_metrics(group.batch))
-            metrics |= timer.metrics()
+            metrics |= timer.metrics() | (self.ahead.take_timings() if self.ahead is not None else {})
             tokens = self.ranks.sum(float(group.batch["attention_mask"].sum()))
             metrics["perf/throughput"] = tokens / max(timer.seconds["step"], 1e-9)
             metrics["training/policy_version"] = float(self.version)
             metrics["training/epoch"] = float(self.train_loader.epoch)
             self._log(metrics, self.step)
-        self.export_model()
-        return self.last_val
 
     # ------------------------------------------------------------------ phases
     def collect_rollouts(self, timer: PhaseTimer) -> tuple[RolloutGroup, dict[str, float]]:
         """Generate and score this rank's share of the next prompts. With `algorithm.filter_groups`, rounds repeat
         on fresh prompts until the batch holds only groups whose samples disagree (DAPO's dynamic sampling)."""
         def one_round() -> tuple[RolloutGroup, dict[str, float]]:
-            prompts = self._next_prompts()
-            with timer.phase("gen"):
-                group = self.generate(prompts)
+            if self.ahead is not None:  # sampled while the previous update ran (async_training)
+                group = self.ahead.next(self.version)
+            else:
+                prompts = self._next_prompts()
+                with timer.phase("gen"):
+                    group = self.generate(prompts, self.version)
             with timer.phase("reward"):
                 return group, self.score(group)
 
         fg = self.cfg.algorithm.filter_groups
         if not fg.enable:
-            return one_round()
+            group, metrics = one_round()
+            return group, metrics | staleness_metrics(group, self.version, self.cfg.async_training)
         group, metrics, counts = fill_with_informative_groups(
             one_round, lambda g: filter_metric(g, fg.metric), self.cfg.data.train_batch_size // self.world,
             fg.max_num_gen_batches, self.ranks.min_int, self.train_loader.pad_token_id)
@@ -142,9 +157,9 @@ class RLTrainer(RunStateMixin):
         metrics["train/num_gen_batches"] = float(counts["rounds"])  # verl's name
         return group, metrics
 
-    def generate(self, prompts: PromptBatch) -> RolloutGroup:
-        """`n` samples for each prompt of this rank's share, all made by policy `self.version`."""
-        samples = self.rollout.generate(prompts.raw_prompt_ids, expect_version=self.version)
+    def generate(self, prompts: PromptBatch, version: int) -> RolloutGroup:
+        """`n` samples for each prompt of this rank's share, all made by policy `version` (the service's)."""
+        samples = self.rollout.generate(prompts.raw_prompt_ids, expect_version=version)
         prompt_ids = [prompts.raw_prompt_ids[s.prompt_index] for s in samples]
         batch = build_rollout_batch(prompt_ids, [s.response_token_ids for s in samples], [s.logprobs for s in samples],
                                     self.train_loader.pad_token_id)
@@ -156,9 +171,10 @@ class RLTrainer(RunStateMixin):
                              ground_truth=[prompts.ground_truth[i] for i in pick],
                              extra_info=[prompts.extra_info[i] for i in pick],
                              messages=[prompts.raw_prompt[i] for i in pick],
-                             finish_reason=[s.finish_reason for s in samples], policy_version=self.version)
+                             finish_reason=[s.finish_reason for s in samples], policy_version=version)
         if estimator_traits(self.cfg.algorithm.adv_estimator).needs_greedy_baseline:  # ReMax
-            group.extras["reward_baselines"] = self._greedy_baselines(prompts)
+            group.extras["reward_baselines"] = greedy_baselines(self.rollout, self.scorer, self.tokenizer, prompts,
+                                                                self.n, version)
         return group
 
     def score(self, group: RolloutGroup) -> dict[str, float]:
@@ -212,6 +228,8 @@ class RLTrainer(RunStateMixin):
 
     def sync_weights(self) -> None:
         """Push the new weights (or LoRA adapter) as version + 1; every rank then expects it."""
+        if self.ahead is not None:
+            self.ahead.drain()  # no batch may be sampled half by the old weights, half by the new
         if self.rollout_sleeps:
             self._rollout_wake_up()
         if self.engine.has_adapter and not self.merge_lora:  # the adapter alone: a few MB, sent as one file
@@ -242,20 +260,7 @@ class RLTrainer(RunStateMixin):
     # ------------------------------------------------------------------ helpers
     def _next_prompts(self) -> PromptBatch:
         """This rank's contiguous share of the next global batch of prompts."""
-        batch = self.train_loader.next_batch()
-        share = len(batch) // self.world
-        lo, hi = self.rank * share, (self.rank + 1) * share
-        fields = batch.non_tensors()
-        tensors = {k: v[lo:hi] for k, v in batch.tensors().items()}
-        return PromptBatch(**tensors, **{k: v[lo:hi] for k, v in fields.items()})
-
-    def _greedy_baselines(self, prompts: PromptBatch) -> torch.Tensor:
-        """ReMax: the reward of each prompt's greedy response, repeated for its samples."""
-        samples = self.rollout.generate(prompts.raw_prompt_ids, validation=True, expect_version=self.version)
-        texts = self.tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
-        scores, _, _ = self.scorer.score(texts, prompts.data_source, prompts.ground_truth, prompts.extra_info,
-                                      prompts.raw_prompt)
-        return torch.tensor(repeat_per_sample(scores, self.n), dtype=torch.float32)
+        return self.train_loader.next_batch().rank_share(self.rank, self.world)
 
     def _decode(self, batch: TensorBatch) -> list[str]:
         ids = [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]

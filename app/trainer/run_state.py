@@ -54,10 +54,15 @@ class RunStateMixin:
         final = checkpoints.step_dir(root, self.step)
         if self.rank == 0:
             state = {"global_step": self.step, "policy_version": self.version, "kl_coef": self.kl_ctrl.value,
-                     "data": self.train_loader.state_dict(), "world_size": self.world}
+                     "data": self._loader_state(), "world_size": self.world}
             final = checkpoints.publish(root, staging, self.step, state, self.cfg.trainer.max_ckpt_to_keep)
         self.ranks.barrier()
         return final
+
+    def _loader_state(self) -> dict[str, Any]:
+        """The data position a checkpoint keeps: that of the next batch to train on, even when async_training has
+        generated it already (a resumed run then samples it again rather than skipping it)."""
+        return self.ahead.loader_state() if self.ahead is not None else self.train_loader.state_dict()
 
     def resume(self) -> bool:
         """Load the checkpoint `trainer.resume_mode` names, if any; True when one was loaded."""

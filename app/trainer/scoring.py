@@ -49,6 +49,19 @@ def build_scorer(cfg: TrainerRunConfig, tokenizer: Any) -> Scorer:
     return Scorer(cfg, tokenizer)
 
 
+def greedy_baselines(rollout: Any, scorer: Any, tokenizer: Any, prompts: Any, n: int, version: int):
+    """ReMax: the reward of each prompt's greedy response (policy `version`), repeated for its `n` samples."""
+    import torch
+
+    from app.trainer.rollout_batch import repeat_per_sample
+
+    samples = rollout.generate(prompts.raw_prompt_ids, validation=True, expect_version=version)
+    texts = tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
+    scores, _, _ = scorer.score(texts, prompts.data_source, prompts.ground_truth, prompts.extra_info,
+                                prompts.raw_prompt)
+    return torch.tensor(repeat_per_sample(scores, n), dtype=torch.float32)
+
+
 def _input_tokenizer(model_cfg: Any, policy_tokenizer: Any) -> Any:
     """verl's `reward_model.model.input_tokenizer`: the tokenizer that made the policy's ids (None: the policy's)."""
     if model_cfg.input_tokenizer is None:

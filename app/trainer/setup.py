@@ -64,7 +64,8 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
                               shuffle=cfg.data.shuffle, seed=cfg.data.seed)
     _set_total_steps(cfg, len(loader))
     arr = cfg.actor_rollout_ref
-    actor = build_actor(arr, device=device, seed=cfg.trainer.seed)
+    actor = build_actor(arr, device=device, seed=cfg.trainer.seed,
+                        rollout_correction=cfg.algorithm.rollout_correction)
     needs_reference = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     reference = build_reference(arr, actor.engine, device=device) if needs_reference else None
     critic = None

@@ -106,6 +106,37 @@ def test_bypass_mode_refuses_truncated_sampling():
     assert load_config(with_(**bypass)).algorithm.rollout_correction.bypass_mode
 
 
+def test_rollout_is_is_refused_with_truncated_sampling_or_a_loss_not_linear_in_the_advantage():
+    token = {"algorithm.rollout_correction.rollout_is": "token"}
+    with pytest.raises(ConfigError, match=r"rollout_is=token reads the sampler's log-probs.*top_p=0\.9"):
+        load_config(with_(**token, **{"actor_rollout_ref.rollout.top_p": 0.9}))
+    with pytest.raises(ConfigError, match=r"rollout_is=token .*loss_mode='clip_cov' is not registered as linear"):
+        load_config(with_(**token, **{"actor_rollout_ref.actor.policy_loss.loss_mode": "clip_cov"}))
+    with pytest.raises(ConfigError, match=r"rollout_is_threshold=0\.0 must be > 0"):
+        load_config(with_(**token, **{"algorithm.rollout_correction.rollout_is_threshold": 0.0}))
+    with pytest.raises(ConfigError, match=r"rollout_is: 'tokens' is not a valid 'token' \| 'sequence' or null"):
+        load_config(with_(**{"algorithm.rollout_correction.rollout_is": "tokens"}))
+    assert load_config(with_(**token)).algorithm.rollout_correction.rollout_is == "token"
+
+
+def test_async_training_needs_a_correction_for_stale_samples_and_refuses_what_it_cannot_overlap():
+    on = {"async_training.enable": True}
+    with pytest.raises(ConfigError, match=r"max_staleness=1 .*set rollout_is=token .* or bypass_mode=true"):
+        load_config(with_(**on))
+    corrected = {**on, "algorithm.rollout_correction.rollout_is": "token"}
+    with pytest.raises(ConfigError, match=r"cannot be combined with algorithm\.filter_groups\.enable=true"):
+        load_config(with_(**corrected, **{"algorithm.filter_groups.enable": True}))
+    with pytest.raises(ConfigError, match=r"cannot be combined with algorithm\.adv_estimator=remax"):
+        load_config(with_(**corrected, **{"algorithm.adv_estimator": "remax"}))
+    with pytest.raises(ConfigError, match=r"max_staleness=-1 must be >= 0"):
+        load_config(with_(**corrected, **{"async_training.max_staleness": -1}))
+    # verl's fully-async key means something else (a fraction of a batch): refused by name, not misread
+    with pytest.raises(ConfigError, match=r"staleness_threshold"):
+        load_config(with_(**corrected, **{"async_training.staleness_threshold": 0.5}))
+    assert load_config(with_(**{**on, "async_training.max_staleness": 0})).async_training.enable  # synchronous
+    assert load_config(with_(**corrected)).async_training.max_staleness == 1
+
+
 def test_colocated_needs_gpus():
     with pytest.raises(ConfigError, match=r"trainer\.placement=colocated needs GPUs"):
         load_config(with_(**{"trainer.placement": "colocated"}))

@@ -136,3 +136,30 @@ def test_lora_reference_pass_then_bf16_micro_batched_update(tiny_llama_dir, make
     metrics = actor.update_policy(batch)  # no old_log_probs: the on-policy path, 4 micro-batches of 2
     assert metrics["actor/grad_norm"] > 0
     assert all(p.dtype == torch.float32 for p in actor.engine.model.parameters() if p.requires_grad)
+
+
+def test_rollout_is_weights_each_token_loss_by_old_over_sampler(tiny_llama_dir, make_rl_batch):
+    from app.config.schema import RolloutCorrectionConfig
+
+    # one on-policy mini-batch (ratio 1, so pg_loss = -token-mean(A * w)); the sampler's log-probs are the old ones
+    # minus ln 2, so every weight is 2 (under the 3.0 truncation) and the weighted loss is twice the unweighted one
+    losses = {}
+    for level in (None, "token", "sequence"):
+        cfg = _config(tiny_llama_dir, ppo_mini_batch_size=8, use_kl_loss=False)
+        correction = RolloutCorrectionConfig(rollout_is=level, rollout_is_threshold=3.0 if level == "token" else 9.0)
+        actor = build_actor(cfg, device="cpu", rollout_correction=correction)
+        batch = make_rl_batch(PROMPTS, RESPONSES)
+        batch.meta["temperature"] = 1.0
+        batch.update(actor.compute_log_prob(batch))
+        mask = batch["response_mask"].float()
+        # sequence level: spread ln 2 over each response's tokens, so its product of ratios is 2 too
+        gap = mask * (0.6931471805599453 if level != "sequence" else 0.6931471805599453 / mask.sum(-1, keepdim=True))
+        batch["rollout_log_probs"] = batch["old_log_probs"] - gap
+        batch["advantages"] = torch.tensor([1.0, -0.5] * 4)[:, None] * mask
+        metrics = actor.update_policy(batch)
+        losses[level] = metrics["actor/pg_loss"]
+        if level is not None:
+            assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(2.0, rel=1e-5)
+            assert metrics["rollout_corr/rollout_is_std"] == pytest.approx(0.0, abs=1e-3)
+    assert losses["token"] == pytest.approx(2 * losses[None], rel=1e-5)
+    assert losses["sequence"] == pytest.approx(2 * losses[None], rel=1e-5)

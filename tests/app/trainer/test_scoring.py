@@ -25,3 +25,30 @@ def test_reward_manager_batch_reaches_the_reward_manager(tmp_path):
     scores, _, _ = scorer.score(["4", "5"], ["a", "a"], ["4", "4"], [{}, {}], [[], []])
     assert scores == [1.0, 0.0]
     scorer.close()
+
+
+def test_remax_greedy_baselines_score_one_greedy_response_per_prompt_for_each_of_its_samples():
+    import torch
+
+    from app.trainer.scoring import greedy_baselines
+
+    calls = []
+
+    class Rollout:  # greedy (validation) sampling at the version the caller names: one response per prompt
+        def generate(self, prompt_token_ids, *, expect_version, validation=False):
+            calls.append((len(prompt_token_ids), expect_version, validation))
+            return [SimpleNamespace(response_token_ids=list(p)) for p in prompt_token_ids]
+
+    class Tokenizer:
+        def batch_decode(self, ids, skip_special_tokens):
+            return [" ".join(map(str, row)) for row in ids]
+
+    class Scorer:  # the greedy response's length in tokens, so each prompt's baseline is known
+        def score(self, texts, data_sources, ground_truths, extra_infos, messages):
+            return [float(len(t.split())) for t in texts], {}, {}
+
+    prompts = SimpleNamespace(raw_prompt_ids=[[1, 2, 3], [4]], data_source=["a", "a"], ground_truth=["", ""],
+                              extra_info=[{}, {}], raw_prompt=[[], []])
+    baselines = greedy_baselines(Rollout(), Scorer(), Tokenizer(), prompts, n=2, version=7)
+    assert calls == [(2, 7, True)]
+    torch.testing.assert_close(baselines, torch.tensor([3.0, 3.0, 1.0, 1.0]))

@@ -130,6 +130,28 @@ def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, ar
     assert (out / "hf_model" / "model.safetensors").is_file()
 
 
+def test_async_training_samples_the_next_batch_with_the_previous_policy(compose, rollout_app, tiny_model_dir,
+                                                                          arith_data, tmp_path):
+    # the real rollout client called from the generation thread, full weights synced between batches
+    out = tmp_path / "async"
+    overrides = base_overrides(tiny_model_dir, arith_data, out) + [
+        "actor_rollout_ref.model.lora_rank=0", "async_training.enable=true",
+        "algorithm.rollout_correction.rollout_is=token", "trainer.num_workers=1", "trainer.total_training_steps=3",
+        "trainer.experiment_name=async-e2e",
+        # scores that differ within every group, so each update moves the policy (arithmetic gives the random model 0)
+        f"custom_reward_function.path={Path(__file__).with_name('char_count_reward.py')}"]
+    train(compose(overrides), rollout_app=rollout_app)
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["async/staleness/mean"] for r in rows] == [0.0, 1.0, 1.0]
+    assert [r["training/policy_version"] - rows[0]["training/policy_version"] for r in rows] == [0.0, 1.0, 2.0]
+    # step 1 trains on its own policy's samples (fp32 both sides: rounding only); steps 2 and 3 on samples of the
+    # policy one update older, which the current weights score visibly differently and the IS weights correct
+    assert rows[0]["actor/rollout_logprob_diff"] < 1e-3
+    assert all(r["actor/rollout_logprob_diff"] > 10 * rows[0]["actor/rollout_logprob_diff"] for r in rows[1:])
+    assert all(0.5 < r["rollout_corr/rollout_is_mean"] < 2.0 for r in rows)
+    assert "val-core/reward/mean" in rows[-1] and (out / "hf_model" / "model.safetensors").is_file()
+
 
 def test_a_killed_train_worker_restarts_from_the_newest_checkpoint_with_the_same_data(compose, rollout_app,
                                                                                       tiny_model_dir, arith_data,
