@@ -408,6 +408,8 @@ def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool,
     spec = engine_spec_from_config(rollout, model_path, trust_remote_code=trust_remote_code,
                                    max_lora_rank=max_lora_rank, nccl_weight_transfer=nccl_weight_transfer, seed=seed)
     options = {"num_cpus": float(rollout.cpus_per_replica)}
+    if rollout.replica_resources:  # Ray custom resources: pins the replicas to the nodes that declare them
+        options["resources"] = {name: float(amount) for name, amount in rollout.replica_resources.items()}
     if ray.cluster_resources().get("GPU", 0) > 0:
         # vLLM's TP workers see the replica's GPUs; the transformers fallback uses one.
         options["num_gpus"] = spec.tensor_parallel_size if rollout.name == "vllm" else 1
