@@ -16,6 +16,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def with_dotted(base: dict, **overrides) -> dict:
+    """A deep copy of the config tree `base` with dotted-key overrides, e.g. with_dotted(BASE, **{"data.seed": 3})."""
+    import copy
+
+    cfg = copy.deepcopy(base)
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return cfg
+
+
 def assert_replicas_loaded(client, tensors) -> None:
     """Every replica of `client` (a RolloutClient) reports that its last full-weights load held exactly `tensors`
     (the same float64 sum of sums; 1e-9 absorbs only the float64 reduction order of fp32 weights) and came from this

@@ -4,25 +4,21 @@ import pytest
 
 from app.config import ConfigError, load_config
 from app.config.placement import check_cluster_resources
+from support import with_dotted
+
+BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
+        "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
+        "algorithm": {"adv_estimator": "grpo"}, "trainer": {"num_workers": 2}}  # 2 train workers, 1 replica
 
 
 def with_(**overrides):
-    """A valid GRPO config (2 train workers, 1 replica) with dotted-key overrides."""
-    cfg = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
-           "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
-           "algorithm": {"adv_estimator": "grpo"}, "trainer": {"num_workers": 2}}
-    for dotted, value in overrides.items():
-        *parents, leaf = dotted.split(".")
-        node = cfg
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return cfg
+    return with_dotted(BASE, **overrides)
+
 
 PINNED = {"trainer.worker_resources": {"train_node": 1}, "actor_rollout_ref.rollout.replica_resources": {"rollout_node": 1}}
 
 
-def test_resources_default_to_none_and_reach_the_config_as_numbers():
+def test_resources_default_to_empty_and_reach_the_config_as_numbers():
     cfg = load_config(with_())
     assert cfg.trainer.worker_resources == {} and cfg.actor_rollout_ref.rollout.replica_resources == {}
     cfg = load_config(with_(**{"trainer.worker_resources": {"train_node": 1}, "actor_rollout_ref.rollout."

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -51,7 +52,9 @@ def main(model: str, data: str, out: str, http_port: str) -> None:
     with initialize_config_dir(str(CONFIGS), version_base=None):
         cfg = load_config(compose("grpo_trainer", overrides=overrides(model, Path(data), Path(out), int(http_port))))
     # the head holds Serve's and Train's controllers; A and B only what is pinned to them
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    started = time.monotonic()
+    # no dashboard: nothing here reads it, and on a small machine its processes slow the run
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
     node_a = cluster.add_node(num_cpus=2, resources={"train_node": 1})
     node_b = cluster.add_node(num_cpus=2, resources={"rollout_node": 1})
     cluster.wait_for_nodes()
@@ -64,7 +67,9 @@ def main(model: str, data: str, out: str, http_port: str) -> None:
                        trust_remote_code=False, seed=cfg.trainer.seed, route_prefix=None)
         client = get_rollout_client(app, cfg.actor_rollout_ref.rollout)
         before = client.weights_checksums()
+        deployed = time.monotonic()
         train(cfg, rollout_app=app)
+        trained = time.monotonic()
         after = client.weights_checksums()
         exported = load_file(str(Path(out) / "hf_model" / "model.safetensors"))
         initial = load_file(str(Path(model) / "model.safetensors"))
@@ -76,6 +81,8 @@ def main(model: str, data: str, out: str, http_port: str) -> None:
             "initial_sum": weights_sum(t for name, t in initial.items() if name != "lm_head.weight"),
             "metric_versions": [json.loads(line).get("training/policy_version")
                                 for line in (Path(out) / "metrics.jsonl").read_text().splitlines()],
+            # where the test's time goes: cluster start and the vLLM replica's start, then the run
+            "seconds": {"cluster_and_deploy": round(deployed - started, 1), "train": round(trained - deployed, 1)},
         }))
     finally:
         ray.shutdown()

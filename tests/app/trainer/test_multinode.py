@@ -43,7 +43,9 @@ def run(tiny_model_dir, small_arith_data, tmp_path_factory) -> dict:
         kill_ray_under(temp_dir)  # whatever a failed run left of its three nodes; never another cluster's processes
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print("multinode run, seconds:", result["seconds"])  # shown with -s / -rP: where a slow run spent its time
+    return result
 
 
 def test_replica_follows_every_update_from_the_train_node(run):
