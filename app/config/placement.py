@@ -26,7 +26,7 @@ def custom_requests(cfg: TrainerRunConfig) -> list[tuple[str, Mapping[str, float
 
 
 def check_placement(cfg: TrainerRunConfig) -> None:
-    """Each amount a Ray custom resource Ray accepts: not built in, >= 0, whole when above 1 (Ray's rule)."""
+    """Each amount one Ray accepts for a custom resource: not a built-in one, >= 0, not below Ray's 0.0001 step."""
     for key, resources, _ in custom_requests(cfg):
         for name, amount in resources.items():
             if name in _BUILT_IN:
@@ -35,8 +35,9 @@ def check_placement(cfg: TrainerRunConfig) -> None:
                                   "one" + (f"; set it with {instead}" if instead else ""))
             if amount < 0:
                 raise ConfigError(f"{key}.{name}={amount} must be >= 0 (an amount of the Ray custom resource {name!r})")
-            if amount > 1 and not float(amount).is_integer():
-                raise ConfigError(f"{key}.{name}={amount}: Ray takes amounts above 1 only as whole numbers")
+            if 0 < amount < 1e-4:
+                raise ConfigError(f"{key}.{name}={amount}: Ray counts resources in steps of 0.0001, so this asks "
+                                  "for nothing")
     if cfg.trainer.placement == "colocated" and cfg.actor_rollout_ref.rollout.replica_resources:
         raise ConfigError(f"{REPLICA_KEY}={dict(cfg.actor_rollout_ref.rollout.replica_resources)} places the replicas "
                           "apart from the train workers, which trainer.placement=colocated puts on the same GPUs; "
