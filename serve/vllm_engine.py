@@ -289,7 +289,6 @@ class WeightSyncWorkerExtension:
         model = self.model_runner.get_model()
         followers = _tied_followers(model)
         count = 0
-
         sums = []
 
         def counted():
