@@ -112,8 +112,11 @@ class RolloutClient:
         out = self.handle.broadcast("policy_version").results()
         return {r["replica"]: r["version"] for r in out}
 
-    def weights_checksums(self) -> list[str]:
-        """One digest per replica of its engine's weights; equal digests mean equal weights."""
+    def weights_checksums(self) -> list[dict]:
+        """One entry per live replica: {replica, node_id (the Ray node it runs on), version, weights_from_node (the
+        node that put its last synced payload; None before any), digest (of the engine's weights: equal digests,
+        equal weights), weights_sum (float64 sum of the last full weights it loaded, comparable with
+        `serve.payload.weights_sum` of the tensors the trainer sent; None before any)}."""
         return self.handle.broadcast("weights_checksum").results()
 
     def _check_broadcast(self, results: list, version: int, what: str) -> dict[str, int]:
@@ -179,7 +182,9 @@ class NcclSyncClient:
 
 
 def to_wire(payload: Union[FullWeights, LoraAdapter], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> WirePayload:
-    """`ray.put` the payload's tensors as safetensors buffers; the refs travel, the bytes stay in the object store."""
+    """`ray.put` the payload's tensors as safetensors buffers; the refs travel, the bytes stay in the object store
+    of this node (named in the payload) until a replica on another node pulls them."""
+    node = ray.get_runtime_context().get_node_id()
     if isinstance(payload, FullWeights):
         tensors = payload.tensors
         pairs = tensors.items() if isinstance(tensors, Mapping) else tensors
@@ -187,11 +192,11 @@ def to_wire(payload: Union[FullWeights, LoraAdapter], chunk_bytes: int = DEFAULT
         for buffer in iter_encoded_chunks(pairs, chunk_bytes):  # each chunk to the object store as soon as it fills
             refs.append(ray.put(buffer))
             nbytes += buffer.nbytes
-        return WirePayload("full", refs, nbytes)
+        return WirePayload("full", refs, nbytes, source_node=node)
     if isinstance(payload, LoraAdapter):
         buffers = encode_tensors(payload.tensors, chunk_bytes=1 << 62)  # one buffer: one adapter file
         return WirePayload("lora", [ray.put(b) for b in buffers], sum(b.nbytes for b in buffers),
-                           adapter_config=_jsonable(dict(payload.adapter_config)))
+                           adapter_config=_jsonable(dict(payload.adapter_config)), source_node=node)
     raise TypeError(f"update_weights payload must be FullWeights or LoraAdapter, got {type(payload).__name__}")
 
 

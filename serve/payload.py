@@ -104,6 +104,16 @@ def iter_safetensors(paths: Iterable[str]) -> Iterator[tuple[str, "torch.Tensor"
                 yield name, f.get_tensor(name)
 
 
+def weights_sum(tensors: Iterable["torch.Tensor"]) -> float:
+    """The float64 sum of each tensor's float64 sum: the same for the trainer's tensors and for vLLM's fused q/k/v and
+    gate/up ones, which hold the same elements; `math.fsum` keeps it independent of the tensors' order."""
+    import math
+
+    import torch
+
+    return math.fsum(float(t.detach().sum(dtype=torch.float64)) for t in tensors)
+
+
 def remove_quietly(path: str | Path) -> None:
     path = Path(path)
     if path.is_dir():

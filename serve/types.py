@@ -138,3 +138,4 @@ class WirePayload:
     refs: list = field(default_factory=list)
     nbytes: int = 0
     adapter_config: Optional[dict] = None  # lora only
+    source_node: Optional[str] = None  # Ray node id of the process that put the refs (the trainer's rank 0)

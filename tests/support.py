@@ -16,6 +16,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def with_dotted(base: dict, **overrides) -> dict:
+    """A deep copy of the config tree `base` with dotted-key overrides, e.g. with_dotted(BASE, **{"data.seed": 3})."""
+    import copy
+
+    cfg = copy.deepcopy(base)
+    for dotted, value in overrides.items():
+        node = cfg
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return cfg
+
+
+def assert_replicas_loaded(client, tensors) -> None:
+    """Every replica of `client` (a RolloutClient) reports that its last full-weights load held exactly `tensors`
+    (the same float64 sum of sums; 1e-9 absorbs only the float64 reduction order of fp32 weights) and came from this
+    process's node."""
+    import pytest
+    import ray
+
+    from serve.payload import weights_sum
+
+    checksums = client.weights_checksums()
+    assert checksums, "no live replica answered"
+    expected = weights_sum(tensors)
+    for c in checksums:
+        assert c["weights_sum"] == pytest.approx(expected, abs=1e-9, rel=0), c
+        assert c["weights_from_node"] == ray.get_runtime_context().get_node_id(), c
+
+
 def tiny_run_overrides(model_dir, data_dir) -> list[str]:
     """Hydra overrides of the suite's smallest real GRPO run: the tiny random Llama, the arithmetic prompts in
     `data_dir`, 2 steps of 2 prompts x n=2 with 16 response tokens, hf rollout, one train worker, validation every

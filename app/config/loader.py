@@ -120,7 +120,9 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-        return value
+        key_tp, value_tp = typing.get_args(tp) or (Any, Any)
+        # each entry checked like a key of its own, so a bad amount names e.g. trainer.worker_resources.train_node
+        return {_coerce(key_tp, k, path): _coerce(value_tp, v, _join(path, str(k))) for k, v in value.items()}
     if tp is Any:
         return value
     if tp is bool:

@@ -222,6 +222,9 @@ class RolloutConfig:
     replicas: int = 1  # Serve replicas (data-parallel rollout)
     cpu_kv_cache_gib: float = 1.0  # KV cache on the vLLM CPU backend
     cpus_per_replica: float = 1.0  # Ray CPU resources held by each replica
+    # ours, not verl's: Ray custom resources each replica also holds ({name: amount}, as `ray start --resources`
+    # declares them), which pins the replicas to the nodes that offer them (trainer.placement=split); {}: anywhere
+    replica_resources: dict[str, float] = field(default_factory=dict)
     omp_threads: Optional[int] = None  # vLLM CPU threads per replica; None: cpus_per_replica
     http_host: str = "127.0.0.1"  # the OpenAI routes (/v1/...) for people; another address needs an API key
     # the bearer key those routes then require (RAYRL_API_KEY when unset); kept out of the logged config
@@ -421,6 +424,9 @@ class TrainerConfig:
     n_gpus_per_node: int = 0  # 0: CPU training
     num_workers: Optional[int] = None
     cpus_per_worker: float = 1.0
+    # ours, not verl's: Ray custom resources each train worker also holds ({name: amount}, as `ray start --resources`
+    # declares them), which pins the workers to the nodes that offer them; {}: wherever Ray puts them
+    worker_resources: dict[str, float] = field(default_factory=dict)
     placement: Literal["split", "colocated"] = "split"  # colocated: GPU only, vLLM sleeps during updates
     save_freq: int = -1  # steps; -1: never (the final export still happens)
     test_freq: int = -1  # steps; -1: only at the end

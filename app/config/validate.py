@@ -6,6 +6,7 @@ import logging
 from app.config.async_check import check_async_training
 from app.config.deepspeed_check import check_deepspeed
 from app.config.loader import ConfigError
+from app.config.placement import check_placement
 from app.config.ranks import derive_ranks, ranks_named
 from app.config.schema import TrainerRunConfig
 from app.config.verl_compat import apply_verl_names, check_unsupported
@@ -22,6 +23,7 @@ def validate(cfg: TrainerRunConfig) -> None:
     _check_algorithm(cfg)
     _check_ranges(cfg)
     _check_overlong_buffer(cfg)
+    check_placement(cfg)
     check_unsupported(cfg)
     check_deepspeed(cfg, needs_critic=_estimator(cfg).needs_critic)
     check_async_training(cfg, needs_greedy_baseline=_estimator(cfg).needs_greedy_baseline)

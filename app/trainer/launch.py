@@ -18,16 +18,30 @@ def rollout_app_name(cfg: TrainerRunConfig) -> str:
 
 
 def ensure_ray(cfg: TrainerRunConfig) -> None:
-    """Join the cluster named by trainer.ray_address / RAY_ADDRESS (ray job submit sets it), else start a local one."""
+    """Join the cluster named by trainer.ray_address / RAY_ADDRESS (ray job submit sets it), else start a local one.
+
+    Custom resources (trainer.worker_resources, rollout.replica_resources) must be ones the cluster's nodes offer:
+    a ConfigError says which otherwise, before any worker or replica is asked for."""
     import ray
 
+    from app.config.placement import check_cluster_resources, wants_custom_resources
+
     if ray.is_initialized():
+        check_cluster_resources(cfg, ray.cluster_resources())
         return
     address = cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")
     runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        check_cluster_resources(cfg, ray.cluster_resources())
         return
+    if wants_custom_resources(cfg):
+        from app.config.loader import ConfigError
+
+        raise ConfigError("trainer.worker_resources / actor_rollout_ref.rollout.replica_resources name Ray custom "
+                          "resources, which a local cluster started here would not have: give the cluster whose nodes "
+                          "declare them (`ray start --resources ...`) as trainer.ray_address or RAY_ADDRESS (ray job "
+                          "submit sets it)")
     # Logical CPUs: the rollout replicas and the train workers take turns on the cores (synchronous RL), so each
     # gets its own reservation even though they share the physical cores.
     needed = cfg.trainer.num_workers * cfg.trainer.cpus_per_worker + \
@@ -126,7 +140,8 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
         train_loop_config={"config": dataclasses.asdict(cfg), "rollout_app": app_name},
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
         scaling_config=ScalingConfig(num_workers=cfg.trainer.num_workers, use_gpu=use_gpu,
-                                     resources_per_worker={"CPU": cfg.trainer.cpus_per_worker}),
+                                     resources_per_worker={"CPU": cfg.trainer.cpus_per_worker,
+                                                           **cfg.trainer.worker_resources}),
         run_config=RunConfig(name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
                              storage_path=str(out_dir / "ray_train"),
                              # a restarted worker group runs worker_entry again, which resumes from the newest checkpoint

@@ -7,7 +7,7 @@ trial), so the sweep caps `max_concurrent_trials` at what the cluster can hold s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.config.loader import ConfigError
 from app.config.schema import TrainerRunConfig
@@ -20,10 +20,14 @@ class TrialNeeds:
     cpus: float
     gpus: float
     explain: str  # the arithmetic, for error messages
+    custom: dict[str, float] = field(default_factory=dict)  # Ray custom resources (trainer.worker_resources, ...)
 
 
 def trial_needs(cfg: TrainerRunConfig, cluster_has_gpus: bool = False) -> TrialNeeds:
-    """num_workers × cpus_per_worker + replicas × cpus_per_replica CPUs; GPUs when training or vLLM use them."""
+    """num_workers × cpus_per_worker + replicas × cpus_per_replica CPUs; GPUs when training or vLLM use them; the
+    custom resources of the workers and replicas (app.config.placement) likewise."""
+    from app.config.placement import custom_requests
+
     t, r = cfg.trainer, cfg.actor_rollout_ref.rollout
     cpus = t.num_workers * t.cpus_per_worker + r.replicas * r.cpus_per_replica
     gpus = float(t.num_workers if t.n_gpus_per_node > 0 else 0)
@@ -33,7 +37,12 @@ def trial_needs(cfg: TrainerRunConfig, cluster_has_gpus: bool = False) -> TrialN
     explain = (f"trainer.num_workers={t.num_workers} × trainer.cpus_per_worker={t.cpus_per_worker} + "
                f"actor_rollout_ref.rollout.replicas={r.replicas} × rollout.cpus_per_replica={r.cpus_per_replica} "
                f"= {cpus:g} CPUs" + (f" and {gpus:g} GPUs" if gpus else ""))
-    return TrialNeeds(cpus=cpus, gpus=gpus, explain=explain)
+    custom: dict[str, float] = {}
+    for key, resources, count in custom_requests(cfg):
+        for name, amount in resources.items():
+            custom[name] = custom.get(name, 0.0) + amount * count
+            explain += f" + {key}.{name}={amount:g} × {count}"
+    return TrialNeeds(cpus=cpus, gpus=gpus, explain=explain, custom=custom)
 
 
 def max_concurrent_trials(cluster: dict[str, float], needs: TrialNeeds, cap: int | None = None) -> int:
@@ -42,7 +51,11 @@ def max_concurrent_trials(cluster: dict[str, float], needs: TrialNeeds, cap: int
     fits = math.floor(have_cpus / (needs.cpus + TRIAL_ACTOR_CPUS) + 1e-9)
     if needs.gpus > 0:
         fits = min(fits, math.floor(have_gpus / needs.gpus + 1e-9))
+    for name, amount in needs.custom.items():
+        if amount > 0:
+            fits = min(fits, math.floor(float(cluster.get(name, 0.0)) / amount + 1e-9))
     if fits < 1:
+        custom = "".join(f", {float(cluster.get(name, 0.0)):g} {name!r}" for name in needs.custom)
         raise ConfigError(f"one sweep trial needs {needs.explain}, but the Ray cluster has {have_cpus:g} CPUs and "
-                          f"{have_gpus:g} GPUs; lower those keys in the base config or use a bigger cluster")
+                          f"{have_gpus:g} GPUs{custom}; lower those keys in the base config or use a bigger cluster")
     return int(min(fits, cap) if cap else fits)

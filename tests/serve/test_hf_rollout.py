@@ -13,6 +13,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from support import assert_replicas_loaded
+
 pytestmark = pytest.mark.slow
 
 APP = "test-rollout-hf"
@@ -62,6 +64,7 @@ def test_hf_fallback_follows_weight_and_adapter_updates(hf_rollout, hf_model, re
     torch.manual_seed(4)
     new_state = {k: v + 0.05 * torch.randn_like(v) for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
     assert set(hf_rollout.update_weights(1, FullWeights(new_state)).values()) == {1}
+    assert_replicas_loaded(hf_rollout, new_state.values())
     hf_model.load_state_dict(new_state, strict=False)
     greedy = hf_rollout.generate(PROMPTS, expect_version=1, validation=True)
     for s in greedy:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from support import assert_replicas_loaded
+
 
 pytestmark = pytest.mark.slow
 
@@ -92,7 +94,8 @@ def test_full_weight_update_moves_outputs_and_version(rollout, policy, reference
     versions = rollout.update_weights(1, FullWeights(new_state))
 
     assert set(versions.values()) == {1}
-    assert rollout.weights_checksums() != before
+    assert [c["digest"] for c in rollout.weights_checksums()] != [c["digest"] for c in before]
+    assert_replicas_loaded(rollout, new_state.values())  # vLLM fuses q/k/v and gate/up: the sum of sums is the same
     policy.model.load_state_dict(new_state, strict=False)
     policy.version = 1
     sampling = rollout.sampling(temperature=1.0, n=2, max_tokens=6, ignore_eos=True, seed=3)

@@ -2,6 +2,7 @@
 import pytest
 
 from app.config import ConfigError, load_config
+from support import with_dotted
 
 BASE = {
     "data": {"train_files": "train.parquet", "train_batch_size": 8},
@@ -13,16 +14,7 @@ BASE = {
 
 def with_(**overrides):
     """BASE with dotted-key overrides, e.g. with_(**{"data.seed": 3})."""
-    import copy
-
-    cfg = copy.deepcopy(BASE)
-    for dotted, value in overrides.items():
-        node = cfg
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return cfg
+    return with_dotted(BASE, **overrides)
 
 
 def test_valid_config_fills_derived_defaults():

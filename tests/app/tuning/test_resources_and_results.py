@@ -31,6 +31,7 @@ def test_trial_needs_count_workers_and_rollout_replicas(base_cfg):
     ({"CPU": 9.0}, TrialNeeds(4.5, 0, ""), None, 1),  # 2 × (4.5 + 0.01) > 9
     ({"CPU": 16.0}, TrialNeeds(2, 0, ""), 3, 3),  # 8 fit, capped at 3
     ({"CPU": 16.0, "GPU": 2.0}, TrialNeeds(2, 1, ""), None, 2),  # GPUs are the tighter limit
+    ({"CPU": 16.0, "rollout_node": 3.0}, TrialNeeds(2, 0, "", {"rollout_node": 1.0}), None, 3),  # a custom resource
 ])
 def test_max_concurrent_trials(cluster, needs, cap, expected):
     assert max_concurrent_trials(cluster, needs, cap) == expected
@@ -39,6 +40,16 @@ def test_max_concurrent_trials(cluster, needs, cap, expected):
 def test_a_trial_larger_than_the_cluster_is_an_error():
     with pytest.raises(ConfigError, match=r"one sweep trial needs 2 workers .*, but the Ray cluster has 3 CPUs"):
         max_concurrent_trials({"CPU": 3.0}, TrialNeeds(4, 0, "2 workers = 4 CPUs"))
+    with pytest.raises(ConfigError, match=r"the Ray cluster has 8 CPUs and 0 GPUs, 0 'train_node'"):
+        max_concurrent_trials({"CPU": 8.0}, TrialNeeds(4, 0, "", {"train_node": 1.0}))
+
+
+def test_trial_needs_count_custom_resources_per_worker_and_replica(base_cfg):
+    cfg = base_cfg(**{"trainer.num_workers": 2, "+trainer.worker_resources.node": 1,
+                      "+actor_rollout_ref.rollout.replica_resources.node": 0.5})
+    needs = trial_needs(cfg)
+    assert needs.custom == {"node": 2 * 1 + 1 * 0.5}
+    assert "trainer.worker_resources.node=1 × 2" in needs.explain
 
 
 def row(trial_id, value, status="completed", **params):
