@@ -3,7 +3,8 @@
 Data parallelism: every rank reads the same global batch of prompts and takes its own contiguous share, so all the
 samples of one prompt (a GRPO group) live on one rank. Each rank asks the rollout service for its share, scores it
 and computes its advantages; the engines average gradients over ranks and normalise losses globally. Rank 0 alone
-pushes weights to the rollout service, writes metrics and publishes checkpoints.
+pushes weights to the rollout service, writes metrics and publishes checkpoints. With `async_training` the rollout
+of the next batch runs while this one trains (`app.trainer.rollout_ahead`).
 """
 from __future__ import annotations
 

@@ -107,3 +107,40 @@ def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, r
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"{url}/models", timeout=60)
     assert err.value.code == 401
+
+
+
+def test_with_two_replicas_a_replacement_starts_at_the_current_policy_and_every_replica_follows_updates(
+        ray_cluster, vllm_tiny_model_dir, rollout_config, hf_model):
+    """Several replicas (rollout.replicas): each update reaches every replica, and a replica that joins later (a
+    restart here; Serve autoscaling starts replicas the same way) loads the current policy from the policy store
+    before it serves. The transformers engine stands in for vLLM: the replica logic is the deployment's, shared."""
+    import ray
+    from ray import serve
+
+    from serve import FullWeights, deploy_rollout, wait_for_replicas
+
+    app = "test-rollout-hf-two"
+    client = deploy_rollout(replace(rollout_config, name="hf", replicas=2, cpus_per_replica=0.5),
+                            vllm_tiny_model_dir, app, trust_remote_code=False, route_prefix=None)
+    try:
+        torch.manual_seed(5)
+        first = {k: v + 0.05 * torch.randn_like(v) for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
+        versions = client.update_weights(1, FullWeights(first))
+        assert len(versions) == 2 and set(versions.values()) == {1}
+        victim, survivor = sorted(versions)
+        (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                    if a["name"].startswith(f"SERVE_REPLICA::{app}#") and a["name"].endswith(victim)]
+        ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
+        (newcomer,) = [r for r in wait_for_replicas(app, 2, timeout_s=240, exclude=[victim]) if r != survivor]
+        # the newcomer missed version 1's broadcast, yet serves it: it replayed exactly version 1's tensors
+        assert client.replica_versions() == {survivor: 1, newcomer: 1}
+        assert_replicas_loaded(client, first.values())
+        second = {k: v + 0.05 * torch.randn_like(v) for k, v in first.items()}
+        assert client.update_weights(2, FullWeights(second)) == {survivor: 2, newcomer: 2}
+        assert_replicas_loaded(client, second.values())
+        prompts = PROMPTS * 4  # more chunks than replicas, spread by Serve: every sample at version 2
+        samples = client.generate(prompts, expect_version=2, sampling=client.sampling(n=2, max_tokens=3))
+        assert len(samples) == 2 * len(prompts) and {s.policy_version for s in samples} == {2}
+    finally:
+        serve.delete(app)
