@@ -111,7 +111,7 @@ def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, r
 
 
 def test_with_two_replicas_a_replacement_starts_at_the_current_policy_and_every_replica_follows_updates(
-        ray_cluster, vllm_tiny_model_dir, rollout_config, hf_model):
+        ray_cluster, vllm_tiny_model_dir, rollout_config):
     """Several replicas (rollout.replicas): each update reaches every replica, and a replica that joins later (a
     restart here; Serve autoscaling starts replicas the same way) loads the current policy from the policy store
     before it serves. The transformers engine stands in for vLLM: the replica logic is the deployment's, shared."""
@@ -124,8 +124,12 @@ def test_with_two_replicas_a_replacement_starts_at_the_current_policy_and_every_
     client = deploy_rollout(replace(rollout_config, name="hf", replicas=2, cpus_per_replica=0.5),
                             vllm_tiny_model_dir, app, trust_remote_code=False, route_prefix=None)
     try:
+        from safetensors.torch import load_file
+
+        # the checkpoint's own tensors, not the module's hf_model (an earlier test wraps that one in LoRA layers)
         torch.manual_seed(5)
-        first = {k: v + 0.05 * torch.randn_like(v) for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
+        base = load_file(str(vllm_tiny_model_dir / "model.safetensors"))
+        first = {k: v + 0.05 * torch.randn_like(v) for k, v in base.items() if k != "lm_head.weight"}
         versions = client.update_weights(1, FullWeights(first))
         assert len(versions) == 2 and set(versions.values()) == {1}
         victim, survivor = sorted(versions)
