@@ -14,7 +14,7 @@ import contextlib
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from app.data import PromptBatch
@@ -25,7 +25,7 @@ from app.trainer.rollout_batch import RolloutGroup
 class _Submitted:
     future: Future  # -> (RolloutGroup, seconds it took)
     loader_state: dict[str, Any]  # the data loader's position before this batch's prompts were drawn
-    counted: bool = field(default=False)  # its generation time is in the step metrics
+    counted: bool = False  # its generation time is in the step metrics
 
 
 class RolloutAhead:

@@ -120,6 +120,9 @@ def test_async_training_needs_a_correction_for_stale_samples_and_refuses_what_it
         load_config(with_(**corrected, **{"algorithm.filter_groups.enable": True}))
     with pytest.raises(ConfigError, match=r"cannot be combined with algorithm\.adv_estimator=remax"):
         load_config(with_(**corrected, **{"algorithm.adv_estimator": "remax"}))
+    with pytest.raises(ConfigError, match=r"cannot be combined with trainer\.placement=colocated: vLLM sleeps"):
+        load_config(with_(**corrected, **{"trainer.placement": "colocated", "trainer.n_gpus_per_node": 2,
+                                                "trainer.num_workers": None}))
     with pytest.raises(ConfigError, match=r"max_staleness=-1 must be >= 0"):
         load_config(with_(**corrected, **{"async_training.max_staleness": -1}))
     # verl's fully-async key means something else (a fraction of a batch): refused by name, not misread
