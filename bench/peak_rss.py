@@ -7,7 +7,7 @@ cluster, so the process tree holds the whole job. Two sums are tracked, each at 
   ~15 Python processes maps, Ray's object store that the trainer writes and the replica reads) count once per
   process: an upper bound on what the job needs;
 - PSS: each shared page split between the processes that map it, so the sum is the job's real footprint.
-The biggest processes at the RSS peak are listed.
+The biggest processes are listed at each peak: by RSS at the RSS peak, by PSS at the PSS peak.
 
 Reading every process's smaps costs CPU (at a 0.5 s interval about a third of a core during `make run` on a 2-core
 box, which slowed its steps), so the interval defaults to 2 s and the tool prints its own CPU time: a step time
@@ -22,8 +22,8 @@ import time
 import psutil
 
 
-def tree_memory(root: psutil.Process) -> tuple[int, int, list[tuple[int, str]]]:
-    """(summed RSS, summed PSS, [(rss, name)]) of `root` and its descendants."""
+def tree_memory(root: psutil.Process) -> tuple[int, int, list[tuple[int, int, str]]]:
+    """(summed RSS, summed PSS, [(rss, pss, name)]) of `root` and its descendants."""
     rss_total = pss_total = 0
     per_process = []
     for proc in [root, *root.children(recursive=True)]:
@@ -32,9 +32,10 @@ def tree_memory(root: psutil.Process) -> tuple[int, int, list[tuple[int, str]]]:
             name = proc.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
+        pss = getattr(info, "pss", info.rss)
         rss_total += info.rss
-        pss_total += getattr(info, "pss", info.rss)
-        per_process.append((info.rss, name))
+        pss_total += pss
+        per_process.append((info.rss, pss, name))
     return rss_total, pss_total, per_process
 
 
@@ -53,7 +54,8 @@ def main(argv: list[str]) -> int:
     child = subprocess.Popen(argv)
     root = psutil.Process(child.pid)
     peak_rss = peak_pss = 0
-    at_peak: list[tuple[int, str]] = []
+    at_peak: list[tuple[int, int, str]] = []
+    at_pss_peak: list[tuple[int, int, str]] = []
     start = time.monotonic()
     while child.poll() is None:
         try:
@@ -62,14 +64,19 @@ def main(argv: list[str]) -> int:
             break
         if rss > peak_rss:
             peak_rss, at_peak = rss, per_process
-        peak_pss = max(peak_pss, pss)
+        if pss > peak_pss:
+            peak_pss, at_pss_peak = pss, per_process
         time.sleep(interval)
     print(f"peak RSS of the process tree: {peak_rss / 2**30:.2f} GiB; peak PSS: {peak_pss / 2**30:.2f} GiB; "
           f"over {time.monotonic() - start:.0f} s (exit code {child.returncode})", flush=True)
     own = psutil.Process().cpu_times()
     print(f"this tool's own CPU time: {own.user + own.system:.0f} s (sampling every {interval:g} s)", flush=True)
     top = sorted(at_peak, reverse=True)[:8]
-    print("largest at the RSS peak (GiB): " + ", ".join(f"{name} {rss / 2**30:.2f}" for rss, name in top), flush=True)
+    print("largest at the RSS peak (RSS, GiB): " + ", ".join(f"{name} {rss / 2**30:.2f}" for rss, _, name in top),
+          flush=True)
+    top = sorted(at_pss_peak, key=lambda entry: entry[1], reverse=True)[:10]
+    print("largest at the PSS peak (PSS, GiB): " + ", ".join(f"{name} {pss / 2**30:.2f}" for _, pss, name in top)
+          + f"; {len(at_pss_peak)} processes", flush=True)
     return child.returncode
 
 

@@ -182,20 +182,20 @@ class NcclSyncClient:
 
 
 def to_wire(payload: Union[FullWeights, LoraAdapter], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> WirePayload:
-    """`ray.put` the payload's tensors as safetensors buffers; the refs travel, the bytes stay in the object store
+    """`ray.put` the payload's tensors as safetensors chunks; the refs travel, the bytes stay in the object store
     of this node (named in the payload) until a replica on another node pulls them."""
     node = ray.get_runtime_context().get_node_id()
     if isinstance(payload, FullWeights):
         tensors = payload.tensors
         pairs = tensors.items() if isinstance(tensors, Mapping) else tensors
         refs, nbytes = [], 0
-        for buffer in iter_encoded_chunks(pairs, chunk_bytes):  # each chunk to the object store as soon as it fills
-            refs.append(ray.put(buffer))
-            nbytes += buffer.nbytes
+        for chunk in iter_encoded_chunks(pairs, chunk_bytes):  # each chunk to the object store as soon as it fills
+            refs.append(ray.put(chunk))
+            nbytes += chunk.nbytes
         return WirePayload("full", refs, nbytes, source_node=node)
     if isinstance(payload, LoraAdapter):
-        buffers = encode_tensors(payload.tensors, chunk_bytes=1 << 62)  # one buffer: one adapter file
-        return WirePayload("lora", [ray.put(b) for b in buffers], sum(b.nbytes for b in buffers),
+        chunks = encode_tensors(payload.tensors, chunk_bytes=1 << 62)  # one chunk: one adapter file
+        return WirePayload("lora", [ray.put(c) for c in chunks], sum(c.nbytes for c in chunks),
                            adapter_config=_jsonable(dict(payload.adapter_config)), source_node=node)
     raise TypeError(f"update_weights payload must be FullWeights or LoraAdapter, got {type(payload).__name__}")
 

@@ -336,20 +336,20 @@ class RolloutServer:
             await self._apply(version, payload)
 
     async def _apply(self, version: int, payload: WirePayload) -> None:
-        buffers = await asyncio.gather(*payload.refs)  # zero-copy views of the local object store
+        chunks = await asyncio.gather(*payload.refs)  # their parts: zero-copy views of the local object store
         folder = self._stage_root / f"v{version}-{uuid.uuid4().hex[:8]}"
         try:
             if payload.kind == "full":
-                paths = await asyncio.to_thread(write_full_weights, buffers, folder)
-                del buffers
+                paths = await asyncio.to_thread(write_full_weights, chunks, folder)
+                del chunks
                 await self._engine.load_full_weights(paths)  # also drops any LoRA adapter
                 await asyncio.to_thread(remove_quietly, folder)
                 if self._staged:
                     await asyncio.to_thread(remove_quietly, self._staged)
                     self._staged = None
             elif payload.kind == "lora":
-                adapter = await asyncio.to_thread(write_peft_adapter, payload.adapter_config, buffers, folder)
-                del buffers
+                adapter = await asyncio.to_thread(write_peft_adapter, payload.adapter_config, chunks, folder)
+                del chunks
                 await self._engine.load_lora(adapter, name=f"policy-v{version}")
                 # vLLM may re-read the adapter folder later (CPU LoRA cache), so keep the current one on disk.
                 previous, self._staged = self._staged, adapter

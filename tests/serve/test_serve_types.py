@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from serve.payload import (decode_tensors, encode_tensors, iter_encoded_chunks, iter_safetensors, write_full_weights,
+from serve.payload import (SafetensorsChunk, decode_tensors, encode_tensors, iter_encoded_chunks, iter_safetensors, write_full_weights,
                            write_peft_adapter)
 from serve.types import PolicyVersionMismatch, SamplingOptions
 
@@ -54,15 +54,40 @@ def test_payload_round_trips_dtypes_and_splits_into_chunks(tmp_path):
         "c": torch.ones(256, dtype=torch.float16),
     }
     # a (24 B) and b (4 B) fit under 100 bytes together; c (512 B) starts a second chunk.
-    buffers = encode_tensors(tensors, chunk_bytes=100)
-    assert len(buffers) == 2 and all(b.dtype == np.uint8 for b in buffers)
-    back = decode_tensors(buffers)
+    chunks = encode_tensors(tensors, chunk_bytes=100)
+    assert len(chunks) == 2 and all(p.dtype == np.uint8 for b in chunks for p in b.parts)
+    assert [b.nbytes for b in chunks] == [len(b.tobytes()) for b in chunks]
+    back = decode_tensors(chunks)
     assert set(back) == set(tensors)
     for k in tensors:
         assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k])
     # Staged files stream back the same tensors, in order.
-    paths = write_full_weights(buffers, tmp_path / "full")
+    paths = write_full_weights(chunks, tmp_path / "full")
     assert [n for n, _ in iter_safetensors(paths)] == ["a", "b", "c"]
+
+
+def test_a_chunk_is_a_safetensors_file_for_every_dtype_shape_and_layout():
+    from safetensors.torch import load
+
+    tensors = {
+        "f64": torch.tensor([1.0 / 3.0], dtype=torch.float64), "f32": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+        "bf16": torch.tensor([[0.5, -3.0]], dtype=torch.bfloat16), "i64": torch.tensor([-(2 ** 40)]),
+        "i8": torch.tensor([-7, 7], dtype=torch.int8), "u8": torch.tensor([255], dtype=torch.uint8),
+        "bool": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(2.5), "empty": torch.zeros(0, 3),
+        "transposed": torch.arange(6, dtype=torch.float32).reshape(2, 3).t(),  # not contiguous: copied in row order
+    }
+    data = SafetensorsChunk.of(tensors).tobytes()
+    header_len = int.from_bytes(data[:8], "little")
+    assert header_len % 8 == 0  # the tensors' bytes start aligned
+    back = load(data)
+    assert set(back) == set(tensors)
+    for name, tensor in tensors.items():
+        assert back[name].dtype == tensor.dtype and back[name].shape == tensor.shape
+        assert torch.equal(back[name], tensor), name
+    assert back["transposed"].tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    with pytest.raises(TypeError, match="complex"):
+        SafetensorsChunk.of({"z": torch.zeros(1, dtype=torch.complex64)})
 
 
 def test_a_stream_of_tensors_is_encoded_chunk_by_chunk_as_it_is_read():
@@ -91,13 +116,13 @@ def test_tied_tensors_are_sent_as_separate_copies():
 
 
 def test_lora_payload_is_staged_as_a_peft_folder(tmp_path):
-    buffers = encode_tensors({"base_model.model.x.lora_A.weight": torch.zeros(2, 3)})
-    folder = write_peft_adapter({"r": 2, "peft_type": "LORA"}, buffers, tmp_path / "adapter")
+    chunks = encode_tensors({"base_model.model.x.lora_A.weight": torch.zeros(2, 3)})
+    folder = write_peft_adapter({"r": 2, "peft_type": "LORA"}, chunks, tmp_path / "adapter")
     assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == ["adapter_config.json",
                                                                       "adapter_model.safetensors"]
     assert folder == str(tmp_path / "adapter")
-    with pytest.raises(ValueError, match="one safetensors buffer"):
-        write_peft_adapter({}, buffers * 2, tmp_path / "two")
+    with pytest.raises(ValueError, match="one safetensors chunk"):
+        write_peft_adapter({}, chunks * 2, tmp_path / "two")
 
 
 def test_batches_are_split_for_every_replica_and_capped_by_engine_capacity():
