@@ -4,9 +4,9 @@ run, from a Ray worker holding the FSDP engine, as the trainer does.
 
     python bench/sync.py [--pairs 4] [--chunk-mib 1024]
 
-Workload: SmolLM2-135M-Instruct with LoRA r=16 on all linear layers, merged into the weights for each sync (make
-run's `rollout.lora_sync=merged`), to one vLLM replica (Serve) on the same node. Prints each sync's seconds and the
-medians; the first pair is a warm-up and is left out.
+Workload: make run's config (`configs/quickstart.yaml`: SmolLM2-135M-Instruct, LoRA r=16, `rollout.lora_sync=merged`),
+so the adapter is merged into the weights for each sync, to one vLLM replica (Serve) on the same node. Prints each
+sync's seconds and the medians; the first pair is a warm-up and is left out.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import ray
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -48,7 +50,6 @@ def main() -> int:
     parser.add_argument("--chunk-mib", type=int, default=None, help="payload chunk size (default: the library's)")
     args = parser.parse_args()
 
-    import ray
     from hydra import compose, initialize_config_dir
 
     from app.config import load_config
@@ -65,7 +66,8 @@ def main() -> int:
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         deploy_rollout(rollout, model, "bench-sync", trust_remote_code=False, route_prefix=None)
-        result = ray.get(Syncer.options(num_cpus=1).remote(str(model), rollout).run.remote(args.pairs, chunk_bytes))
+        syncer = Syncer.options(num_cpus=1).remote(str(model), cfg.actor_rollout_ref)
+        result = ray.get(syncer.run.remote(args.pairs, chunk_bytes))
     finally:
         from ray import serve
 
@@ -81,56 +83,42 @@ def main() -> int:
     return 0
 
 
-def _syncer_class():
-    import ray
+@ray.remote
+class Syncer:
+    """Holds the actor's FSDP engine, built from the run's config as a train worker builds it, and syncs its merged
+    weights to the rollout."""
 
-    @ray.remote
-    class Syncer:
-        """Holds the FSDP engine, as a train worker does, and syncs its merged weights to the rollout."""
+    def __init__(self, model: str, actor_rollout_ref) -> None:
+        from app.engine import make_engine
+        from app.roles.factory import actor_engine_spec
 
-        def __init__(self, model: str, rollout) -> None:
-            from app.engine import EngineSpec, OptimSpec, make_engine
+        spec = actor_engine_spec(actor_rollout_ref.model, actor_rollout_ref.actor, device="cpu",
+                                 rollout_n=actor_rollout_ref.rollout.n)
+        self.engine = make_engine("fsdp2", spec)
+        self.engine.init_model()
+        self.rollout = actor_rollout_ref.rollout
 
-            optim = OptimSpec(lr=1e-5, weight_decay=0.01, betas=(0.9, 0.999), lr_warmup_steps=0,
-                              lr_warmup_steps_ratio=0.0, warmup_style="constant", min_lr_ratio=0.0,
-                              total_training_steps=-1)
-            dtype = "bf16" if rollout.dtype == "bfloat16" else "fp32"
-            spec = EngineSpec(model_path=model, trust_remote_code=False, optim=optim, grad_clip=1.0, param_dtype=dtype,
-                              model_dtype="fp32", reduce_dtype="fp32", buffer_dtype="fp32", param_offload=False,
-                              optimizer_offload=False, use_remove_padding=True, share_prompt_prefix=True,
-                              micro_batch_size_per_gpu=8, use_dynamic_bsz=False, max_token_len_per_gpu=16384,
-                              logits_chunk_size=1024, lora_rank=16, lora_alpha=32, target_modules="all-linear",
-                              exclude_modules=None, enable_gradient_checkpointing=False, compile_layers=False,
-                              device="cpu")
-            self.engine = make_engine("fsdp2", spec)
-            self.engine.init_model()
-            self.rollout = rollout
+    def run(self, pairs: int, chunk_bytes: int) -> dict:
+        import serve.client
+        from serve import FullWeights, get_rollout_client
 
-        def run(self, pairs: int, chunk_bytes: int) -> dict:
-            import serve.client
-            from serve import FullWeights, get_rollout_client
+        client = get_rollout_client("bench-sync", self.rollout)
+        unjoined = serve.client.iter_encoded_chunks
+        seconds: dict[str, list[float]] = {"joined": [], "parts": []}
+        version, mbytes = 0, 0.0
+        for _ in range(pairs):
+            for mode, encoder in (("joined", joined_chunks), ("parts", unjoined)):
+                serve.client.iter_encoded_chunks = encoder
+                version += 1
+                start = time.perf_counter()
+                client.update_weights(version, FullWeights(tensors=self.engine.get_per_tensor_param(
+                    merge_lora=True)), chunk_bytes=chunk_bytes)
+                seconds[mode].append(time.perf_counter() - start)
+        serve.client.iter_encoded_chunks = unjoined
+        for _, tensor in self.engine.get_per_tensor_param(merge_lora=True):
+            mbytes += tensor.numel() * tensor.element_size() / 1e6
+        return {"seconds": seconds, "mbytes": mbytes}
 
-            client = get_rollout_client("bench-sync", self.rollout)
-            unjoined = serve.client.iter_encoded_chunks
-            seconds: dict[str, list[float]] = {"joined": [], "parts": []}
-            version, mbytes = 0, 0.0
-            for _ in range(pairs):
-                for mode, encoder in (("joined", joined_chunks), ("parts", unjoined)):
-                    serve.client.iter_encoded_chunks = encoder
-                    version += 1
-                    start = time.perf_counter()
-                    client.update_weights(version, FullWeights(tensors=self.engine.get_per_tensor_param(
-                        merge_lora=True)), chunk_bytes=chunk_bytes)
-                    seconds[mode].append(time.perf_counter() - start)
-            serve.client.iter_encoded_chunks = unjoined
-            for _, tensor in self.engine.get_per_tensor_param(merge_lora=True):
-                mbytes += tensor.numel() * tensor.element_size() / 1e6
-            return {"seconds": seconds, "mbytes": mbytes}
-
-    return Syncer
-
-
-Syncer = _syncer_class()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,9 +35,6 @@ def iter_encoded_chunks(pairs: Iterable[tuple[str, "torch.Tensor"]], chunk_bytes
     chunk: dict = {}
     size = 0
     for name, tensor in pairs:
-        tensor = tensor.detach()
-        if tensor.device.type != "cpu":
-            tensor = tensor.cpu()
         nbytes = tensor.numel() * tensor.element_size()
         if chunk and size + nbytes > chunk_bytes:
             yield SafetensorsChunk.of(chunk)
