@@ -1,12 +1,12 @@
-"""Merged-LoRA weight sync, side by side: the payload's tensors joined into one safetensors buffer first (the previous
-code, `safetensors.torch.save`) against sent as unjoined parts (`serve.payload.SafetensorsChunk`), alternating in one
-run, from a Ray worker holding the FSDP engine, as the trainer does.
+"""Merged-LoRA weight sync, side by side: merged on the trainer and streamed as full weights (the previous code)
+against the adapter alone, folded into the base weights on the replica (`serve.lora_fold`), alternating in one run,
+from a Ray worker holding the FSDP engine, as the trainer does.
 
-    python bench/sync.py [--pairs 4] [--chunk-mib 1024]
+    python bench/sync.py [--pairs 4]
 
-Workload: make run's config (`configs/quickstart.yaml`: SmolLM2-135M-Instruct, LoRA r=16, `rollout.lora_sync=merged`),
-so the adapter is merged into the weights for each sync, to one vLLM replica (Serve) on the same node. Prints each
-sync's seconds and the medians; the first pair is a warm-up and is left out.
+Workload: make run's config (`configs/quickstart.yaml`: SmolLM2-135M-Instruct, LoRA r=16, `rollout.lora_sync=merged`)
+to one vLLM replica (Serve) on the same node. Each sync is timed from the engine's gathers to every replica serving
+the new version. Prints each sync's seconds and the medians; the first pair is a warm-up and is left out.
 """
 from __future__ import annotations
 
@@ -23,31 +23,9 @@ sys.path.insert(0, str(REPO))
 CACHE = REPO / ".cache" / "bench"
 
 
-def joined_chunks(pairs, chunk_bytes: int):
-    """The previous encoding: each chunk's tensors serialised by safetensors into one buffer, then sent."""
-    import numpy as np
-    from safetensors.torch import save
-
-    from serve.payload import SafetensorsChunk
-
-    def joined(chunk: dict) -> SafetensorsChunk:
-        return SafetensorsChunk(header=b"", parts=[np.frombuffer(save(chunk), dtype=np.uint8)])
-
-    chunk, size = {}, 0
-    for name, tensor in pairs:
-        nbytes = tensor.numel() * tensor.element_size()
-        if chunk and size + nbytes > chunk_bytes:
-            yield joined(chunk)
-            chunk, size = {}, 0
-        chunk[name] = tensor.contiguous()
-        size += nbytes
-    yield joined(chunk)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=4)
-    parser.add_argument("--chunk-mib", type=int, default=None, help="payload chunk size (default: the library's)")
     args = parser.parse_args()
 
     from hydra import compose, initialize_config_dir
@@ -55,31 +33,30 @@ def main() -> int:
     from app.config import load_config
     from app.import_model import import_model
     from serve import deploy_rollout
-    from serve.payload import DEFAULT_CHUNK_BYTES
 
     model = import_model("smollm2-135m-instruct", CACHE / "smollm2-135m-instruct")
     with initialize_config_dir(str(REPO / "configs"), version_base=None):
         cfg = load_config(compose("quickstart", overrides=[f"actor_rollout_ref.model.path={model}",
                                                            "data.train_files=unused", "data.val_files=''"]))
     rollout = cfg.actor_rollout_ref.rollout
-    chunk_bytes = (args.chunk_mib << 20) if args.chunk_mib else DEFAULT_CHUNK_BYTES
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         deploy_rollout(rollout, model, "bench-sync", trust_remote_code=False, route_prefix=None)
         syncer = Syncer.options(num_cpus=1).remote(str(model), cfg.actor_rollout_ref)
-        result = ray.get(syncer.run.remote(args.pairs, chunk_bytes))
+        result = ray.get(syncer.run.remote(args.pairs))
     finally:
         from ray import serve
 
         serve.shutdown()
         ray.shutdown()
-    print(f"\nmerged-LoRA sync of SmolLM2-135M ({result['mbytes']:.0f} MB {rollout.dtype}), {args.pairs} alternating "
-          f"pairs, chunks of {chunk_bytes >> 20} MiB")
+    print(f"\nmerged-LoRA sync of SmolLM2-135M ({result['mbytes']:.0f} MB of merged {rollout.dtype} weights), "
+          f"{args.pairs} alternating pairs")
     for mode, seconds in result["seconds"].items():
         print(f"{mode:<8} " + " ".join(f"{s:6.2f}" for s in seconds))
-    joined = statistics.median(result["seconds"]["joined"][1:])
-    parts = statistics.median(result["seconds"]["parts"][1:])
-    print(f"median after the first pair: joined {joined:.2f} s, parts {parts:.2f} s: {joined / parts:.2f}x")
+    trainer = statistics.median(result["seconds"]["trainer"][1:])
+    replica = statistics.median(result["seconds"]["replica"][1:])
+    print(f"median after the first pair: merged on the trainer {trainer:.2f} s, folded on the replica {replica:.2f} s: "
+          f"{trainer / replica:.2f}x")
     return 0
 
 
@@ -97,26 +74,30 @@ class Syncer:
         self.engine = make_engine("fsdp2", spec)
         self.engine.init_model()
         self.rollout = actor_rollout_ref.rollout
+        self.model = model
 
-    def run(self, pairs: int, chunk_bytes: int) -> dict:
-        import serve.client
+    def run(self, pairs: int) -> dict:
+        import torch
+
+        from app.trainer.weight_payload import rollout_payload
         from serve import FullWeights, get_rollout_client
 
         client = get_rollout_client("bench-sync", self.rollout)
-        unjoined = serve.client.iter_encoded_chunks
-        seconds: dict[str, list[float]] = {"joined": [], "parts": []}
-        version, mbytes = 0, 0.0
+        dtype = getattr(torch, self.rollout.dtype)
+        payloads = {  # the previous path, and the one `rollout_payload` now picks for lora_sync=merged
+            "trainer": lambda: FullWeights(tensors=self.engine.get_per_tensor_param(dtype=dtype, merge_lora=True)),
+            "replica": lambda: rollout_payload(self.engine, lora_sync="merged", model_path=self.model, dtype=dtype),
+        }
+        seconds: dict[str, list[float]] = {mode: [] for mode in payloads}
+        version = 0
         for _ in range(pairs):
-            for mode, encoder in (("joined", joined_chunks), ("parts", unjoined)):
-                serve.client.iter_encoded_chunks = encoder
+            for mode, payload in payloads.items():
                 version += 1
                 start = time.perf_counter()
-                client.update_weights(version, FullWeights(tensors=self.engine.get_per_tensor_param(
-                    merge_lora=True)), chunk_bytes=chunk_bytes)
+                client.update_weights(version, payload())
                 seconds[mode].append(time.perf_counter() - start)
-        serve.client.iter_encoded_chunks = unjoined
-        for _, tensor in self.engine.get_per_tensor_param(merge_lora=True):
-            mbytes += tensor.numel() * tensor.element_size() / 1e6
+        mbytes = sum(t.numel() * t.element_size() / 1e6 for _, t in self.engine.get_per_tensor_param(
+            dtype=dtype, merge_lora=True))
         return {"seconds": seconds, "mbytes": mbytes}
 
 

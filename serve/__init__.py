@@ -18,16 +18,17 @@ Public API (see each docstring):
     get_rollout_client(app_name, rollout_cfg) -> RolloutClient         # e.g. inside a Ray Train worker
     RolloutClient.generate(prompt_token_ids, *, expect_version, sampling=None, validation=False) -> [RolloutSample]
     RolloutClient.generate_iter(...)                                    # chunks as they finish
-    RolloutClient.update_weights(version, FullWeights(...) | LoraAdapter(...)) -> {replica: version}
+    RolloutClient.update_weights(version, FullWeights(...) | LoraAdapter(...) | MergedLora(...)) -> {replica: version}
     RolloutClient.sleep(level=1) / wake_up() / replica_versions() / weights_checksums() / nccl_sync_client()
-    PolicyVersionMismatch, SamplingOptions, RolloutSample, FullWeights, LoraAdapter
+    PolicyVersionMismatch, SamplingOptions, RolloutSample, FullWeights, LoraAdapter, MergedLora
 """
 from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas
-from serve.types import FullWeights, LoraAdapter, PolicyVersionMismatch, RolloutSample, SamplingOptions
+from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions
 
 __all__ = [
     "FullWeights",
     "LoraAdapter",
+    "MergedLora",
     "PolicyVersionMismatch",
     "RolloutClient",
     "RolloutSample",

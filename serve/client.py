@@ -15,8 +15,8 @@ import ray
 from ray import serve
 
 from serve.payload import DEFAULT_CHUNK_BYTES, encode_tensors, iter_encoded_chunks
-from serve.types import (FullWeights, LoraAdapter, PolicyVersionMismatch, RolloutSample, SamplingOptions,
-                         WirePayload)
+from serve.types import (FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample,
+                         SamplingOptions, WirePayload)
 
 DEPLOYMENT = "rollout"
 
@@ -94,12 +94,13 @@ class RolloutClient:
         return samples
 
     # ------------------------------------------------------------------ weights
-    def update_weights(self, version: int, payload: Union[FullWeights, LoraAdapter],
+    def update_weights(self, version: int, payload: Union[FullWeights, LoraAdapter, MergedLora],
                        chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict[str, int]:
         """Send `payload` through the object store to every replica as policy `version`.
 
         Full fine-tuning: `FullWeights(state_dict)` with HF names. LoRA: `LoraAdapter(adapter_config, adapter
-        state dict)` in peft format; each version becomes a new adapter in vLLM. Returns {replica: version} for
+        state dict)` in peft format; each version becomes a new adapter in vLLM. `MergedLora(...)`: the same adapter,
+        which each replica folds into its model folder's base weights (vLLM then runs no LoRA kernels). Returns {replica: version} for
         every live replica (all equal to `version`); replicas that die meanwhile are replaced and load it from the
         policy store.
         """
@@ -181,7 +182,8 @@ class NcclSyncClient:
         self.client.handle.broadcast("nccl_finish", version).results()
 
 
-def to_wire(payload: Union[FullWeights, LoraAdapter], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> WirePayload:
+def to_wire(payload: Union[FullWeights, LoraAdapter, MergedLora], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+            ) -> WirePayload:
     """`ray.put` the payload's tensors as safetensors chunks; the refs travel, the bytes stay in the object store
     of this node (named in the payload) until a replica on another node pulls them."""
     node = ray.get_runtime_context().get_node_id()
@@ -193,11 +195,13 @@ def to_wire(payload: Union[FullWeights, LoraAdapter], chunk_bytes: int = DEFAULT
             refs.append(ray.put(chunk))
             nbytes += chunk.nbytes
         return WirePayload("full", refs, nbytes, source_node=node)
-    if isinstance(payload, LoraAdapter):
+    if isinstance(payload, (LoraAdapter, MergedLora)):
         chunks = encode_tensors(payload.tensors, chunk_bytes=1 << 62)  # one chunk: one adapter file
-        return WirePayload("lora", [ray.put(c) for c in chunks], sum(c.nbytes for c in chunks),
-                           adapter_config=_jsonable(dict(payload.adapter_config)), source_node=node)
-    raise TypeError(f"update_weights payload must be FullWeights or LoraAdapter, got {type(payload).__name__}")
+        merged = isinstance(payload, MergedLora)
+        return WirePayload("merged_lora" if merged else "lora", [ray.put(c) for c in chunks],
+                           sum(c.nbytes for c in chunks), adapter_config=_jsonable(dict(payload.adapter_config)),
+                           dtype=payload.dtype if merged else None, source_node=node)
+    raise TypeError(f"update_weights payload must be FullWeights, LoraAdapter or MergedLora, got {type(payload).__name__}")
 
 
 def _jsonable(config: dict) -> dict:

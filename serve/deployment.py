@@ -42,7 +42,8 @@ POLICY_STORE = "policy_store"
 
 class PolicyStore:
     """What a new replica must replay to serve the latest policy: the last full weights, then the last LoRA adapter
-    synced after them (a full sync drops any adapter). Last writer wins."""
+    synced after them (a full sync drops any adapter); or the last merged-LoRA adapter alone (it folds into the base
+    weights from disk). Last writer wins."""
 
     def __init__(self):
         self._version = 0
@@ -339,15 +340,7 @@ class RolloutServer:
         chunks = await asyncio.gather(*payload.refs)  # their parts: zero-copy views of the local object store
         folder = self._stage_root / f"v{version}-{uuid.uuid4().hex[:8]}"
         try:
-            if payload.kind == "full":
-                paths = await asyncio.to_thread(write_full_weights, chunks, folder)
-                del chunks
-                await self._engine.load_full_weights(paths)  # also drops any LoRA adapter
-                await asyncio.to_thread(remove_quietly, folder)
-                if self._staged:
-                    await asyncio.to_thread(remove_quietly, self._staged)
-                    self._staged = None
-            elif payload.kind == "lora":
+            if payload.kind == "lora":
                 adapter = await asyncio.to_thread(write_peft_adapter, payload.adapter_config, chunks, folder)
                 del chunks
                 await self._engine.load_lora(adapter, name=f"policy-v{version}")
@@ -355,8 +348,21 @@ class RolloutServer:
                 previous, self._staged = self._staged, adapter
                 if previous:
                     await asyncio.to_thread(remove_quietly, previous)
+            elif payload.kind in ("full", "merged_lora"):  # both replace every weight and drop any LoRA adapter
+                if payload.kind == "full":
+                    paths = await asyncio.to_thread(write_full_weights, chunks, folder)
+                    del chunks
+                    await self._engine.load_full_weights(paths)
+                else:
+                    adapter = await asyncio.to_thread(write_peft_adapter, payload.adapter_config, chunks, folder)
+                    del chunks
+                    await self._engine.load_merged_lora(adapter, payload.dtype)
+                await asyncio.to_thread(remove_quietly, folder)
+                if self._staged:
+                    await asyncio.to_thread(remove_quietly, self._staged)
+                    self._staged = None
             else:
-                raise ValueError(f"payload kind {payload.kind!r}: expected 'full' or 'lora'")
+                raise ValueError(f"payload kind {payload.kind!r}: expected 'full', 'lora' or 'merged_lora'")
         except BaseException:
             await asyncio.to_thread(remove_quietly, folder)
             raise

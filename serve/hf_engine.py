@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Iterator, Optional
 
 from serve.payload import iter_safetensors
 from serve.types import SamplingOptions
@@ -112,15 +112,22 @@ class HFRolloutEngine:
     # ------------------------------------------------------------------ weights
     async def load_full_weights(self, paths: list[str]) -> None:
         async with self._lock:
-            await asyncio.to_thread(self._load_full, paths)
+            await asyncio.to_thread(lambda: self._copy_weights(iter_safetensors(paths)))
 
-    def _load_full(self, paths: list[str]) -> None:
+    async def load_merged_lora(self, adapter_dir: str, dtype: str) -> None:
+        from serve.lora_fold import iter_folded_adapter
+
+        async with self._lock:
+            await asyncio.to_thread(lambda: self._copy_weights(iter_folded_adapter(self.spec.model_path, adapter_dir,
+                                                                                    dtype)))
+
+    def _copy_weights(self, items: Iterator[tuple[str, Any]]) -> None:
         import torch
 
         params = dict(self._model.named_parameters())
         tied = getattr(self._model.config, "tie_word_embeddings", False)
         with torch.no_grad():
-            for name, tensor in iter_safetensors(paths):
+            for name, tensor in items:
                 if name not in params:
                     if tied and name == "lm_head.weight":
                         continue  # tied to the input embedding, which the payload also carries

@@ -127,6 +127,18 @@ class LoraAdapter:
 
 
 @dataclass
+class MergedLora:
+    """Merged-LoRA sync: the adapter as in `LoraAdapter`, which every replica folds into the base weights of its own
+    model folder (`serve.lora_fold`), so vLLM runs plain kernels on `W + scaling * B @ A` while only the adapter
+    travels. `tensors` should be the trainer's float32 ones (the fold is computed from them); `dtype` is the torch dtype
+    name every tensor is loaded in (the rollout's). The base must be the unchanged model the trainer's LoRA wraps.
+    """
+    adapter_config: Mapping[str, Any]
+    tensors: Mapping[str, Any]
+    dtype: str
+
+
+@dataclass
 class WirePayload:
     """A payload after `ray.put`: what travels to the replicas and what the policy store keeps.
 
@@ -134,8 +146,9 @@ class WirePayload:
     bytes itself (zero-copy from the local object store). Each ref holds one safetensors-format uint8 buffer.
     """
 
-    kind: str  # "full" | "lora"
+    kind: str  # "full" | "lora" | "merged_lora"
     refs: list = field(default_factory=list)
     nbytes: int = 0
-    adapter_config: Optional[dict] = None  # lora only
+    adapter_config: Optional[dict] = None  # lora and merged_lora only
+    dtype: Optional[str] = None  # merged_lora only: the dtype the folded weights are loaded in
     source_node: Optional[str] = None  # Ray node id of the process that put the refs (the trainer's rank 0)

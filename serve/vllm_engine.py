@@ -6,7 +6,8 @@ Everything vLLM-specific lives here so that a vLLM upgrade is a one-file change:
   weights are repacked after loading (the original parameters become size 0), so `model.load_weights` fails; the
   extension calls `model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`, which undoes the
   repacking layer by layer. Tensors nested in `collective_rpc` arguments arrive as plain lists, so the replica
-  stages the payload as safetensors files in /dev/shm and passes their paths;
+  stages the payload as safetensors files in /dev/shm and passes their paths (a merged-LoRA sync: the adapter's
+  folder, which the worker folds into the model folder's base weights as it reloads, `serve.lora_fold`);
 - LoRA adapters as `LoRARequest`s (a fresh `lora_int_id` per loaded adapter, because vLLM caches by id);
 - the GPU NCCL path: vLLM's own weight-transfer engine (`weight_transfer_config={"backend": "nccl"}`,
   `init_weight_transfer_engine` / `start_weight_update` / `update_weights` / `finish_weight_update`).
@@ -19,7 +20,7 @@ import math
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Iterator, Optional
 
 from serve.types import SamplingOptions
 
@@ -207,6 +208,14 @@ class VLLMRolloutEngine:
             await self._llm.remove_lora(self._lora_request.lora_int_id)
             self._lora_request = None
 
+    async def load_merged_lora(self, adapter_dir: str, dtype: str) -> None:
+        """Replace every weight in place with the model folder's base weights plus the peft adapter in `adapter_dir`
+        folded in (`serve.lora_fold`), in `dtype`; any LoRA adapter is dropped, as by a full sync."""
+        await self._llm.collective_rpc("rayrl_reload_merged_lora", args=(self.spec.model_path, adapter_dir, dtype))
+        if self._lora_request is not None:
+            await self._llm.remove_lora(self._lora_request.lora_int_id)
+            self._lora_request = None
+
     async def load_lora(self, adapter_dir: str, name: str) -> None:
         """Make the peft adapter in `adapter_dir` the one every later request uses; drop the previous one."""
         from vllm.lora.request import LoRARequest
@@ -284,7 +293,20 @@ class WeightSyncWorkerExtension:
     """Mixed into vLLM's worker class (`worker_extension_cls`); its methods run in the worker process."""
 
     def rayrl_reload_weights(self, paths: list[str]) -> int:
-        from serve.payload import iter_safetensors, weights_sum
+        from serve.payload import iter_safetensors
+
+        return self._rayrl_reload(iter_safetensors(paths))
+
+    def rayrl_reload_merged_lora(self, model_path: str, adapter_dir: str, dtype: str) -> int:
+        from serve.lora_fold import iter_folded_adapter
+
+        # the trainer leaves a tied LM head out of its merged weights; so does the fold
+        tied = getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False)
+        return self._rayrl_reload(iter_folded_adapter(model_path, adapter_dir, dtype,
+                                                      skip={"lm_head.weight"} if tied else ()))
+
+    def _rayrl_reload(self, items: Iterator[tuple[str, Any]]) -> int:
+        from serve.payload import weights_sum
 
         model = self.model_runner.get_model()
         followers = _tied_followers(model)
@@ -293,7 +315,7 @@ class WeightSyncWorkerExtension:
 
         def counted():
             nonlocal count
-            for item in iter_safetensors(paths):
+            for item in items:
                 count += 1
                 sums.append(weights_sum([item[1]]))  # what reached this worker, for rayrl_weights_checksum
                 yield item

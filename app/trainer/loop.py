@@ -33,7 +33,8 @@ from app.trainer.services import RewardScorer, RolloutService
 from app.trainer.step_metrics import batch_metrics, max_min_metrics
 from app.trainer.timing import PhaseTimer
 from app.trainer.validation import validate
-from serve.types import FullWeights, LoraAdapter
+from app.trainer.weight_payload import rollout_payload
+from serve.types import FullWeights
 
 
 class RLTrainer(RunStateMixin):
@@ -233,14 +234,8 @@ class RLTrainer(RunStateMixin):
             self.ahead.drain()  # no batch may be sampled half by the old weights, half by the new
         if self.rollout_sleeps:
             self._rollout_wake_up()
-        if self.engine.has_adapter and not self.merge_lora:  # the adapter alone: a few MB, sent as one file
-            payload = self.engine.state_dict_for_sync(dtype=self.sync_dtype)
-            wire = LoraAdapter(adapter_config=payload.adapter_config, tensors=payload.tensors)
-        else:
-            # full (or merged) weights stream from the engine one gathered tensor at a time into object-store chunks,
-            # so no rank holds the whole state dict; every rank takes part in each gather
-            wire = FullWeights(tensors=self.engine.get_per_tensor_param(dtype=self.sync_dtype,
-                                                                        merge_lora=self.merge_lora))
+        wire = rollout_payload(self.engine, lora_sync=self.cfg.actor_rollout_ref.rollout.lora_sync,
+                               model_path=self.cfg.actor_rollout_ref.model.path, dtype=self.sync_dtype)
         if self.rank == 0:
             self.rollout.update_weights(self.version + 1, wire)
         elif isinstance(wire, FullWeights):

@@ -56,10 +56,12 @@ def test_hf_fallback_returns_the_same_structure(hf_rollout, hf_model, reference)
         assert torch.allclose(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
 
 
-def test_hf_fallback_follows_weight_and_adapter_updates(hf_rollout, hf_model, reference):
+def test_hf_fallback_follows_weight_and_adapter_updates(hf_rollout, hf_model, reference, vllm_tiny_model_dir):
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
 
-    from serve import FullWeights, LoraAdapter, PolicyVersionMismatch
+    from app.engine.lora_merge import merge_lora_state_dict
+    from serve import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch
 
     torch.manual_seed(4)
     new_state = {k: v + 0.05 * torch.randn_like(v) for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
@@ -86,6 +88,22 @@ def test_hf_fallback_follows_weight_and_adapter_updates(hf_rollout, hf_model, re
         expected = reference.logprobs(peft_model, PROMPTS[s.prompt_index], s.response_token_ids)
         assert torch.allclose(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
 
+    # merged LoRA: folded into the model folder's base weights (not the version-1 weights), version 2's adapter gone
+    folded = get_peft_model(AutoModelForCausalLM.from_pretrained(vllm_tiny_model_dir, dtype=torch.float32),
+                            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for name, p in folded.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    merged = merge_lora_state_dict(folded.state_dict(), scaling=8 / 4)
+    merged.pop("lm_head.weight")  # tied
+    payload = MergedLora(folded.peft_config["default"].to_dict(), get_peft_model_state_dict(folded), dtype="float32")
+    assert set(hf_rollout.update_weights(3, payload).values()) == {3}
+    assert_replicas_loaded(hf_rollout, merged.values())
+    folded = folded.merge_and_unload().eval()
+    for s in hf_rollout.generate(PROMPTS, expect_version=3, validation=True):
+        assert s.response_token_ids == reference.greedy(folded, PROMPTS[s.prompt_index], len(s.response_token_ids))
+
 
 def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, rollout_config):
     body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}).encode()
@@ -99,7 +117,7 @@ def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, r
 
     answer = post({"Authorization": f"Bearer {API_KEY}"})
     assert answer["choices"][0]["message"]["role"] == "assistant"
-    assert answer["system_fingerprint"] == "policy-v2"
+    assert answer["system_fingerprint"] == "policy-v3"
     for headers in ({}, {"Authorization": "Bearer sk-wrong"}, {"Authorization": API_KEY}):  # missing, wrong, bare
         with pytest.raises(urllib.error.HTTPError) as err:
             post(headers)

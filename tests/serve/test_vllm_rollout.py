@@ -135,6 +135,39 @@ def test_lora_update_serves_base_plus_adapter(rollout, policy, reference):
     policy.model, policy.version = peft_model, 2
 
 
+def test_merged_lora_update_folds_the_adapter_into_the_base_from_disk(rollout, policy, reference,
+                                                                      vllm_tiny_model_dir):
+    """A `MergedLora` sync: the replica folds the adapter into the model folder's base weights (not into what it
+    served before: versions 1 and 2 changed those), and serves exactly the weights the trainer's own merge gives."""
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    from app.engine.lora_merge import merge_lora_state_dict
+    from serve import MergedLora
+
+    base = AutoModelForCausalLM.from_pretrained(vllm_tiny_model_dir, dtype=torch.float32)
+    peft_model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    merged = merge_lora_state_dict(peft_model.state_dict(), scaling=16 / 8)
+    merged.pop("lm_head.weight")  # tied: the trainer does not send it
+
+    versions = rollout.update_weights(3, MergedLora(peft_model.peft_config["default"].to_dict(),
+                                                    get_peft_model_state_dict(peft_model), dtype="float32"))
+
+    assert set(versions.values()) == {3}
+    assert_replicas_loaded(rollout, merged.values())  # what reached vLLM is the trainer's merge, to float64 rounding
+    model = peft_model.merge_and_unload().eval()
+    greedy = rollout.generate(PROMPTS, expect_version=3, validation=True)
+    for s in greedy:
+        assert s.response_token_ids == reference.greedy(model, PROMPTS[s.prompt_index], len(s.response_token_ids))
+    _assert_logprobs_match(reference, greedy, model, PROMPTS, temperature=1.0)
+    policy.model, policy.version = model, 3
+
+
 def test_stale_or_future_version_is_refused(rollout, policy):
     from serve import PolicyVersionMismatch
 

@@ -7,6 +7,7 @@ loop makes is the same on any device.
 """
 from __future__ import annotations
 
+import torch
 from recording_rollout import RecordingRollout
 
 
@@ -56,13 +57,16 @@ def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(compose, ti
     rollout = RecordingRollout(vocab_size=1000, n=2, response_len=8)
     build_trainer(cfg, rollout, device="cpu").fit()
     assert rollout.calls == ["generate", "update_weights"]
-    # merged LoRA: the weights came as a stream from the engine (never one gathered dict), every tensor of the model's
-    # checkpoint under its own name but the tied lm_head (the receiver restores it from the embedding)
+    # merged LoRA: only the adapter travels, in the trainer's float32, for the replicas to fold into the model folder's
+    # base weights in the rollout dtype; every pair wraps a weight that folder holds
     from safetensors import safe_open
 
-    from serve.types import FullWeights
+    from serve.lora_fold import adapter_pairs
+    from serve.types import MergedLora
 
-    [(payload, tensors, streamed)] = rollout.payloads
-    assert isinstance(payload, FullWeights) and streamed
+    [(payload, tensors, _)] = rollout.payloads
+    assert isinstance(payload, MergedLora) and payload.dtype == cfg.actor_rollout_ref.rollout.dtype
+    assert tensors and all(t.dtype == torch.float32 for t in tensors.values())
+    assert payload.adapter_config["r"] == cfg.actor_rollout_ref.model.lora_rank
     with safe_open(str(tiny_model_dir / "model.safetensors"), "pt") as f:
-        assert set(tensors) == set(f.keys()) - {"lm_head.weight"}
+        assert set(adapter_pairs(tensors)) <= set(f.keys())
