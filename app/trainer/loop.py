@@ -62,7 +62,6 @@ class RLTrainer(RunStateMixin):
         # colocated GPU placement: vLLM frees its memory while the trainer runs, unless rollout.free_cache_engine=false
         self.rollout_sleeps = cfg.trainer.placement == "colocated" and cfg.actor_rollout_ref.rollout.free_cache_engine
         self.sync_dtype = getattr(torch, cfg.actor_rollout_ref.rollout.dtype)  # what vLLM computes in: half the bytes
-        self.merge_lora = cfg.actor_rollout_ref.rollout.lora_sync == "merged"
         self.temperature = cfg.actor_rollout_ref.rollout.temperature
         self.step = 0
         self.version = self._rollout_version()
