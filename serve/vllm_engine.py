@@ -7,7 +7,8 @@ Everything vLLM-specific lives here so that a vLLM upgrade is a one-file change:
   extension calls `model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`, which undoes the
   repacking layer by layer. Tensors nested in `collective_rpc` arguments arrive as plain lists, so the replica
   stages the payload as safetensors files in /dev/shm and passes their paths (a merged-LoRA sync: the adapter's
-  folder, which the worker folds into the model folder's base weights as it reloads, `serve.lora_fold`);
+  folder, which the worker folds into the model folder's base weights as it reloads, `serve.lora_fold`); the
+  reload's per-layer "Failed to load weights" warning is filtered for the layers no checkpoint feeds by design;
 - LoRA adapters as `LoRARequest`s (a fresh `lora_int_id` per loaded adapter, because vLLM caches by id);
 - the GPU NCCL path: vLLM's own weight-transfer engine (`weight_transfer_config={"backend": "nccl"}`,
   `init_weight_transfer_engine` / `start_weight_update` / `update_weights` / `finish_weight_update`).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import math
 import os
 import uuid
@@ -310,6 +312,9 @@ class WeightSyncWorkerExtension:
 
         model = self.model_runner.get_model()
         followers = _tied_followers(model)
+        if getattr(self, "rayrl_gap_filter", None) is None:  # once per worker: the filter stays on vLLM's logger
+            self.rayrl_gap_filter = ExpectedReloadGaps(expected_reload_gaps(model, followers))
+            logging.getLogger(LAYERWISE_RELOAD_LOGGER).addFilter(self.rayrl_gap_filter)
         count = 0
         sums = []
 
@@ -340,6 +345,36 @@ class WeightSyncWorkerExtension:
             digest.update(name.encode())
             digest.update(tensor.detach().float().cpu().numpy().tobytes())
         return digest.hexdigest()[:16], getattr(self, "rayrl_loaded_sum", None)
+
+
+# vLLM's layer-by-layer reload warns "<Layer>: Failed to load weights" for every layer that received no checkpoint
+# tensor, on every sync. Some never do by design; the filter below keeps the warning for the others only.
+LAYERWISE_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+_RELOAD_GAP_MESSAGE = "%s: Failed to load weights"
+
+
+def expected_reload_gaps(model, tied_followers: list) -> frozenset[str]:
+    """Class names of the layers a checkpoint never feeds: tied followers (an LM head that shares the embedding's
+    weight, re-processed after each reload) and layers holding buffers but no parameters (rotary caches, which vLLM
+    computes itself and the reload puts back)."""
+    names = {type(module).__name__ for module in tied_followers}
+    for module in model.modules():
+        own_params = [p for p in module._parameters.values() if p is not None]
+        own_buffers = [b for b in module._buffers.values() if b is not None]
+        if own_buffers and not own_params:
+            names.add(type(module).__name__)
+    return frozenset(names)
+
+
+class ExpectedReloadGaps(logging.Filter):
+    """Drops vLLM's reload warning for the layer classes in `class_names`; every other record passes."""
+
+    def __init__(self, class_names: frozenset[str]):
+        super().__init__()
+        self.class_names = class_names
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == _RELOAD_GAP_MESSAGE and record.args and record.args[0] in self.class_names)
 
 
 def _tied_followers(model) -> list:
