@@ -1,6 +1,6 @@
 """Merged-LoRA weight sync, side by side: merged on the trainer and streamed as full weights (the previous code)
 against the adapter alone, folded into the base weights on the replica (`serve.lora_fold`), alternating in one run,
-from a Ray worker holding the FSDP engine, as the trainer does.
+from a Ray worker holding the FSDP engine with the train worker's thread count, as the trainer does.
 
     python bench/sync.py [--pairs 4]
 
@@ -39,10 +39,11 @@ def main() -> int:
         cfg = load_config(compose("quickstart", overrides=[f"actor_rollout_ref.model.path={model}",
                                                            "data.train_files=unused", "data.val_files=''"]))
     rollout = cfg.actor_rollout_ref.rollout
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    threads = int(cfg.trainer.cpus_per_worker)  # the train worker's torch threads (app.trainer.launch)
+    ray.init(num_cpus=threads + int(rollout.cpus_per_replica + 0.999), include_dashboard=False, log_to_driver=False)
     try:
         deploy_rollout(rollout, model, "bench-sync", trust_remote_code=False, route_prefix=None)
-        syncer = Syncer.options(num_cpus=1).remote(str(model), cfg.actor_rollout_ref)
+        syncer = Syncer.options(num_cpus=threads).remote(str(model), cfg.actor_rollout_ref, threads)
         result = ray.get(syncer.run.remote(args.pairs))
     finally:
         from ray import serve
@@ -65,9 +66,13 @@ class Syncer:
     """Holds the actor's FSDP engine, built from the run's config as a train worker builds it, and syncs its merged
     weights to the rollout."""
 
-    def __init__(self, model: str, actor_rollout_ref) -> None:
+    def __init__(self, model: str, actor_rollout_ref, threads: int) -> None:
+        import torch
+
         from app.engine import make_engine
         from app.roles.factory import actor_engine_spec
+
+        torch.set_num_threads(threads)  # as many as make run's train worker merges with
 
         spec = actor_engine_spec(actor_rollout_ref.model, actor_rollout_ref.actor, device="cpu",
                                  rollout_n=actor_rollout_ref.rollout.n)
