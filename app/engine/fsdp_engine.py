@@ -122,6 +122,13 @@ class FSDPEngine(ShardedEngine):
             yield
 
     # ------------------------------------------------------------------ hooks of ShardedEngine
+    def _backward(self, loss: torch.Tensor, last_micro_batch: bool) -> None:
+        if dist.get_world_size() == 1:
+            # one rank: gathering is a copy (and cast) of the whole model per micro-batch; keep the gathered weights
+            # until the last micro-batch of the update has run its backward, then free them as usual
+            self._require_model().set_reshard_after_backward(last_micro_batch)
+        loss.backward()
+
     def _after_forward_only(self) -> None:
         # without a backward to follow, FSDP would keep the root's (and, on one rank, every layer's) gathered
         # compute-dtype copy alive; drop them

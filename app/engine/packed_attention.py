@@ -18,6 +18,8 @@ gradient at bf16 precision.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -37,9 +39,9 @@ def _segments_from_position_ids(position_ids: torch.Tensor) -> list[int]:
 
 
 class _FlashThenMathAttention(torch.autograd.Function):
-    """Attention of one sequence, ``q (1, H, Lq, d)``, ``k/v (1, KV, Lk, d)`` with ``H % KV == 0``: flash forward,
-    matmul backward (recomputing the probabilities in fp32 from q and k). ``allowed`` ``(Lq, Lk)`` bool says which
-    keys each query sees; None is plain causal (``Lq == Lk``)."""
+    """Attention of ``b`` sequences, ``q (b, H, Lq, d)``, ``k/v (b, KV, Lk, d)`` with ``H % KV == 0``: flash forward,
+    matmul backward (recomputing the probabilities in fp32 from q and k). ``allowed`` ``(Lq, Lk)`` or
+    ``(b, 1, Lq, Lk)`` bool says which keys each query sees; None is plain causal (``Lq == Lk``)."""
 
     @staticmethod
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
@@ -77,7 +79,7 @@ class _FlashThenMathAttention(torch.autograd.Function):
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, dropout_p: float,
                allowed: torch.Tensor | None = None) -> torch.Tensor:
-    """One sequence's attention ``(1, H, Lq, d)``: causal, or as ``allowed`` ``(Lq, Lk)`` says."""
+    """Attention ``(b, H, Lq, d)``: causal, or as ``allowed`` ``(Lq, Lk)`` / ``(b, 1, Lq, Lk)`` says."""
     if (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and dropout_p == 0.0
             and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         return _FlashThenMathAttention.apply(q, k, v, scale if scale is not None else q.shape[-1] ** -0.5, allowed)
@@ -91,29 +93,58 @@ def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: 
     return _attention(q, k, v, scale, dropout_p)
 
 
+@functools.lru_cache(maxsize=64)
+def _response_block(prompt_len: int, lengths: tuple[int, ...], device: torch.device):
+    """Index tensors that lay one prompt's responses, packed back to back, out as a padded batch and back.
+
+    Returns ``gather`` ``(n, Lmax)``: the packed position of each response token (padding repeats a real position,
+    whose copies are masked as keys and dropped as queries); ``unpad`` ``(sum(lengths),)``: where each
+    real token sits in the flattened ``(n * Lmax)`` batch; ``allowed`` ``(n, 1, Lmax, prompt_len + Lmax)``: response
+    token j sees the whole prompt and its own tokens 0..j, never padding. Cached: every layer asks for the same.
+    """
+    longest = max(lengths)
+    starts = torch.tensor([0, *lengths], device=device).cumsum(0)[:-1]
+    lens = torch.tensor(lengths, device=device)
+    step = torch.arange(longest, device=device)
+    real = step < lens[:, None]  # (n, Lmax)
+    gather = torch.where(real, starts[:, None] + step, starts[:, None].clamp(max=max(sum(lengths) - 1, 0)))
+    unpad = (torch.arange(len(lengths), device=device)[:, None] * longest + step).masked_select(real)
+    own = (step[None, :] <= step[:, None])[None] & real[:, None, :]  # (n, Lmax query, Lmax key)
+    allowed = torch.cat([torch.ones(len(lengths), longest, prompt_len, dtype=torch.bool, device=device), own], dim=2)
+    return gather, unpad, allowed[:, None]
+
+
 def _shared_prompt_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                              layout: tuple[tuple[int, tuple[int, ...]], ...], scale: float | None,
                              dropout_p: float) -> list[torch.Tensor]:
     """Attention for a row packed as ``[prompt][response 1]..[response n]`` per prompt (``layout``: the prompt
     length and the response lengths of each prompt, in packed order). The prompt attends causally to itself; each
     response to the whole prompt and causally to itself, never to its siblings, exactly as if it were packed
-    after its own copy of the prompt. The siblings' gradients meet in the one prompt computation."""
-    lengths = [n for prompt, responses in layout for n in (prompt, *responses)]
+    after its own copy of the prompt. The siblings' gradients meet in the one prompt computation.
+
+    A prompt's responses run as one padded batch ``(n, H, Lmax, d)`` against ``[prompt keys, own keys]``: one
+    attention call per prompt instead of one per response, whose fixed cost dominated at GRPO's short responses."""
+    lengths = [n for prompt, responses in layout for n in (prompt, sum(responses))]
     if sum(lengths) != query.shape[2]:
         raise ValueError(f"shared-prompt layout covers {sum(lengths)} tokens, the packed row has {query.shape[2]}")
     qs, ks, vs = query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2)
-    parts, i = [], 0
-    for prompt_len, responses in layout:
-        kp, vp = ks[i], vs[i]
-        parts.append(_causal_attention(qs[i], kp, vp, scale, dropout_p))
-        i += 1
-        for length in responses:
-            if length:
-                # row j (response token j) sees the prompt and response tokens 0..j: key column c <= j + prompt
-                allowed = torch.ones(length, prompt_len + length, dtype=torch.bool, device=query.device)
-                parts.append(_attention(qs[i], torch.cat([kp, ks[i]], dim=2), torch.cat([vp, vs[i]], dim=2), scale,
-                                        dropout_p, allowed.tril_(prompt_len)))
-            i += 1
+    parts = []
+    for i, (prompt_len, responses) in enumerate(layout):
+        qp, kp, vp, qr, kr, vr = qs[2 * i], ks[2 * i], vs[2 * i], qs[2 * i + 1], ks[2 * i + 1], vs[2 * i + 1]
+        parts.append(_causal_attention(qp, kp, vp, scale, dropout_p))
+        if not sum(responses):
+            continue
+        gather, unpad, allowed = _response_block(prompt_len, tuple(responses), query.device)
+        n, longest = gather.shape
+
+        def batched(x: torch.Tensor, prefix: torch.Tensor | None) -> torch.Tensor:
+            """(1, h, R, d) packed responses -> (n, h, Lmax, d), after ``prefix`` (1, h, P, d) when given."""
+            rows = x[0][:, gather].transpose(0, 1)
+            return rows if prefix is None else torch.cat([prefix.expand(n, -1, -1, -1), rows], dim=2)
+
+        out = _attention(batched(qr, None), batched(kr, kp), batched(vr, vp), scale, dropout_p, allowed)
+        heads, dim = out.shape[1], out.shape[3]
+        parts.append(out.transpose(0, 1).reshape(heads, n * longest, dim)[:, unpad].unsqueeze(0))
     return parts
 
 
