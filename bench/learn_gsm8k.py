@@ -1,7 +1,7 @@
 """GRPO on GSM8K for SmolLM2-135M-Instruct on this CPU, and greedy test accuracy before and after.
 
-    python bench/learn_gsm8k.py [--gsm8k-dir ../shared/data/gsm8k] [--steps 50] [--out outputs/learn_gsm8k]
-        [key=value training overrides ...]
+    python bench/learn_gsm8k.py [--gsm8k-dir ../shared/data/gsm8k] [--steps 65] [--arithmetic 2000]
+        [--eval-on test|heldout] [--out outputs/learn_gsm8k] [key=value training overrides ...]
 
 1. Evaluates the base model: greedy, at most 300 new tokens, on the first 200 GSM8K test items, scored strict (the
    number after `####`, verl's rule) and flexible (the last number). See bench/gsm8k_eval.py.

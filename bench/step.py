@@ -1,7 +1,8 @@
 """Per-phase time of one GRPO step on the reference CPU workload, through the real trainer (Ray Train + Serve + vLLM).
 
 Workload: SmolLM2-135M-Instruct, LoRA r=16 on all linear layers, 8 GSM8K prompts × 4 samples × 64 response tokens,
-KL loss `low_var_kl` at 0.04. Target on a 2-core machine: a whole step in at most 25 s.
+KL loss `low_var_kl` at 0.04. Target on a 2-core machine: a whole step in at most 17.5 s (a third of TRL 1.16's
+GRPOTrainer with bf16 and no gradient checkpointing: 54.8 s on a box with ~800 GFLOP/s bf16 matmuls).
 
     python bench/step.py [--gsm8k-dir ../shared/data/gsm8k] [--steps 4] [key=value overrides ...]
     python bench/step.py --compare-async [--steps 4]
@@ -23,6 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "bench"
+TARGET_S = 17.5
 PHASES = ["gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync", "step"]
 
 
@@ -90,7 +92,7 @@ def main() -> int:
     gen = statistics.mean(r["timing_s/gen"] for r in rest)
     print(f"rollout: {tokens / gen:.0f} generated tokens/s; whole step: "
           f"{statistics.mean(r['perf/throughput'] for r in rest):.0f} tokens/s (prompt+response)")
-    print(f"step time {step_mean:.1f} s against the 25 s target: {'met' if step_mean <= 25 else 'NOT met'}")
+    print(f"step time {step_mean:.1f} s against the {TARGET_S} s target: {'met' if step_mean <= TARGET_S else 'NOT met'}")
     return 0
 
 
