@@ -92,7 +92,8 @@ def main() -> int:
     gen = statistics.mean(r["timing_s/gen"] for r in rest)
     print(f"rollout: {tokens / gen:.0f} generated tokens/s; whole step: "
           f"{statistics.mean(r['perf/throughput'] for r in rest):.0f} tokens/s (prompt+response)")
-    print(f"step time {step_mean:.1f} s against the {TARGET_S} s target: {'met' if step_mean <= TARGET_S else 'NOT met'}")
+    verdict = "met" if step_mean <= TARGET_S else "NOT met"
+    print(f"step time {step_mean:.1f} s against the {TARGET_S} s target: {verdict}")
     return 0
 
 
