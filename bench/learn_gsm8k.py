@@ -66,19 +66,17 @@ def main() -> int:
     from app.import_model import import_model
 
     model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
-    data = args.out / "data"
-    subprocess.run([py, "-m", "app.prepare", "gsm8k", "--input", str(args.gsm8k_dir), "--output", str(data)],
-                   cwd=REPO, check=True)
-    train_files, eval_file = [data / "train.parquet"], args.gsm8k_dir / "test.jsonl"
+    data, source = args.out / "data", args.gsm8k_dir
     if args.eval_on == "heldout":
-        import pyarrow.parquet as pq
-
+        # split the JSONL itself, so training (prepared from the split folder) and evaluation read disjoint lines
+        source = data / "heldout_split"
+        source.mkdir(parents=True, exist_ok=True)
         lines = [line for line in (args.gsm8k_dir / "train.jsonl").read_text().splitlines() if line.strip()]
-        eval_file = data / "heldout.jsonl"
-        eval_file.write_text("\n".join(lines[-args.items:]) + "\n")
-        table = pq.read_table(train_files[0])
-        train_files = [data / "train_without_heldout.parquet"]
-        pq.write_table(table.slice(0, table.num_rows - args.items), train_files[0])
+        (source / "train.jsonl").write_text("\n".join(lines[:-args.items]) + "\n")
+        (source / "test.jsonl").write_text("\n".join(lines[-args.items:]) + "\n")
+    subprocess.run([py, "-m", "app.prepare", "gsm8k", "--input", str(source), "--output", str(data)],
+                   cwd=REPO, check=True)
+    train_files, eval_file = [data / "train.parquet"], source / "test.jsonl"
     if args.arithmetic:
         subprocess.run([py, "-m", "app.prepare", "arithmetic", "--output", str(data / "arithmetic"), "--train-size",
                         str(args.arithmetic), "--test-size", "1"], cwd=REPO, check=True)
