@@ -89,6 +89,9 @@ def with_absolute_paths(cfg: TrainerRunConfig) -> TrainerRunConfig:
 
 def worker_entry(loop_config: dict[str, Any]) -> None:
     """What each Ray Train worker runs."""
+    from app.engine.onednn_cache import bound_primitive_cache
+
+    bound_primitive_cache()  # before this process's first matmul, which is when oneDNN reads it
     import ray.train
     import torch
 

@@ -34,6 +34,7 @@ from app.trainer.step_metrics import batch_metrics, max_min_metrics
 from app.trainer.timing import PhaseTimer
 from app.trainer.validation import validate
 from app.trainer.weight_payload import rollout_payload
+from serve.memory import release_free_heap
 from serve.types import FullWeights
 
 
@@ -131,6 +132,8 @@ class RLTrainer(RunStateMixin):
             metrics["training/policy_version"] = float(self.version)
             metrics["training/epoch"] = float(self.train_loader.epoch)
             self._log(metrics, self.step)
+            # the step's activations, rollout batch and sync buffers are garbage now; glibc would keep their pages
+            release_free_heap()
 
     # ------------------------------------------------------------------ phases
     def collect_rollouts(self, timer: PhaseTimer) -> tuple[RolloutGroup, dict[str, float]]:
