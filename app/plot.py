@@ -3,6 +3,12 @@
 RUN_DIR is a run's `trainer.default_local_dir` (it holds `metrics.jsonl`) or a sweep folder whose sub-folders do.
 Panels: reward (train and validation), the validation means of the reward's extra fields (e.g. the arithmetic
 reward's `acc` and `formatted`), KL, entropy, response length and step time.
+
+The train reward is the mean score of every sample a step generated (`reward/score/mean`: all rounds, before dynamic
+sampling drops the groups that scored alike), drawn with its moving average. `critic/score/mean`, the batch that was
+trained on, is no measure of progress under dynamic sampling: the kept groups are the mixed ones by construction, so
+their mean stays middling while the policy improves. It is drawn only for runs that logged neither rule nor
+reward-model scores.
 """
 from __future__ import annotations
 
@@ -12,8 +18,12 @@ from pathlib import Path
 
 from app.trainer.tracking import read_metrics
 
+# the first of these a run logged is its train reward: rule rewards, a reward model, else the trained batch's score
+TRAIN_REWARD_KEYS = ("reward/score/mean", "reward/model/mean", "critic/score/mean")
+SMOOTH_STEPS = 5  # window of the train reward's moving average: a step's few prompts make single steps noisy
+
 PANELS = [
-    ("reward", [("critic/score/mean", "train"), ("val-core/reward/mean", "validation")]),
+    ("reward", None),  # the train reward (raw and smoothed) and validation: `_draw_reward`
     ("validation: reward fields", None),  # every `val-aux/<source>/<field>/mean` the run logged
     ("KL to reference", [("actor/kl_loss", "kl loss"), ("actor/reward_kl_penalty", "kl in reward")]),
     ("entropy", [("actor/entropy", "entropy")]),
@@ -30,6 +40,60 @@ def find_runs(root: Path) -> dict[str, Path]:
     if not runs:
         raise FileNotFoundError(f"{root}: no metrics.jsonl in it or below it (is it a run's trainer.default_local_dir?)")
     return runs
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean: entry i averages values[max(0, i - window + 1) : i + 1], so the first entries average fewer."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def train_reward_key(rows: list[dict]) -> str | None:
+    """The first of TRAIN_REWARD_KEYS that the run logged, or None."""
+    return next((key for key in TRAIN_REWARD_KEYS if any(key in r for r in rows)), None)
+
+
+def _points(rows: list[dict], key: str) -> tuple[list, list]:
+    pairs = [(r["step"], r[key]) for r in rows if key in r]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _draw_reward(ax, runs: dict[str, list[dict]]) -> bool:
+    drawn = False
+    for label, rows in runs.items():
+        prefix = "" if len(runs) == 1 else f"{label} "
+        key = train_reward_key(rows)
+        if key is not None:
+            xs, ys = _points(rows, key)
+            name = "train batch" if key == "critic/score/mean" else "train samples"
+            raw = ax.plot(xs, ys, alpha=0.3, linewidth=1, label=f"{prefix}{name}")[0]
+            ax.plot(xs, moving_average(ys, SMOOTH_STEPS), color=raw.get_color(), linewidth=2,
+                    label=f"{prefix}{name}, {SMOOTH_STEPS}-step mean")
+            drawn = True
+        xs, ys = _points(rows, "val-core/reward/mean")
+        if xs:
+            ax.plot(xs, ys, marker="o", markersize=3, label=f"{prefix}validation")
+            drawn = True
+    return drawn
+
+
+def _draw_series(ax, runs: dict[str, list[dict]], series: list[tuple[str, str]]) -> bool:
+    drawn = False
+    for label, rows in runs.items():
+        for key, name in series:
+            xs, ys = _points(rows, key)
+            if xs:
+                legend = name if len(runs) == 1 else f"{label} {name}"
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=legend)
+                drawn = True
+    return drawn
 
 
 def _reward_field_series(runs: dict[str, list[dict]]) -> list[tuple[str, str]]:
@@ -49,18 +113,10 @@ def plot_runs(root: Path, output: Path) -> Path:
     runs = {label: read_metrics(path) for label, path in find_runs(root).items()}
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
     for ax, (title, series) in zip(axes, PANELS):
-        if series is None:
-            series = _reward_field_series(runs)
-        drawn = False
-        for label, rows in runs.items():
-            for key, name in series:
-                points = [(r["step"], r[key]) for r in rows if key in r]
-                if not points:
-                    continue
-                xs, ys = zip(*points)
-                legend = name if len(runs) == 1 else f"{label} {name}"
-                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=legend)
-                drawn = True
+        if title == "reward":
+            drawn = _draw_reward(ax, runs)
+        else:
+            drawn = _draw_series(ax, runs, _reward_field_series(runs) if series is None else series)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

@@ -4,7 +4,8 @@ Rank 0 calls `publish_step_metrics(cfg, metrics, step)` from the loop's `_log` o
 tagged with the run: `project` (trainer.project_name) and `experiment` (trainer.experiment_name; sweep trials have
 their own). Prometheus names get Ray's `ray_` prefix, e.g. `ray_rayrl_val_reward_mean{project=..., experiment=...}`.
 
-    rayrl_reward_mean                  gauge      critic/score/mean (training reward)
+    rayrl_reward_mean                  gauge      critic/score/mean (training reward of the trained batch)
+    rayrl_sample_reward_mean           gauge      reward/score/mean (every sample generated, before filtering)
     rayrl_val_reward_mean              gauge      val-core/reward/mean (validation score)
     rayrl_step_seconds                 gauge      timing_s/step
     rayrl_step_duration_seconds        histogram  timing_s/step
@@ -32,6 +33,10 @@ TAG_KEYS = ("project", "experiment")
 # (metric name, description, metrics-dict key giving its value)
 GAUGES = (
     ("rayrl_reward_mean", "Mean training reward per sample (critic/score/mean)", "critic/score/mean"),
+    # under dynamic sampling the trained batch keeps only groups that scored unlike, so critic/score stays middling
+    # while the policy improves; this one is over every sample the step generated
+    ("rayrl_sample_reward_mean", "Mean score of every sample generated this step, before dynamic sampling drops "
+     "groups (reward/score/mean)", "reward/score/mean"),
     ("rayrl_val_reward_mean", "Mean validation reward (val-core/reward/mean)", "val-core/reward/mean"),
     ("rayrl_step_seconds", "Wall time of the last training step, s (timing_s/step)", "timing_s/step"),
     ("rayrl_rollout_tokens_per_second", "Response tokens generated per second of rollout",
@@ -51,7 +56,7 @@ def dashboard_values(metrics: dict[str, Any], step: int, samples_per_step: int) 
     `kl` from actor/kl_loss (KL in the loss) or actor/reward_kl_penalty (KL in the reward).
     """
     out: dict[str, float] = {"step": float(step)}
-    for key in ("critic/score/mean", "val-core/reward/mean", "timing_s/step", "timing_s/sync",
+    for key in ("critic/score/mean", "reward/score/mean", "val-core/reward/mean", "timing_s/step", "timing_s/sync",
                 "training/policy_version"):
         _put(out, key, metrics.get(key))
     _put(out, "kl", metrics.get("actor/kl_loss", metrics.get("actor/reward_kl_penalty")))

@@ -16,8 +16,9 @@ from urllib.parse import urlparse
 
 from app.config.loader import ConfigError
 
-_CONSOLE_KEYS = ("critic/score/mean", "val-core/reward/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
-                 "response_length/mean", "timing_s/step")
+# critic/score is the trained batch; reward/score every sample generated (they differ under dynamic sampling)
+_CONSOLE_KEYS = ("critic/score/mean", "reward/score/mean", "val-core/reward/mean", "actor/pg_loss", "actor/kl_loss",
+                 "actor/entropy", "response_length/mean", "timing_s/step")
 
 
 class MetricSink(Protocol):

@@ -1,7 +1,9 @@
 """`python -m app.plot` draws a run's curves and a sweep's trials, and names a folder without metrics."""
 import json
 
-from app.plot import _reward_field_series, find_runs, main
+import pytest
+
+from app.plot import _reward_field_series, find_runs, main, moving_average, train_reward_key
 
 
 def write_run(folder, rewards):
@@ -35,3 +37,21 @@ def test_reward_field_panel_lists_validation_fields_only():
              "val-aux/response_length/mean": 20.0, "reward/extra/acc/mean": 0.1}]
     assert _reward_field_series({"run": rows}) == [("val-aux/arithmetic/acc/mean", "arithmetic acc"),
                                                   ("val-aux/arithmetic/formatted/mean", "arithmetic formatted")]
+
+
+def test_moving_average_is_trailing_and_averages_fewer_at_the_start():
+    # window 3 over [0, 3, 6, 3, 0]: [0/1, 3/2, 9/3, 12/3, 9/3]
+    assert moving_average([0.0, 3.0, 6.0, 3.0, 0.0], 3) == [0.0, 1.5, 3.0, 4.0, 3.0]
+    assert moving_average([2.0, 4.0], 1) == [2.0, 4.0]
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        moving_average([1.0], 0)
+
+
+def test_train_reward_is_every_generated_sample_not_the_filtered_batch():
+    # with dynamic sampling the trained batch keeps only groups that scored unlike, so its mean (critic/score) stays
+    # middling while the policy improves; reward/score is over every sample generated in the step
+    rows = [{"step": 1, "critic/score/mean": 0.2, "reward/score/mean": 0.6}]
+    assert train_reward_key(rows) == "reward/score/mean"
+    assert train_reward_key([{"step": 1, "critic/score/mean": 0.2, "reward/model/mean": 0.4}]) == "reward/model/mean"
+    assert train_reward_key([{"step": 1, "critic/score/mean": 0.2}]) == "critic/score/mean"
+    assert train_reward_key([{"step": 1, "timing_s/step": 1.0}]) is None

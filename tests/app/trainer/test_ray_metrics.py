@@ -18,7 +18,7 @@ from support import free_port, kill_ray_under
 
 REPO = Path(__file__).resolve().parents[3]
 
-STEP_METRICS = {"critic/score/mean": 0.5, "val-core/reward/mean": 0.75, "timing_s/step": 3.0, "timing_s/gen": 2.0,
+STEP_METRICS = {"critic/score/mean": 0.5, "reward/score/mean": 0.625, "val-core/reward/mean": 0.75, "timing_s/step": 3.0, "timing_s/gen": 2.0,
                 "timing_s/sync": 0.25, "actor/kl_loss": 0.0125, "training/policy_version": 4.0,
                 "response_length/mean": 12.5}
 
@@ -30,6 +30,7 @@ def test_values_derive_rollout_tokens_per_second():
     assert values["perf/rollout_tokens_per_s"] == 100.0
     assert values["kl"] == 0.0125 and values["step"] == 4.0
     assert values["val-core/reward/mean"] == 0.75 and values["timing_s/sync"] == 0.25
+    assert values["critic/score/mean"] == 0.5 and values["reward/score/mean"] == 0.625  # trained batch, all samples
 
 
 def test_kl_in_the_reward_and_missing_or_non_finite_values():
@@ -126,6 +127,7 @@ def test_metrics_reach_the_prometheus_endpoint():
         assert published.wait(180), "".join(output[-30:])
 
         want = {"ray_rayrl_val_reward_mean": 0.75, "ray_rayrl_reward_mean": 0.5, "ray_rayrl_step_seconds": 3.0,
+                "ray_rayrl_sample_reward_mean": 0.625,
                 "ray_rayrl_rollout_tokens_per_second": 100.0,  # 12.5 tokens × 16 samples / 2.0 s
                 "ray_rayrl_weight_sync_seconds": 0.25, "ray_rayrl_kl": 0.0125, "ray_rayrl_policy_version": 4.0,
                 "ray_rayrl_training_step": 1.0, "ray_rayrl_steps_total": 1.0,  # the validation-only log is no step
