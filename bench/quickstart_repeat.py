@@ -1,0 +1,109 @@
+"""Runs `make run`'s training N times and prints each run's validation reward before and after, and how many met +0.30.
+
+One run of the quickstart says little about the next: vLLM's CPU sampling is not reproducible, so the curve after
+step 0 differs from run to run. This bench reruns the training of `make run` (`python -m app.train --config-name
+quickstart`) in fresh output folders, one after another, and prints a row per run, then the share of runs whose greedy
+validation reward rose by at least --target. The model and data must already be where `make run` puts them (run
+`make run` once first).
+
+    .venv/bin/python bench/quickstart_repeat.py [--runs 3] [--output-root outputs/quickstart_repeat] [key=value ...]
+
+Extra `key=value` arguments are Hydra overrides passed to every run. Writes `results.json` in the output root.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+VAL_KEY = "val-core/reward/mean"
+# what `make run` itself must have prepared; the bench does not import or prepare anything
+NEEDED = ("models/smollm2-135m-instruct", "data/arithmetic/train.parquet", "data/arithmetic/test.parquet")
+
+
+@dataclass
+class RunSummary:
+    first_step: int
+    last_step: int
+    before: float
+    after: float
+    curve: list[float]  # every validation reward, in step order
+    train_minutes: float  # the steps' own time (timing_s/step, validation included), not Ray's start-up
+
+    @property
+    def gain(self) -> float:
+        return self.after - self.before
+
+
+def summarize_run(metrics_path: Path) -> RunSummary:
+    """The validation curve and the summed step time of one run's metrics.jsonl. ValueError naming the file when it
+    holds fewer than two validations."""
+    from app.trainer.tracking import read_metrics
+
+    rows = read_metrics(metrics_path)
+    validations = sorted((r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r)
+    if len(validations) < 2:
+        raise ValueError(f"{metrics_path}: {len(validations)} rows with {VAL_KEY}; a before/after needs two "
+                         f"(trainer.val_before_train and trainer.test_freq)")
+    minutes = sum(r.get("timing_s/step", 0.0) for r in rows) / 60
+    return RunSummary(first_step=validations[0][0], last_step=validations[-1][0], before=validations[0][1],
+                      after=validations[-1][1], curve=[v for _, v in validations], train_minutes=minutes)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--target", type=float, default=0.30, help="the gain a run must reach")
+    parser.add_argument("--output-root", type=Path, default=REPO / "outputs" / "quickstart_repeat")
+    args, overrides = parser.parse_known_args()
+    missing = [p for p in NEEDED if not (REPO / p).exists()]
+    if missing:
+        print(f"error: {', '.join(missing)} not found under {REPO}: run `make run` once first", file=sys.stderr)
+        return 2
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        print(f"error: {bad[0]!r} is neither an option of this bench nor a key=value override", file=sys.stderr)
+        return 2
+    results = []
+    for i in range(args.runs):
+        out = args.output_root / f"run_{i}"
+        if out.exists():
+            print(f"error: {out} exists; pick another --output-root so no earlier run is overwritten", file=sys.stderr)
+            return 2
+        cmd = [sys.executable, "-m", "app.train", "--config-name", "quickstart", f"trainer.default_local_dir={out}",
+               f"trainer.experiment_name=quickstart_repeat_{i}", *overrides]
+        start = time.monotonic()
+        log = args.output_root / f"run_{i}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as f:
+            code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode
+        wall = (time.monotonic() - start) / 60
+        if code != 0:
+            print(f"run {i} failed (exit code {code}); its log: {log}", file=sys.stderr)
+            return 1
+        run = summarize_run(out / "metrics.jsonl")
+        results.append({"run": i, **asdict(run), "gain": run.gain, "wall_minutes": wall})
+        curve = ", ".join(f"{v:.3f}" for v in run.curve)
+        print(f"run {i}: validation reward {run.before:.3f} at step {run.first_step} -> {run.after:.3f} at step "
+              f"{run.last_step} ({run.gain:+.3f}); curve {curve}; {run.train_minutes:.1f} min of steps, "
+              f"{wall:.1f} min in all", flush=True)
+    gains = [r["gain"] for r in results]
+    met = sum(g >= args.target for g in gains)
+    minutes = ", ".join(f"{r['train_minutes']:.1f}" for r in results)
+    print(f"{met} of {len(gains)} runs gained at least {args.target:+.2f}: gains "
+          f"{', '.join(f'{g:+.3f}' for g in gains)} (median {statistics.median(gains):+.3f}); minutes of steps {minutes}")
+    (args.output_root / "results.json").write_text(json.dumps({"overrides": overrides, "target": args.target,
+                                                                "runs": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

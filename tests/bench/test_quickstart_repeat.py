@@ -1,0 +1,43 @@
+"""bench/quickstart_repeat.py reads a run's before/after validation reward and its minutes of steps."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "quickstart_repeat.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("quickstart_repeat", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_metrics(path: Path, rows: list[dict]) -> Path:
+    # written out of step order: the summary must not depend on the file's order
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_summary_takes_the_first_and_last_validation_and_sums_step_time(tmp_path):
+    bench = load_bench()
+    rows = [{"step": 2, "timing_s/step": 30.0, "val-core/reward/mean": 0.45},
+            {"step": 0, "val-core/reward/mean": 0.2},
+            {"step": 1, "timing_s/step": 60.0, "val-core/reward/mean": 0.3},
+            {"step": 3, "timing_s/step": 30.0, "val-core/reward/mean": 0.55}]
+    run = bench.summarize_run(write_metrics(tmp_path / "metrics.jsonl", rows))
+    assert (run.first_step, run.last_step) == (0, 3)
+    assert run.curve == [0.2, 0.3, 0.45, 0.55]
+    assert run.gain == pytest.approx(0.35)
+    assert run.train_minutes == pytest.approx(2.0)  # (60 + 30 + 30) s; step 0 is validation before training
+
+
+def test_a_run_without_a_before_and_after_is_named(tmp_path):
+    bench = load_bench()
+    path = write_metrics(tmp_path / "metrics.jsonl", [{"step": 1, "timing_s/step": 3.0, "val-core/reward/mean": 0.2}])
+    with pytest.raises(ValueError, match="metrics.jsonl: 1 rows with val-core/reward/mean"):
+        bench.summarize_run(path)
