@@ -58,26 +58,30 @@ def summarize_run(metrics_path: Path) -> RunSummary:
                       after=validations[-1][1], curve=[v for _, v in validations], train_minutes=minutes)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--target", type=float, default=0.30, help="the gain a run must reach")
     parser.add_argument("--output-root", type=Path, default=REPO / "outputs" / "quickstart_repeat")
-    args, overrides = parser.parse_known_args()
-    missing = [p for p in NEEDED if not (REPO / p).exists()]
-    if missing:
-        print(f"error: {', '.join(missing)} not found under {REPO}: run `make run` once first", file=sys.stderr)
-        return 2
+    args, overrides = parser.parse_known_args(argv)
     bad = [o for o in overrides if "=" not in o]
     if bad:
         print(f"error: {bad[0]!r} is neither an option of this bench nor a key=value override", file=sys.stderr)
         return 2
+    if args.runs < 1:
+        print(f"error: --runs must be >= 1, got {args.runs}", file=sys.stderr)
+        return 2
+    taken = [args.output_root / f"run_{i}" for i in range(args.runs) if (args.output_root / f"run_{i}").exists()]
+    if taken:  # refused before any run starts, so no earlier run is overwritten
+        print(f"error: {taken[0]} exists; pick another --output-root", file=sys.stderr)
+        return 2
+    missing = [p for p in NEEDED if not (REPO / p).exists()]
+    if missing:
+        print(f"error: {', '.join(missing)} not found under {REPO}: run `make run` once first", file=sys.stderr)
+        return 2
     results = []
     for i in range(args.runs):
         out = args.output_root / f"run_{i}"
-        if out.exists():
-            print(f"error: {out} exists; pick another --output-root so no earlier run is overwritten", file=sys.stderr)
-            return 2
         cmd = [sys.executable, "-m", "app.train", "--config-name", "quickstart", f"trainer.default_local_dir={out}",
                f"trainer.experiment_name=quickstart_repeat_{i}", *overrides]
         start = time.monotonic()

@@ -41,3 +41,15 @@ def test_a_run_without_a_before_and_after_is_named(tmp_path):
     path = write_metrics(tmp_path / "metrics.jsonl", [{"step": 1, "timing_s/step": 3.0, "val-core/reward/mean": 0.2}])
     with pytest.raises(ValueError, match="metrics.jsonl: 1 rows with val-core/reward/mean"):
         bench.summarize_run(path)
+
+
+def test_bad_arguments_are_refused_before_any_run(tmp_path, capsys):
+    bench = load_bench()
+    assert bench.main(["--runs", "0", "--output-root", str(tmp_path)]) == 2
+    assert "--runs must be >= 1, got 0" in capsys.readouterr().err
+    assert bench.main(["--bogus", "--output-root", str(tmp_path)]) == 2
+    assert "'--bogus' is neither an option of this bench nor a key=value override" in capsys.readouterr().err
+    (tmp_path / "run_1").mkdir()  # the second run's folder: refused before the first run trains
+    assert bench.main(["--runs", "2", "--output-root", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'run_1'} exists" in capsys.readouterr().err
+    assert not (tmp_path / "run_0").exists()
