@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from app.trainer.tracking import read_metrics
@@ -21,15 +22,6 @@ from app.trainer.tracking import read_metrics
 # the first of these a run logged is its train reward: rule rewards, a reward model, else the trained batch's score
 TRAIN_REWARD_KEYS = ("reward/score/mean", "reward/model/mean", "critic/score/mean")
 SMOOTH_STEPS = 5  # window of the train reward's moving average: a step's few prompts make single steps noisy
-
-PANELS = [
-    ("reward", None),  # the train reward (raw and smoothed) and validation: `_draw_reward`
-    ("validation: reward fields", None),  # every `val-aux/<source>/<field>/mean` the run logged
-    ("KL to reference", [("actor/kl_loss", "kl loss"), ("actor/reward_kl_penalty", "kl in reward")]),
-    ("entropy", [("actor/entropy", "entropy")]),
-    ("response length", [("response_length/mean", "mean tokens")]),
-    ("step time (s)", [("timing_s/step", "step")]),
-]
 
 
 def find_runs(root: Path) -> dict[str, Path]:
@@ -65,21 +57,25 @@ def _points(rows: list[dict], key: str) -> tuple[list, list]:
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
+def _legend(runs: dict[str, list[dict]], label: str, name: str) -> str:
+    return name if len(runs) == 1 else f"{label} {name}"
+
+
 def _draw_reward(ax, runs: dict[str, list[dict]]) -> bool:
+    """The train reward (raw and its moving average) and validation."""
     drawn = False
     for label, rows in runs.items():
-        prefix = "" if len(runs) == 1 else f"{label} "
         key = train_reward_key(rows)
         if key is not None:
             xs, ys = _points(rows, key)
             name = "train batch" if key == "critic/score/mean" else "train samples"
-            raw = ax.plot(xs, ys, alpha=0.3, linewidth=1, label=f"{prefix}{name}")[0]
+            raw = ax.plot(xs, ys, alpha=0.3, linewidth=1, label=_legend(runs, label, name))[0]
             ax.plot(xs, moving_average(ys, SMOOTH_STEPS), color=raw.get_color(), linewidth=2,
-                    label=f"{prefix}{name}, {SMOOTH_STEPS}-step mean")
+                    label=_legend(runs, label, f"{name}, {SMOOTH_STEPS}-step mean"))
             drawn = True
         xs, ys = _points(rows, "val-core/reward/mean")
         if xs:
-            ax.plot(xs, ys, marker="o", markersize=3, label=f"{prefix}validation")
+            ax.plot(xs, ys, marker="o", markersize=3, label=_legend(runs, label, "validation"))
             drawn = True
     return drawn
 
@@ -90,8 +86,7 @@ def _draw_series(ax, runs: dict[str, list[dict]], series: list[tuple[str, str]])
         for key, name in series:
             xs, ys = _points(rows, key)
             if xs:
-                legend = name if len(runs) == 1 else f"{label} {name}"
-                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=legend)
+                ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=_legend(runs, label, name))
                 drawn = True
     return drawn
 
@@ -104,6 +99,22 @@ def _reward_field_series(runs: dict[str, list[dict]]) -> list[tuple[str, str]]:
     return [(k, " ".join(k.split("/")[1:3])) for k in sorted(keys)]
 
 
+def _draw_reward_fields(ax, runs: dict[str, list[dict]]) -> bool:
+    return _draw_series(ax, runs, _reward_field_series(runs))
+
+
+# (title, draw(ax, runs) -> whether anything was drawn)
+PANELS = [
+    ("reward", _draw_reward),
+    ("validation: reward fields", _draw_reward_fields),  # every `val-aux/<source>/<field>/mean` the run logged
+    ("KL to reference", partial(_draw_series, series=[("actor/kl_loss", "kl loss"),
+                                                      ("actor/reward_kl_penalty", "kl in reward")])),
+    ("entropy", partial(_draw_series, series=[("actor/entropy", "entropy")])),
+    ("response length", partial(_draw_series, series=[("response_length/mean", "mean tokens")])),
+    ("step time (s)", partial(_draw_series, series=[("timing_s/step", "step")])),
+]
+
+
 def plot_runs(root: Path, output: Path) -> Path:
     import matplotlib
 
@@ -112,11 +123,8 @@ def plot_runs(root: Path, output: Path) -> Path:
 
     runs = {label: read_metrics(path) for label, path in find_runs(root).items()}
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
-    for ax, (title, series) in zip(axes, PANELS):
-        if title == "reward":
-            drawn = _draw_reward(ax, runs)
-        else:
-            drawn = _draw_series(ax, runs, _reward_field_series(runs) if series is None else series)
+    for ax, (title, draw) in zip(axes, PANELS):
+        drawn = draw(ax, runs)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

@@ -48,8 +48,8 @@ def summarize_run(metrics_path: Path) -> RunSummary:
     holds fewer than two validations."""
     from app.trainer.tracking import read_metrics
 
-    rows = read_metrics(metrics_path)
-    validations = sorted((r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r)
+    rows = read_metrics(metrics_path)  # in step order
+    validations = [(r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r]
     if len(validations) < 2:
         raise ValueError(f"{metrics_path}: {len(validations)} rows with {VAL_KEY}; a before/after needs two "
                          f"(trainer.val_before_train and trainer.test_freq)")
