@@ -1,7 +1,7 @@
 """GRPO on GSM8K for SmolLM2-135M-Instruct on this CPU, and greedy test accuracy before and after.
 
     python bench/learn_gsm8k.py [--gsm8k-dir ../shared/data/gsm8k] [--steps 65] [--arithmetic 2000]
-        [--eval-on test|heldout] [--out outputs/learn_gsm8k] [key=value training overrides ...]
+        [--eval-on test|heldout] [--max-calc-steps K] [--out outputs/learn_gsm8k] [key=value training overrides ...]
 
 1. Evaluates the base model: greedy, at most 300 new tokens, on the first 200 GSM8K test items, scored strict (the
    number after `####`, verl's rule) and flexible (the last number). See bench/gsm8k_eval.py.
@@ -47,6 +47,34 @@ TRAINING = [
 ]
 
 
+def easy_problems(lines: list[str], max_calc_steps: int) -> list[str]:
+    """The GSM8K JSONL lines whose reference solution annotates at most `max_calc_steps` calculations (`<<a*b=c>>`).
+
+    A curriculum lever: the untrained model's samples are right about 2% of the time even on problems of at most two
+    calculations, and less often on longer ones, where almost every group scores alike and carries no GRPO signal.
+    """
+    return [line for line in lines if json.loads(line)["answer"].count("<<") <= max_calc_steps]
+
+
+def write_gsm8k_source(gsm8k_dir: Path, source: Path, eval_on: str, items: int,
+                       max_calc_steps: int | None) -> tuple[int, int]:
+    """Write `source`/train.jsonl (the training problems kept) and `source`/test.jsonl (the evaluation items).
+
+    eval_on="heldout" splits the training JSONL itself, so training and evaluation read disjoint lines; "test" copies
+    the test file. Returns (training problems kept, training problems before the `max_calc_steps` filter).
+    """
+    source.mkdir(parents=True, exist_ok=True)
+    lines = [line for line in (gsm8k_dir / "train.jsonl").read_text().splitlines() if line.strip()]
+    if eval_on == "heldout":
+        lines, eval_lines = lines[:-items], lines[-items:]
+    else:
+        eval_lines = [line for line in (gsm8k_dir / "test.jsonl").read_text().splitlines() if line.strip()]
+    train_lines = lines if max_calc_steps is None else easy_problems(lines, max_calc_steps)
+    (source / "train.jsonl").write_text("\n".join(train_lines) + "\n")
+    (source / "test.jsonl").write_text("\n".join(eval_lines) + "\n")
+    return len(train_lines), len(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gsm8k-dir", type=Path, default=REPO.parent / "shared" / "data" / "gsm8k")
@@ -59,6 +87,9 @@ def main() -> int:
                         help="built-in arithmetic problems mixed into the training set (0: GSM8K alone)")
     parser.add_argument("--eval-on", choices=("test", "heldout"), default="test",
                         help="heldout: the last --items training problems, left out of training (to compare settings)")
+    parser.add_argument("--max-calc-steps", type=int,
+                        help="train only on the GSM8K problems whose reference solution has at most this many <<a=b>> "
+                             "calculations (default: all; the evaluation items are never filtered)")
     parser.add_argument("overrides", nargs="*", help="extra training overrides, e.g. actor_rollout_ref.rollout.n=4")
     args = parser.parse_args()
     py = sys.executable
@@ -66,14 +97,10 @@ def main() -> int:
     from app.import_model import import_model
 
     model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
-    data, source = args.out / "data", args.gsm8k_dir
-    if args.eval_on == "heldout":
-        # split the JSONL itself, so training (prepared from the split folder) and evaluation read disjoint lines
-        source = data / "heldout_split"
-        source.mkdir(parents=True, exist_ok=True)
-        lines = [line for line in (args.gsm8k_dir / "train.jsonl").read_text().splitlines() if line.strip()]
-        (source / "train.jsonl").write_text("\n".join(lines[:-args.items]) + "\n")
-        (source / "test.jsonl").write_text("\n".join(lines[-args.items:]) + "\n")
+    data = args.out / "data"
+    source = data / "gsm8k_source"
+    kept, total = write_gsm8k_source(args.gsm8k_dir, source, args.eval_on, args.items, args.max_calc_steps)
+    print(f"GSM8K training problems: {kept} of {total}")
     subprocess.run([py, "-m", "app.prepare", "gsm8k", "--input", str(source), "--output", str(data)],
                    cwd=REPO, check=True)
     train_files, eval_file = [data / "train.parquet"], source / "test.jsonl"
@@ -103,7 +130,8 @@ def main() -> int:
     subprocess.run([py, "-m", "app.plot", str(run_dir), "--output", str(args.out / "curves.png")], cwd=REPO,
                    check=True)
     results = {"eval_on": args.eval_on, "before": before, "after": after, "train_minutes": train_minutes,
-               "steps": args.steps,
+               "steps": args.steps, "max_calc_steps": args.max_calc_steps,
+               "training_problems": kept,
                "training_overrides": training[:len(TRAINING)] + list(args.overrides)}
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     which = f"first {args.items} test" if args.eval_on == "test" else f"last {args.items} training (held out)"

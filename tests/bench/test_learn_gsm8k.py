@@ -1,0 +1,57 @@
+"""bench/learn_gsm8k.py trains on the GSM8K problems with few calculations; the evaluation items are never filtered."""
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "learn_gsm8k.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("learn_gsm8k", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def line(question: str, answer: str) -> str:
+    return json.dumps({"question": question, "answer": answer})
+
+
+def test_easy_problems_keeps_solutions_with_at_most_k_calculations_in_file_order():
+    bench = load_bench()
+    zero = line("How many legs has a cat?", "A cat has 4 legs.\n#### 4")
+    two = line("q2", "She sold 48/2 = <<48/2=24>>24 in May and 48+24 = <<48+24=72>>72 in all.\n#### 72")
+    three = line("q3", "<<2*3=6>>6, then <<6+1=7>>7, then <<7*2=14>>14\n#### 14")
+    one = line("q1", "He earns 12/60 = <<12/60=0.2>>0.2 a minute.\n#### 10")
+    lines = [three, zero, two, one]
+    assert bench.easy_problems(lines, 2) == [zero, two, one]  # the three-calculation problem is the one dropped
+    assert bench.easy_problems(lines, 0) == [zero]
+    assert bench.easy_problems(lines, 3) == lines
+
+
+def write_gsm8k(folder: Path, train: list[str], test: list[str]) -> Path:
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("\n".join(train) + "\n\n")  # a blank last line, as files often end
+    (folder / "test.jsonl").write_text("\n".join(test) + "\n")
+    return folder
+
+
+def test_heldout_items_are_the_last_training_lines_and_never_trained_on(tmp_path):
+    bench = load_bench()
+    train = [line(f"t{i}", f"<<1+{i}={1 + i}>>{1 + i}\n#### {1 + i}") for i in range(5)]
+    hard = line("hard", "<<1+1=2>>2 <<2+1=3>>3 <<3+1=4>>4\n#### 4")
+    gsm8k = write_gsm8k(tmp_path / "gsm8k", [hard, *train], [line("test", "#### 1")])
+    source = tmp_path / "source"
+    assert bench.write_gsm8k_source(gsm8k, source, "heldout", 2, max_calc_steps=1) == (3, 4)
+    assert (source / "test.jsonl").read_text().splitlines() == train[3:]
+    assert (source / "train.jsonl").read_text().splitlines() == train[:3]  # `hard` filtered, the held-out 2 left out
+
+
+def test_test_items_are_copied_whole_whatever_the_training_filter(tmp_path):
+    bench = load_bench()
+    hard_test = line("hard test", "<<1+1=2>>2 <<2+1=3>>3 <<3+1=4>>4\n#### 4")
+    gsm8k = write_gsm8k(tmp_path / "gsm8k", [line("t", "#### 1")], [hard_test, line("easy test", "#### 2")])
+    source = tmp_path / "source"
+    assert bench.write_gsm8k_source(gsm8k, source, "test", 200, max_calc_steps=0) == (1, 1)
+    assert (source / "test.jsonl").read_text().splitlines() == [hard_test, line("easy test", "#### 2")]
+    assert (source / "train.jsonl").read_text().splitlines() == [line("t", "#### 1")]
