@@ -100,6 +100,9 @@ def main() -> int:
     data = args.out / "data"
     source = data / "gsm8k_source"
     kept, total = write_gsm8k_source(args.gsm8k_dir, source, args.eval_on, args.items, args.max_calc_steps)
+    if not kept:
+        parser.error(f"--max-calc-steps {args.max_calc_steps} leaves none of the {total} training problems of "
+                     f"{args.gsm8k_dir / 'train.jsonl'}")
     print(f"GSM8K training problems: {kept} of {total}")
     subprocess.run([py, "-m", "app.prepare", "gsm8k", "--input", str(source), "--output", str(data)],
                    cwd=REPO, check=True)
