@@ -61,7 +61,8 @@ def write_gsm8k_source(gsm8k_dir: Path, source: Path, eval_on: str, items: int,
     """Write `source`/train.jsonl (the training problems kept) and `source`/test.jsonl (the evaluation items).
 
     eval_on="heldout" splits the training JSONL itself, so training and evaluation read disjoint lines; "test" copies
-    the test file. Returns (training problems kept, training problems before the `max_calc_steps` filter).
+    the test file. Returns (training problems kept, training problems before the `max_calc_steps` filter); a filter
+    that keeps none is refused with a ValueError naming the file.
     """
     source.mkdir(parents=True, exist_ok=True)
     lines = [line for line in (gsm8k_dir / "train.jsonl").read_text().splitlines() if line.strip()]
@@ -70,6 +71,9 @@ def write_gsm8k_source(gsm8k_dir: Path, source: Path, eval_on: str, items: int,
     else:
         eval_lines = [line for line in (gsm8k_dir / "test.jsonl").read_text().splitlines() if line.strip()]
     train_lines = lines if max_calc_steps is None else easy_problems(lines, max_calc_steps)
+    if not train_lines:
+        raise ValueError(f"--max-calc-steps {max_calc_steps} leaves none of the {len(lines)} training problems of "
+                         f"{gsm8k_dir / 'train.jsonl'}")
     (source / "train.jsonl").write_text("\n".join(train_lines) + "\n")
     (source / "test.jsonl").write_text("\n".join(eval_lines) + "\n")
     return len(train_lines), len(lines)
@@ -99,10 +103,10 @@ def main() -> int:
     model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
     data = args.out / "data"
     source = data / "gsm8k_source"
-    kept, total = write_gsm8k_source(args.gsm8k_dir, source, args.eval_on, args.items, args.max_calc_steps)
-    if not kept:
-        parser.error(f"--max-calc-steps {args.max_calc_steps} leaves none of the {total} training problems of "
-                     f"{args.gsm8k_dir / 'train.jsonl'}")
+    try:
+        kept, total = write_gsm8k_source(args.gsm8k_dir, source, args.eval_on, args.items, args.max_calc_steps)
+    except ValueError as err:
+        parser.error(str(err))
     print(f"GSM8K training problems: {kept} of {total}")
     subprocess.run([py, "-m", "app.prepare", "gsm8k", "--input", str(source), "--output", str(data)],
                    cwd=REPO, check=True)
