@@ -50,8 +50,8 @@ TRAINING = [
 def easy_problems(lines: list[str], max_calc_steps: int) -> list[str]:
     """The GSM8K JSONL lines whose reference solution annotates at most `max_calc_steps` calculations (`<<a*b=c>>`).
 
-    A curriculum lever: the untrained model's samples are right about 2% of the time even on problems of at most two
-    calculations, and less often on longer ones, where almost every group scores alike and carries no GRPO signal.
+    A curriculum lever. On SmolLM2-135M it hardly changes the signal (README): the untrained model's samples at 0.7 are
+    strict-right 0.6% of the time on the problems of at most two calculations, against 0.5% on all of them.
     """
     return [line for line in lines if json.loads(line)["answer"].count("<<") <= max_calc_steps]
 
@@ -61,11 +61,15 @@ def write_gsm8k_source(gsm8k_dir: Path, source: Path, eval_on: str, items: int,
     """Write `source`/train.jsonl (the training problems kept) and `source`/test.jsonl (the evaluation items).
 
     eval_on="heldout" splits the training JSONL itself, so training and evaluation read disjoint lines; "test" copies
-    the test file. Returns (training problems kept, training problems before the `max_calc_steps` filter); a filter
-    that keeps none is refused with a ValueError naming the file.
+    the test file. Returns (training problems kept, training problems before the `max_calc_steps` filter). A malformed
+    training row, or a filter that keeps none, is refused with a ValueError naming the file (and the line).
     """
+    from app.data.gsm8k_task import gsm8k_rows
+
+    path = gsm8k_dir / "train.jsonl"
+    gsm8k_rows(str(path), "train")  # a bad row is named by file and line (a DataError) before anything is written
     source.mkdir(parents=True, exist_ok=True)
-    lines = [line for line in (gsm8k_dir / "train.jsonl").read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
     if eval_on == "heldout":
         lines, eval_lines = lines[:-items], lines[-items:]
     else:
@@ -73,7 +77,7 @@ def write_gsm8k_source(gsm8k_dir: Path, source: Path, eval_on: str, items: int,
     train_lines = lines if max_calc_steps is None else easy_problems(lines, max_calc_steps)
     if not train_lines:
         raise ValueError(f"--max-calc-steps {max_calc_steps} leaves none of the {len(lines)} training problems of "
-                         f"{gsm8k_dir / 'train.jsonl'}")
+                         f"{path}")
     (source / "train.jsonl").write_text("\n".join(train_lines) + "\n")
     (source / "test.jsonl").write_text("\n".join(eval_lines) + "\n")
     return len(train_lines), len(lines)
