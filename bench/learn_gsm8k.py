@@ -104,14 +104,14 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from app.import_model import import_model
 
-    model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
     data = args.out / "data"
     source = data / "gsm8k_source"
-    try:
+    try:  # bad data is refused before the model import and the evaluation
         kept, total = write_gsm8k_source(args.gsm8k_dir, source, args.eval_on, args.items, args.max_calc_steps)
     except ValueError as err:
         parser.error(str(err))
     print(f"GSM8K training problems: {kept} of {total}")
+    model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
     subprocess.run([py, "-m", "app.prepare", "gsm8k", "--input", str(source), "--output", str(data)],
                    cwd=REPO, check=True)
     train_files, eval_file = [data / "train.parquet"], source / "test.jsonl"
