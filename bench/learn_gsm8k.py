@@ -56,28 +56,34 @@ def easy_problems(lines: list[str], max_calc_steps: int) -> list[str]:
     return [line for line in lines if json.loads(line)["answer"].count("<<") <= max_calc_steps]
 
 
+def checked_lines(path: Path, split: str) -> list[str]:
+    """The non-blank lines of a GSM8K JSONL file, after the project's reader has checked every row: a bad one is named
+    by file and line (a DataError) before anything is written."""
+    from app.data.gsm8k_task import gsm8k_rows
+
+    gsm8k_rows(str(path), split)
+    return [line for line in path.read_text().splitlines() if line.strip()]
+
+
 def write_gsm8k_source(gsm8k_dir: Path, source: Path, eval_on: str, items: int,
                        max_calc_steps: int | None) -> tuple[int, int]:
     """Write `source`/train.jsonl (the training problems kept) and `source`/test.jsonl (the evaluation items).
 
     eval_on="heldout" splits the training JSONL itself, so training and evaluation read disjoint lines; "test" copies
     the test file. Returns (training problems kept, training problems before the `max_calc_steps` filter). A malformed
-    training row, or a filter that keeps none, is refused with a ValueError naming the file (and the line).
+    row (training or test), or a filter that keeps none, is refused with a ValueError naming the file (and the line).
     """
-    from app.data.gsm8k_task import gsm8k_rows
-
     path = gsm8k_dir / "train.jsonl"
-    gsm8k_rows(str(path), "train")  # a bad row is named by file and line (a DataError) before anything is written
-    source.mkdir(parents=True, exist_ok=True)
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines = checked_lines(path, "train")
     if eval_on == "heldout":
         lines, eval_lines = lines[:-items], lines[-items:]
     else:
-        eval_lines = [line for line in (gsm8k_dir / "test.jsonl").read_text().splitlines() if line.strip()]
+        eval_lines = checked_lines(gsm8k_dir / "test.jsonl", "test")
     train_lines = lines if max_calc_steps is None else easy_problems(lines, max_calc_steps)
     if not train_lines:
         raise ValueError(f"--max-calc-steps {max_calc_steps} leaves none of the {len(lines)} training problems of "
                          f"{path}")
+    source.mkdir(parents=True, exist_ok=True)
     (source / "train.jsonl").write_text("\n".join(train_lines) + "\n")
     (source / "test.jsonl").write_text("\n".join(eval_lines) + "\n")
     return len(train_lines), len(lines)
@@ -106,12 +112,11 @@ def main() -> int:
 
     data = args.out / "data"
     source = data / "gsm8k_source"
-    try:  # bad data is refused before the model import and the evaluation
+    try:  # bad data is refused before anything runs
         kept, total = write_gsm8k_source(args.gsm8k_dir, source, args.eval_on, args.items, args.max_calc_steps)
     except ValueError as err:
         parser.error(str(err))
     print(f"GSM8K training problems: {kept} of {total}")
-    model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
     subprocess.run([py, "-m", "app.prepare", "gsm8k", "--input", str(source), "--output", str(data)],
                    cwd=REPO, check=True)
     train_files, eval_file = [data / "train.parquet"], source / "test.jsonl"
@@ -119,6 +124,7 @@ def main() -> int:
         subprocess.run([py, "-m", "app.prepare", "arithmetic", "--output", str(data / "arithmetic"), "--train-size",
                         str(args.arithmetic), "--test-size", "1"], cwd=REPO, check=True)
         train_files.append(data / "arithmetic" / "train.parquet")
+    model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
 
     def evaluate(model_dir: Path, name: str) -> dict:
         out = args.out / f"eval_{name}.json"

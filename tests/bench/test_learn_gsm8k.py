@@ -66,10 +66,14 @@ def test_a_filter_that_keeps_no_training_problem_is_refused_naming_the_file(tmp_
         bench.write_gsm8k_source(gsm8k, tmp_path / "source", "test", 200, max_calc_steps=0)
 
 
-def test_a_malformed_training_row_is_named_by_file_and_line_before_anything_is_written(tmp_path):
+def test_a_malformed_row_is_named_by_its_file_and_line_before_anything_is_written(tmp_path):
     bench = load_bench()
     gsm8k = write_gsm8k(tmp_path / "gsm8k", [line("t", "#### 1"), '{"question": "no answer"'], [line("x", "#### 1")])
     source = tmp_path / "source"
     with pytest.raises(ValueError, match=r"gsm8k/train\.jsonl line 2"):
         bench.write_gsm8k_source(gsm8k, source, "test", 200, max_calc_steps=2)
+    assert not source.exists()
+    gsm8k = write_gsm8k(tmp_path / "gsm8k_bad_test", [line("t", "#### 1")], ['{"question": "no answer"}'])
+    with pytest.raises(ValueError, match=r"gsm8k_bad_test/test\.jsonl line 1: missing answer"):
+        bench.write_gsm8k_source(gsm8k, source, "test", 200, max_calc_steps=None)
     assert not source.exists()
