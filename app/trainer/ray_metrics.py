@@ -47,6 +47,8 @@ GAUGES = (
      "training/policy_version"),
     ("rayrl_training_step", "The training step last logged", "step"),
 )
+# the GAUGES keys that dashboard_values computes; every other key is read from the step's metrics as it is
+DERIVED = ("step", "kl", "perf/rollout_tokens_per_s")
 
 
 def dashboard_values(metrics: dict[str, Any], step: int, samples_per_step: int) -> dict[str, float]:
@@ -56,9 +58,9 @@ def dashboard_values(metrics: dict[str, Any], step: int, samples_per_step: int) 
     `kl` from actor/kl_loss (KL in the loss) or actor/reward_kl_penalty (KL in the reward).
     """
     out: dict[str, float] = {"step": float(step)}
-    for key in ("critic/score/mean", "reward/score/mean", "val-core/reward/mean", "timing_s/step", "timing_s/sync",
-                "training/policy_version"):
-        _put(out, key, metrics.get(key))
+    for _, _, key in GAUGES:
+        if key not in DERIVED:
+            _put(out, key, metrics.get(key))
     _put(out, "kl", metrics.get("actor/kl_loss", metrics.get("actor/reward_kl_penalty")))
     length, gen_s = _finite(metrics.get("response_length/mean")), _finite(metrics.get("timing_s/gen"))
     if length is not None and samples_per_step > 0:
