@@ -77,3 +77,42 @@ def test_a_malformed_row_is_named_by_its_file_and_line_before_anything_is_writte
     with pytest.raises(ValueError, match=r"gsm8k_bad_test/test\.jsonl line 1: missing answer"):
         bench.write_gsm8k_source(gsm8k, source, "test", 200, max_calc_steps=None)
     assert not source.exists()
+
+
+def test_the_training_settings_load_as_app_train_reads_them_and_the_user_overrides_win(tmp_path):
+    """The overrides the bench hands `python -m app.train --config-name grpo_trainer` compose with Hydra and pass the
+    schema's checks (a mistyped key in TRAINING would stop the run only after the base model's evaluation)."""
+    from hydra import compose, initialize_config_dir
+
+    from app.config import load_config
+
+    bench = load_bench()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    train = [tmp_path / "train.parquet", tmp_path / "arithmetic.parquet"]
+    args = bench.training_overrides(model, train, tmp_path / "run", 42, ["actor_rollout_ref.actor.kl_loss_coef=0.05"])
+    with initialize_config_dir(config_dir=str(bench.REPO / "configs"), version_base=None):
+        cfg = load_config(compose("grpo_trainer", overrides=args))
+    actor = cfg.actor_rollout_ref.actor
+    assert actor.use_kl_loss and actor.kl_loss_type == "low_var_kl"
+    assert actor.kl_loss_coef == 0.05  # the user's override, given last, beats TRAINING's 0.1
+    assert [str(p) for p in cfg.data.train_files] == [str(p) for p in train]
+    assert cfg.trainer.total_training_steps == 42 and cfg.trainer.default_local_dir == str(tmp_path / "run")
+    assert Path(cfg.custom_reward_function.path).is_file()
+
+
+def test_the_training_reward_pays_a_well_formed_wrong_answer_format_and_step_credit():
+    spec = importlib.util.spec_from_file_location("gsm8k_train_reward", BENCH.parent / "gsm8k_train_reward.py")
+    reward = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reward)
+    info = {"question": "Natalia sold clips to 48 friends in April, and half as many in May. How many in all?",
+            "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72 clips.\n#### 72"}
+    wrong = "In May she sold 48 / 2 = 24 clips.\nIn all 24 + 24 = 48 clips.\n#### 48"
+    # well formed (work with a computed result, then a last `#### N` line): 0.2; one of the two reference results
+    # (24 of 24 and 72) computed: 0.5 * 1/2
+    assert reward.compute_score("openai/gsm8k", wrong, "72", info)["score"] == pytest.approx(0.2 + 0.25)
+    assert reward.compute_score("openai/gsm8k", wrong.replace("24 + 24 = 48", "48 + 24 = 72").replace("#### 48",
+                                "#### 72"), "72", info)["score"] == 1.0
+    # arithmetic rows keep the built-in task's rule, which pays an unmarked right answer half
+    assert reward.compute_score("arithmetic", "The answer is 7.", "7")["score"] == 0.5
