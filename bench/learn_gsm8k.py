@@ -32,8 +32,8 @@ TRAINING = [
     "data.val_files=''",
     "actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
     "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-    # the KL loss keeps the policy near the untrained model, which is what solves the few problems it solves: without
-    # it every reward tried taught the format by shortening the work, and the flexible score fell (README)
+    # the KL loss keeps the policy near the untrained model, whose long worked answers are the ones sometimes right:
+    # without it every reward tried taught the format by shortening the work, and the flexible score fell (README)
     "actor_rollout_ref.actor.optim.lr=3e-4", "actor_rollout_ref.actor.use_kl_loss=true",
     "actor_rollout_ref.actor.kl_loss_coef=0.1", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
     "actor_rollout_ref.actor.clip_ratio_low=0.2", "actor_rollout_ref.actor.clip_ratio_high=0.28",
