@@ -8,11 +8,16 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "learn_gsm8k.py"
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("learn_gsm8k", BENCH)
+def load_module(path: Path):
+    """A bench/ script as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_bench():
+    return load_module(BENCH)
 
 
 def line(question: str, answer: str) -> str:
@@ -103,14 +108,12 @@ def test_the_training_settings_load_as_app_train_reads_them_and_the_user_overrid
 
 
 def test_the_training_reward_pays_a_well_formed_wrong_answer_format_and_step_credit():
-    spec = importlib.util.spec_from_file_location("gsm8k_train_reward", BENCH.parent / "gsm8k_train_reward.py")
-    reward = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reward)
+    reward = load_module(BENCH.parent / "gsm8k_train_reward.py")
     info = {"question": "Natalia sold clips to 48 friends in April, and half as many in May. How many in all?",
             "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72 clips.\n#### 72"}
     wrong = "In May she sold 48 / 2 = 24 clips.\nIn all 24 + 24 = 48 clips.\n#### 48"
-    # well formed (work with a computed result, then a last `#### N` line): 0.2; one of the two reference results
-    # (24 of 24 and 72) computed: 0.5 * 1/2
+    # well formed (work with a computed result, then a last `#### N` line): 0.2; of the reference's two results,
+    # 24 and 72, it computes 24: 0.5 * 1/2
     assert reward.compute_score("openai/gsm8k", wrong, "72", info)["score"] == pytest.approx(0.2 + 0.25)
     assert reward.compute_score("openai/gsm8k", wrong.replace("24 + 24 = 48", "48 + 24 = 72").replace("#### 48",
                                 "#### 72"), "72", info)["score"] == 1.0
