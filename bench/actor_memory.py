@@ -61,6 +61,8 @@ def child(setting: str, steps: int, overrides: list[str]) -> dict:
         cfg = load_config(compose(config_name="quickstart",
                                   overrides=[f"actor_rollout_ref.model.path={model}", *overrides]))
     torch.set_num_threads(int(cfg.trainer.cpus_per_worker))
+    # what app.trainer.setup does: the LR schedule runs over the run's steps (the quickstart's warm-up needs a length)
+    cfg.actor_rollout_ref.actor.optim.total_training_steps = cfg.trainer.total_training_steps
     actor = build_actor(cfg.actor_rollout_ref)
     proc, peak, sampling = psutil.Process(), [0], [True]
 

@@ -39,6 +39,16 @@ def tree_memory(root: psutil.Process) -> tuple[int, int, list[tuple[int, int, st
     return rss_total, pss_total, per_process
 
 
+def by_name(per_process: list[tuple[int, int, str]]) -> list[tuple[str, int, int]]:
+    """[(name, count, summed PSS)], largest sum first: Ray's helper processes are many small ones of few names."""
+    sums: dict[str, list[int]] = {}
+    for _, pss, name in per_process:
+        entry = sums.setdefault(name, [0, 0])
+        entry[0] += 1
+        entry[1] += pss
+    return sorted(((name, count, pss) for name, (count, pss) in sums.items()), key=lambda e: (-e[2], e[0]))
+
+
 def main(argv: list[str]) -> int:
     interval = 2.0
     if "--" in argv:
@@ -77,6 +87,8 @@ def main(argv: list[str]) -> int:
     top = sorted(at_pss_peak, key=lambda entry: entry[1], reverse=True)[:10]
     print("largest at the PSS peak (PSS, GiB): " + ", ".join(f"{name} {pss / 2**30:.2f}" for _, pss, name in top)
           + f"; {len(at_pss_peak)} processes", flush=True)
+    print("all at the PSS peak, by name (count x, summed PSS GiB): " + ", ".join(
+        f"{name} {count}x {pss / 2**30:.2f}" for name, count, pss in by_name(at_pss_peak)), flush=True)
     return child.returncode
 
 

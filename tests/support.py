@@ -2,11 +2,25 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import shlex
 import signal
 import socket
 import struct
+import sys
 from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_bench_script(name: str):
+    """bench/<name>.py as a module (bench/ is not a package), registered under its name: a dataclass looks its
+    module up in sys.modules while the class is built."""
+    spec = importlib.util.spec_from_file_location(name, BENCH_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def free_port() -> int:

@@ -48,9 +48,20 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
         cfg.actor_rollout_ref.rollout.replicas * cfg.actor_rollout_ref.rollout.cpus_per_replica + 2
     # The dashboard shows the run (and the rayrl_* metrics); Ray Train's placement-group cleaner also needs its state
     # API and, without it, logs a warning every few seconds for the whole run.
-    ray.init(num_cpus=max(int(needed + 0.999), os.cpu_count() or 1), runtime_env=runtime_env,
+    ray.init(num_cpus=max(int(needed + 0.999), os.cpu_count() or 1), runtime_env=local_runtime_env(runtime_env),
              include_dashboard=True, log_to_driver=True)
     _exit_on_sigterm_again()
+
+
+# Ray Train's PreemptionWatcher actor (~0.1 GiB) only waits for the cluster to drain a worker's node, which a
+# cluster that lives and dies with this process never does; a value the user exports wins.
+LOCAL_CLUSTER_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+
+
+def local_runtime_env(runtime_env: dict) -> dict:
+    """`runtime_env` for a cluster this run starts itself: LOCAL_CLUSTER_ENV added where the user has not set it."""
+    env_vars = {name: value for name, value in LOCAL_CLUSTER_ENV.items() if name not in os.environ}
+    return {**runtime_env, "env_vars": {**env_vars, **runtime_env.get("env_vars", {})}}
 
 
 def _exit_on_sigterm_again() -> None:

@@ -1,23 +1,14 @@
 """bench/learn_gsm8k.py trains on the GSM8K problems with few calculations; the evaluation items are never filtered."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "learn_gsm8k.py"
-
-
-def load_module(path: Path):
-    """A bench/ script as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from support import load_bench_script
 
 
 def load_bench():
-    return load_module(BENCH)
+    return load_bench_script("learn_gsm8k")
 
 
 def line(question: str, answer: str) -> str:
@@ -108,7 +99,7 @@ def test_the_training_settings_load_as_app_train_reads_them_and_the_user_overrid
 
 
 def test_the_training_reward_pays_a_well_formed_wrong_answer_format_and_step_credit():
-    reward = load_module(BENCH.parent / "gsm8k_train_reward.py")
+    reward = load_bench_script("gsm8k_train_reward")
     info = {"question": "Natalia sold clips to 48 friends in April, and half as many in May. How many in all?",
             "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72 clips.\n#### 72"}
     wrong = "In May she sold 48 / 2 = 24 clips.\nIn all 24 + 24 = 48 clips.\n#### 48"

@@ -1,20 +1,14 @@
 """bench/quickstart_repeat.py reads a run's before/after validation reward and its minutes of steps."""
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "quickstart_repeat.py"
+from support import load_bench_script
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("quickstart_repeat", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("quickstart_repeat")
 
 
 def write_metrics(path: Path, rows: list[dict]) -> Path:

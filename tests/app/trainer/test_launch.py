@@ -1,0 +1,56 @@
+"""app.trainer.launch.ensure_ray: a cluster the run starts itself leaves out Ray Train's PreemptionWatcher actor (a
+node of a local cluster is never drained), unless the user's environment says otherwise; a joined cluster is left as
+its owner configured it."""
+import pytest
+
+from app.config import load_config
+from support import with_dotted
+
+BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
+        "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
+        "algorithm": {"adv_estimator": "grpo"}}
+WATCHER = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+
+
+@pytest.fixture
+def init_calls(monkeypatch):
+    """ray.init recorded, not run: the kwargs of each call."""
+    import ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0})
+    return calls
+
+
+def test_a_local_cluster_turns_the_preemption_watcher_off_and_keeps_the_tokenizer_setting(monkeypatch, init_calls):
+    from app.trainer.launch import ensure_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(WATCHER, raising=False)
+    ensure_ray(load_config(with_dotted(BASE)))
+    (kwargs,) = init_calls
+    assert kwargs["runtime_env"]["env_vars"] == {WATCHER: "0", "TOKENIZERS_PARALLELISM": "false"}
+    assert "address" not in kwargs
+
+
+def test_a_watcher_setting_the_user_exports_wins(monkeypatch, init_calls):
+    from app.trainer.launch import ensure_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv(WATCHER, "1")
+    ensure_ray(load_config(with_dotted(BASE)))
+    # not in the runtime env: the workers inherit the user's own value from the environment
+    assert WATCHER not in init_calls[0]["runtime_env"]["env_vars"]
+
+
+def test_a_joined_cluster_keeps_its_watcher(monkeypatch, init_calls):
+    from app.trainer.launch import ensure_ray
+
+    monkeypatch.delenv(WATCHER, raising=False)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    ensure_ray(load_config(with_dotted(BASE)))
+    (kwargs,) = init_calls
+    assert kwargs["address"] == "127.0.0.1:6379"
+    assert kwargs["runtime_env"]["env_vars"] == {"TOKENIZERS_PARALLELISM": "false"}
