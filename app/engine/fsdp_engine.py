@@ -42,6 +42,11 @@ def _compiled_layer_forward():
     return torch.compile(layer_forward, dynamic=True)
 
 
+def frozen_base_params(model: torch.nn.Module) -> set[torch.nn.Parameter]:
+    """The parameters no optimiser steps (a LoRA model's base weights)."""
+    return {p for p in model.parameters() if not p.requires_grad}
+
+
 class FSDPEngine(ShardedEngine):
     def __init__(self, spec: EngineSpec) -> None:
         self.device = pick_device(spec.device)
@@ -97,17 +102,20 @@ class FSDPEngine(ShardedEngine):
         mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True)
         layer_names = hf_model.decoder_layer_class_names(model)
         # one rank: keep each layer's gathered (compute-dtype) weights from forward to backward instead of
-        # re-gathering, i.e. re-copying and re-casting, them (costs one bf16 copy of the model)
+        # re-gathering, i.e. re-copying and re-casting, them (costs one compute-dtype copy of what FSDP manages)
         reshard = dist.get_world_size() > 1
+        # one rank, LoRA: the frozen base has nothing to shard, and FSDP would only gather it into a second bf16 copy
+        # of the model for the whole update; left out of FSDP, the layers compute with the stored weights themselves
+        ignored = frozen_base_params(model) if spec.use_lora and not reshard else set()
         for module in model.modules():
             if type(module).__name__ in layer_names:
-                fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
+                fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, ignored_params=ignored)
                 if spec.compile_layers:
                     # compile forward, not __call__: FSDP's gather/reshard hooks stay eager and parameter names
                     # (state dicts, weight sync) stay unchanged. One compiled function takes the layer as an
                     # argument, so all layers share one graph instead of recompiling per layer instance.
                     module.forward = functools.partial(_compiled_layer_forward(), module)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp, ignored_params=ignored)
         return model
 
     @contextlib.contextmanager

@@ -111,6 +111,7 @@ class RLTrainer(RunStateMixin):
                 if self.step > self.cfg.trainer.critic_warmup:
                     with timer.phase("update_actor"):
                         metrics |= self.actor.update_policy(group.batch)
+                    release_free_heap()  # the update's activations: gone before the sync has vLLM reload weights
                     if self.ahead is not None:
                         self.ahead.drain()  # outside "sync": timing_s/gen_wait counts this wait
                     with timer.phase("sync"):

@@ -1,11 +1,12 @@
-"""Each training step ends by giving its freed heap back to the OS: the trainer runs for hours next to vLLM, and
-glibc would otherwise keep every step's activation and sync buffers resident (serve.memory)."""
+"""Each training step gives its freed heap back to the OS after the actor update (so vLLM's weight reload never
+meets the update's activation pages still resident) and again at its end: the trainer runs for hours next to vLLM,
+and glibc would otherwise keep every step's activation and sync buffers resident (serve.memory)."""
 from __future__ import annotations
 
 from recording_rollout import RecordingRollout
 
 
-def test_the_heap_is_trimmed_once_per_step_after_its_weight_sync(compose, tiny_model_dir, small_arith_data, tmp_path,
+def test_the_heap_is_trimmed_after_each_update_and_after_each_step(compose, tiny_model_dir, small_arith_data, tmp_path,
                                                                  monkeypatch):
     import app.trainer.loop as loop
     from app.trainer.setup import build_trainer
@@ -22,7 +23,7 @@ def test_the_heap_is_trimmed_once_per_step_after_its_weight_sync(compose, tiny_m
     rollout = RecordingRollout(vocab_size=1000, n=2, response_len=8)
     monkeypatch.setattr(loop, "release_free_heap", lambda: rollout.calls.append("trim"))
     build_trainer(cfg, rollout, device="cpu").fit()
-    step = ["generate", "update_weights", "trim"]
-    # three steps, each trimmed after its sync; the export's final validation is not a step
-    assert rollout.calls[:9] == step * 3
-    assert rollout.calls.count("trim") == 3
+    step = ["generate", "trim", "update_weights", "trim"]
+    # three steps, each trimmed between its update and its sync, and after it; the export's validation is not a step
+    assert rollout.calls[:12] == step * 3
+    assert rollout.calls.count("trim") == 6
