@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 import uuid
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import ray
 from fastapi import FastAPI, Request
@@ -58,15 +58,12 @@ class PolicyStore:
 
 
 class _UpdateGate:
-    """Many generations at once, or one weight update alone; an update waits for running generations to drain.
+    """Many generations at once, or one weight update alone; an update waits for running generations to drain."""
 
-    `on_idle` is called each time the last running generation ends."""
-
-    def __init__(self, on_idle: Optional[Callable[[], None]] = None):
+    def __init__(self):
         self._cond = asyncio.Condition()
         self._active = 0
         self._updating = False
-        self._on_idle = on_idle
 
     @contextlib.asynccontextmanager
     async def generating(self):
@@ -79,8 +76,6 @@ class _UpdateGate:
             async with self._cond:
                 self._active -= 1
                 self._cond.notify_all()
-                if self._active == 0 and self._on_idle is not None:
-                    self._on_idle()
 
     @contextlib.asynccontextmanager
     async def updating(self):
@@ -125,9 +120,9 @@ async def _json_body(request: Request) -> dict:
 
 @serve.ingress(_http)
 class RolloutServer:
-    """One replica. Handle methods: generate, update_weights, policy_version, sleep, wake_up, weights_checksum,
-    release_free_heap; HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not),
-    GET /v1/models (under the application's route prefix)."""
+    """One replica. Handle methods: generate, update_weights, policy_version, sleep, wake_up, weights_checksum;
+    HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models (under
+    the application's route prefix)."""
 
     async def __init__(self, engine_kind: str, spec: EngineSpec, served_model_name: str,
                        api_key: Optional[str] = None):
@@ -138,10 +133,7 @@ class RolloutServer:
         self._served_model_name = served_model_name
         self._spec = spec
         self._engine = make_engine(engine_kind, spec, replica_rank=context.rank.local_rank)
-        # a batch's generation leaves its freed buffers in the engine's heap while the trainer runs its update, the
-        # job's memory peak; give them back as soon as no generation runs (make run: ~0.2 GiB off that peak)
-        self._gate = _UpdateGate(on_idle=self._release_engine_heap_soon)
-        self._heap_release: Optional[asyncio.Task] = None
+        self._gate = _UpdateGate()
         self._version = 0
         self._weights_from: Optional[str] = None  # the Ray node that put the last payload loaded
         self._staged: Optional[str] = None  # staged LoRA folder still in use by the engine
@@ -159,10 +151,6 @@ class RolloutServer:
             except Exception as err:  # e.g. the trainer that owned the refs is gone
                 logger.warning("replica %s could not load policy version %d (%s); serving version 0",
                                self._replica, version, err)
-
-    def _release_engine_heap_soon(self) -> None:
-        if self._heap_release is None or self._heap_release.done():  # one at a time; a trim covers all freed pages
-            self._heap_release = asyncio.get_running_loop().create_task(self.release_free_heap())
 
     def _store(self):
         return serve.get_deployment_actor(POLICY_STORE)
@@ -200,14 +188,6 @@ class RolloutServer:
             await self._apply(version, payload)
         await self._store().publish.remote(version, payload)
         return self._version
-
-    async def release_free_heap(self) -> bool:
-        """Give the engine's freed heap back to the OS (done after each batch of generations); whether it could."""
-        try:
-            return await self._engine.release_free_heap()
-        except Exception as err:  # only memory is at stake; the replica keeps serving
-            logger.warning("replica %s: releasing the engine's free heap failed: %s", self._replica, err)
-            return False
 
     async def policy_version(self) -> dict:
         return {"replica": self._replica, "version": self._version}

@@ -153,11 +153,6 @@ class HFRolloutEngine:
     async def reset_prefix_cache(self) -> None:
         return None  # no cache survives between generate calls
 
-    async def release_free_heap(self) -> bool:
-        from serve.memory import release_free_heap
-
-        return release_free_heap()  # the model runs in this process
-
     async def weights_checksum(self) -> dict:
         """As the vLLM engine's: `digest` of the state dict; `weights_sum` of the parameters this model holds (a tied
         LM head once, as the trainer sends it), which here are readable at any time."""

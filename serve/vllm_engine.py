@@ -233,10 +233,6 @@ class VLLMRolloutEngine:
     async def reset_prefix_cache(self) -> None:
         await self._llm.reset_prefix_cache()
 
-    async def release_free_heap(self) -> bool:
-        """Give the worker processes' freed heap back to the OS; whether every worker could (glibc)."""
-        return all(await self._llm.collective_rpc("rayrl_release_free_heap"))
-
     async def weights_checksum(self) -> dict:
         """`digest`: of every parameter and buffer vLLM holds (repacked forms included) on every worker, so equal
         digests mean equal engine state. `weights_sum`: `serve.payload.weights_sum` of the tensors the worker last
@@ -340,11 +336,6 @@ class WeightSyncWorkerExtension:
 
         release_free_heap()  # the loaded checkpoint tensors and the repacking temporaries
         return count
-
-    def rayrl_release_free_heap(self) -> bool:
-        from serve.memory import release_free_heap
-
-        return release_free_heap()
 
     def rayrl_weights_checksum(self) -> tuple[str, Optional[float]]:
         digest = hashlib.sha256()
