@@ -104,7 +104,7 @@ class FSDPEngine(ShardedEngine):
         # one rank: keep each layer's gathered (compute-dtype) weights from forward to backward instead of
         # re-gathering, i.e. re-copying and re-casting, them (costs one compute-dtype copy of what FSDP manages)
         reshard = dist.get_world_size() > 1
-        # one rank, LoRA: the frozen base has nothing to shard, and FSDP would only gather it into a second bf16 copy
+        # one rank, LoRA: the frozen base has nothing to shard, and FSDP would only gather it into a second copy
         # of the model for the whole update; left out of FSDP, the layers compute with the stored weights themselves
         ignored = frozen_base_params(model) if spec.use_lora and not reshard else set()
         for module in model.modules():
