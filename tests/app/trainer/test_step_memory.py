@@ -6,8 +6,8 @@ from __future__ import annotations
 from recording_rollout import RecordingRollout
 
 
-def test_the_heap_is_trimmed_after_each_update_and_after_each_step(compose, tiny_model_dir, small_arith_data, tmp_path,
-                                                                 monkeypatch):
+def test_the_heap_is_trimmed_after_each_update_and_after_each_step(compose, tiny_model_dir, small_arith_data,
+                                                                   tmp_path, monkeypatch):
     import app.trainer.loop as loop
     from app.trainer.setup import build_trainer
 
