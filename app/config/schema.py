@@ -149,7 +149,9 @@ class ActorConfig:
     kl_loss_type: str = "low_var_kl"
     ppo_epochs: int = 1
     shuffle: bool = False
-    logits_chunk_size: int = 1024  # tokens per chunk when turning logits into log-probs/entropy
+    # tokens per chunk when turning logits into log-probs/entropy; None: sized to the device and vocabulary
+    # (app/engine/forward.py: 1024 on a GPU; on a CPU, float32 chunks of at most 16 MiB)
+    logits_chunk_size: Optional[int] = None
     use_torch_compile: bool = False  # compile each decoder layer: faster steps after a slow first one
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -286,6 +286,8 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
         raise ConfigError(f"actor_rollout_ref.model.lora_rank={model.lora_rank} must be >= 0 (0 = full fine-tuning)")
     if model.lora_rank and model.lora_alpha <= 0:
         raise ConfigError(f"actor_rollout_ref.model.lora_alpha={model.lora_alpha} must be > 0")
+    if actor.logits_chunk_size is not None:  # None: sized per device
+        _positive("actor_rollout_ref.actor.logits_chunk_size", actor.logits_chunk_size)
     if actor.optim.lr <= 0:
         raise ConfigError(f"actor_rollout_ref.actor.optim.lr={actor.optim.lr} must be > 0")
     from algos.policy_loss import PolicyLossConfig

@@ -7,6 +7,7 @@ column layout.
 from __future__ import annotations
 
 import warnings
+from typing import Optional
 
 import torch
 
@@ -23,9 +24,29 @@ def _position_ids(micro: TensorBatch) -> torch.Tensor:
     return (torch.cumsum(micro["attention_mask"].long(), dim=1) - 1).clamp(min=0)
 
 
+# On a CPU torch allocates through glibc, which maps a large block afresh from the OS and unmaps it when it is freed
+# (and trims a heap whose free top grows large), so each chunk's float32 temporaries fault their pages in again. At
+# 1024 tokens x SmolLM2's 49k vocabulary (200 MB each) that was 1.2M page faults per update of `bench/step.py`, whose
+# update took 13-17 s in a Ray worker against 11-12 s with 64-token chunks; blocks of at most 16 MiB are reused.
+CPU_CHUNK_BYTES = 16 << 20
+GPU_CHUNK_TOKENS = 1024  # torch's caching allocator reuses GPU blocks; larger chunks mean fewer kernel launches
+
+
+def logits_chunk_size(vocab_size: int, device: torch.device) -> int:
+    """Tokens per chunk of the log-prob and entropy passes: on a CPU the largest power of two whose float32 chunk
+    fits in ``CPU_CHUNK_BYTES`` (64 for a 49k vocabulary), else ``GPU_CHUNK_TOKENS``."""
+    if device.type != "cpu":
+        return GPU_CHUNK_TOKENS
+    tokens = max(1, CPU_CHUNK_BYTES // (4 * vocab_size))
+    return 1 << (tokens.bit_length() - 1)
+
+
 def _lm_outputs(logits: torch.Tensor, labels: torch.Tensor, *, temperature: float, compute_entropy: bool,
-                entropy_requires_grad: bool, chunk_size: int) -> dict[str, torch.Tensor]:
-    """logits ``(..., V)`` and labels ``(...)`` -> log-probs (and entropy) ``(...)`` float32."""
+                entropy_requires_grad: bool, chunk_size: Optional[int]) -> dict[str, torch.Tensor]:
+    """logits ``(..., V)`` and labels ``(...)`` -> log-probs (and entropy) ``(...)`` float32. ``chunk_size`` None:
+    ``logits_chunk_size`` of the vocabulary and device."""
+    if chunk_size is None:
+        chunk_size = logits_chunk_size(logits.shape[-1], logits.device)
     if temperature != 1.0:
         logits = logits / temperature
     out = {"log_probs": log_probs_from_logits(logits, labels, chunk_size)}
@@ -48,10 +69,11 @@ def _value_model(model: torch.nn.Module, **inputs) -> torch.Tensor:
 
 def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: str, remove_padding: bool,
                      share_prompts: bool = False, temperature: float = 1.0, compute_entropy: bool = False,
-                     entropy_requires_grad: bool = False, chunk_size: int = 1024) -> dict[str, torch.Tensor]:
+                     entropy_requires_grad: bool = False, chunk_size: Optional[int] = None) -> dict[str, torch.Tensor]:
     """Run ``model`` on ``micro`` (needs ``input_ids``, ``attention_mask``, ``responses``; ``position_ids``
     optional) and return ``{"log_probs", ["entropy"]}`` (causal LM) or ``{"values"}`` (value model), each
-    ``(b, R)`` float32 and 0 at padding. ``share_prompts`` (packed only; needs the model to run
+    ``(b, R)`` float32 and 0 at padding. ``chunk_size``: tokens per chunk of the log-prob and entropy passes (None:
+    ``logits_chunk_size``). ``share_prompts`` (packed only; needs the model to run
     ``app.engine.packed_attention``) computes each distinct prompt once for all its rows."""
     input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
     response_len = micro["responses"].shape[1]

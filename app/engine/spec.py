@@ -92,7 +92,8 @@ class EngineSpec:
     micro_batch_size_per_gpu: Optional[int]
     use_dynamic_bsz: bool
     max_token_len_per_gpu: int
-    logits_chunk_size: Optional[int]  # None: a value model, which has no logits
+    # tokens per logits chunk; None: sized to the device and vocabulary (app.engine.forward); a value model has none
+    logits_chunk_size: Optional[int]
     # precision and memory (fsdp_config)
     model_dtype: str  # master weights (what the optimizer steps); frozen weights are kept in param_dtype
     param_dtype: str  # compute dtype

@@ -208,6 +208,14 @@ def test_clip_ratios_are_checked_by_the_losss_one_rule(key, value, message):
     load_config(with_(**{"actor_rollout_ref.actor.clip_ratio_low": 0.0}))  # a zero range is the loss's to allow
 
 
+def test_logits_chunk_size_is_sized_per_device_unless_given_and_then_must_be_positive():
+    assert load_config(BASE).actor_rollout_ref.actor.logits_chunk_size is None  # app.engine.forward sizes it
+    assert load_config(with_(**{"actor_rollout_ref.actor.logits_chunk_size": 256})).actor_rollout_ref.actor \
+        .logits_chunk_size == 256
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.logits_chunk_size=0 must be a positive integer"):
+        load_config(with_(**{"actor_rollout_ref.actor.logits_chunk_size": 0}))
+
+
 def test_max_bad_steps_must_not_be_negative():
     assert load_config(with_(**{"trainer.max_bad_steps": 0})).trainer.max_bad_steps == 0  # 0: count, never stop
     with pytest.raises(ConfigError, match=r"trainer\.max_bad_steps=-1 must be >= 0"):
