@@ -63,9 +63,9 @@ def run(cfg: DictConfig) -> int:
             raise ConfigError(f"sweep base.config={spec.base_config!r} / base.overrides: {exc}") from exc
         base_cfg = load_config(OmegaConf.create(base_tree))
         spec = resolve_params(spec, base_cfg)
-        from app.trainer.setup import check_data
+        from app.trainer.setup import check_data_apart
 
-        n_train, n_val = check_data(base_cfg)
+        n_train, n_val = check_data_apart(base_cfg)
         total_steps = total_steps_of(base_cfg, n_train)
         from app.tuning.runner import run_sweep
 

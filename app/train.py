@@ -1,7 +1,7 @@
 """`python -m app.train [--config-name grpo_trainer] key=value ...`: one RL training run on Ray.
 
-The Hydra config (configs/, verl key names) is validated into the typed schema and the data files are read once on
-the driver, so a wrong key or a bad row fails here, with its name, before any Ray worker starts.
+The Hydra config (configs/, verl key names) is validated into the typed schema and the data files are read once, by a
+child of the driver, so a wrong key or a bad row fails here, with its name, before any Ray worker starts.
 Works unchanged under `ray job submit --working-dir . -- python -m app.train ...`.
 """
 from __future__ import annotations
@@ -26,9 +26,9 @@ def run(cfg: DictConfig) -> int:
         from app.trainer.tracking import check_loggers
 
         check_loggers(run_cfg.trainer.logger)  # rank 0 builds the loggers: a missing package would fail there
-        from app.trainer.setup import check_data
+        from app.trainer.setup import check_data_apart
 
-        n_train, n_val = check_data(run_cfg)
+        n_train, n_val = check_data_apart(run_cfg)
         from app.trainer.checkpoints import check_checkpoint, find_resume_dir
 
         resume = find_resume_dir(Path(run_cfg.trainer.default_local_dir), run_cfg.trainer.resume_mode)
@@ -39,9 +39,7 @@ def run(cfg: DictConfig) -> int:
         return 2
     print(f"data: {n_train} training prompts, {n_val} validation prompts", flush=True)
     from app.trainer.launch import train, validation_history
-    from serve.memory import release_free_heap
 
-    release_free_heap()  # the data check's tables and token lists: the driver only waits from here on
     train(run_cfg)
     history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
     if history:

@@ -22,18 +22,31 @@ Public API (see each docstring):
     RolloutClient.sleep(level=1) / wake_up() / replica_versions() / weights_checksums() / nccl_sync_client()
     PolicyVersionMismatch, SamplingOptions, RolloutSample, FullWeights, LoraAdapter, MergedLora
 """
-from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas
-from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions
+import importlib
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "FullWeights",
-    "LoraAdapter",
-    "MergedLora",
-    "PolicyVersionMismatch",
-    "RolloutClient",
-    "RolloutSample",
-    "SamplingOptions",
-    "deploy_rollout",
-    "get_rollout_client",
-    "wait_for_replicas",
-]
+# Imported on first use, so that a process which needs one small module of the package (the policy store's actor,
+# a payload type) does not import Ray Serve and FastAPI with the client (~65 MB per process).
+_EXPORTS = {
+    "FullWeights": "serve.types",
+    "LoraAdapter": "serve.types",
+    "MergedLora": "serve.types",
+    "PolicyVersionMismatch": "serve.types",
+    "RolloutClient": "serve.client",
+    "RolloutSample": "serve.types",
+    "SamplingOptions": "serve.types",
+    "deploy_rollout": "serve.client",
+    "get_rollout_client": "serve.client",
+    "wait_for_replicas": "serve.client",
+}
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas
+    from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'serve' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -31,30 +31,12 @@ from ray import serve
 from serve import openai_api
 from serve.memory import release_free_heap
 from serve.payload import remove_quietly, stage_dir, write_full_weights, write_peft_adapter
+from serve.policy_store import POLICY_STORE, PolicyStore
 from serve.shm import reap_dead_replicas, record_engine_segments
 from serve.types import PolicyVersionMismatch, RolloutSample, SamplingOptions, WirePayload
 from serve.vllm_engine import EngineSpec
 
 logger = logging.getLogger("ray.serve")
-
-POLICY_STORE = "policy_store"
-
-
-class PolicyStore:
-    """What a new replica must replay to serve the latest policy: the last full weights, then the last LoRA adapter
-    synced after them (a full sync drops any adapter); or the last merged-LoRA adapter alone (it folds into the base
-    weights from disk). Last writer wins."""
-
-    def __init__(self):
-        self._version = 0
-        self._chain: list[WirePayload] = []
-
-    def publish(self, version: int, payload: WirePayload) -> None:
-        kept = [p for p in self._chain if p.kind == "full"] if payload.kind == "lora" else []
-        self._version, self._chain = version, kept + [payload]
-
-    def latest(self) -> tuple[int, list[WirePayload]]:
-        return self._version, list(self._chain)
 
 
 class _UpdateGate:
