@@ -54,8 +54,9 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
 def check_data_apart(cfg: TrainerRunConfig, start_method: Optional[str] = None) -> tuple[int, int]:
     """``check_data`` in a child process, which raises what it raises. The driver then waits out the run without
     transformers and the tokenizer that the check loads (an imported module stays for good; with the prompt tables
-    ~0.14 GiB of a local ``make run``'s driver). ``start_method`` None: fork on Linux, as PyTorch's DataLoader does (the child has the
-    driver's imports at once), spawn elsewhere, where forking a process with torch loaded is unsafe."""
+    ~0.14 GiB of a local ``make run``'s driver). ``start_method`` None: fork on Linux, as PyTorch's DataLoader does
+    (the child has the driver's imports at once), spawn elsewhere, where forking a process with torch loaded is
+    unsafe."""
     if start_method is None:
         start_method = "fork" if sys.platform == "linux" else "spawn"
     with multiprocessing.get_context(start_method).Pool(1) as pool:
