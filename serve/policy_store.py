@@ -1,7 +1,8 @@
 """The latest policy a replacement replica must replay, kept in a deployment-scoped actor (``serve.deployment``).
 
 A module of its own, importing nothing heavy: the actor's process imports only this (and ``serve.types`` for the
-payloads it holds), ~45 MB against ~110 MB when it imported Ray Serve and FastAPI with the deployment module.
+payloads it holds): 0.06 GiB of PSS in `make run` against 0.11 when it imported Ray Serve and FastAPI with the
+deployment module.
 """
 from __future__ import annotations
 

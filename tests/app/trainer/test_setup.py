@@ -52,11 +52,11 @@ def test_the_driver_imports_none_of_what_the_data_check_reads_with(tiny_model_di
     code = ("import sys\n"
             "from app.config import load_config\n"
             "from app.trainer.setup import check_data_apart\n"
-            f"cfg = load_config({{'actor_rollout_ref': {{'model': {{'path': {str(tiny_model_dir)!r}}}, "
-            "'actor': {'ppo_mini_batch_size': 2}}, "
-            f"'data': {{'train_files': {str(small_arith_data / 'train.parquet')!r}, "
-            f"'val_files': {str(small_arith_data / 'test.parquet')!r}, 'train_batch_size': 2}}}})\n"
+            "model, train, val = sys.argv[1:]\n"
+            "cfg = load_config({'actor_rollout_ref': {'model': {'path': model}, 'actor': {'ppo_mini_batch_size': 2}},\n"
+            "                   'data': {'train_files': train, 'val_files': val, 'train_batch_size': 2}})\n"
             "print(check_data_apart(cfg), [m for m in ('transformers', 'tokenizers') if m in sys.modules])\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    paths = [str(tiny_model_dir), str(small_arith_data / "train.parquet"), str(small_arith_data / "test.parquet")]
+    out = subprocess.run([sys.executable, "-c", code, *paths], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "(8, 2) []"
