@@ -83,7 +83,7 @@ def child(setting: str, steps: int, overrides: list[str]) -> dict:
         actor.update_policy(batch)
         seconds.append(time.perf_counter() - start)
         if setting.endswith("+trim"):
-            release_free_heap()  # as the trainer loop does after each step
+            release_free_heap()  # as the trainer loop did after each step before it stopped trimming (README, speed)
         after.append(proc.memory_info().rss)
     sampling[0] = False
     return {"setting": setting, "first": after[0], "last": after[-1], "peak": peak[0],

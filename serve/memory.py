@@ -3,7 +3,8 @@
 glibc keeps memory that Python or torch freed in its arenas for reuse, so a process that once held a large
 temporary (a weight payload, a batch's activations) keeps that resident size for the rest of its life.
 ``malloc_trim(0)`` returns the free pages. Every process of a job counts towards the machine's memory, so the
-replica, the vLLM worker and the trainer call this after their largest temporaries are gone.
+replica and the vLLM worker call this once a weight load's temporaries are gone. The trainer does not: its next
+update needs the same pages again, and faulting them back in cost more time than the memory was worth (README).
 """
 from __future__ import annotations
 

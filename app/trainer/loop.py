@@ -34,7 +34,6 @@ from app.trainer.step_metrics import batch_metrics, max_min_metrics
 from app.trainer.timing import PhaseTimer
 from app.trainer.validation import validate
 from app.trainer.weight_payload import rollout_payload
-from serve.memory import release_free_heap
 from serve.types import FullWeights
 
 
@@ -111,7 +110,6 @@ class RLTrainer(RunStateMixin):
                 if self.step > self.cfg.trainer.critic_warmup:
                     with timer.phase("update_actor"):
                         metrics |= self.actor.update_policy(group.batch)
-                    release_free_heap()  # the update's activations: gone before the sync has vLLM reload weights
                     if self.ahead is not None:
                         self.ahead.drain()  # outside "sync": timing_s/gen_wait counts this wait
                     with timer.phase("sync"):
@@ -133,8 +131,8 @@ class RLTrainer(RunStateMixin):
             metrics["training/policy_version"] = float(self.version)
             metrics["training/epoch"] = float(self.train_loader.epoch)
             self._log(metrics, self.step)
-            # the step's activations, rollout batch and sync buffers are garbage now; glibc would keep their pages
-            release_free_heap()
+            # No malloc_trim between steps: glibc keeps the update's freed pages for the next one. Trimming gave them
+            # back, and faulting them in again made the update 1-2 s slower in the Ray worker (README, speed).
 
     # ------------------------------------------------------------------ phases
     def collect_rollouts(self, timer: PhaseTimer) -> tuple[RolloutGroup, dict[str, float]]:
