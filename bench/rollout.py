@@ -8,9 +8,10 @@ Prints three figures from one run (SmolLM2-135M-Instruct bf16 by default, import
   2. full-weight sync: seconds for `update_weights(FullWeights(state_dict))`, and the bytes sent;
   3. LoRA sync (r=16, all linear layers): seconds and bytes, on a second deployment with LoRA enabled.
 
-Thread placement (2-core machine): each replica's vLLM worker runs its OMP threads on `--threads` bound cores
-(VLLM_CPU_OMP_THREADS_BIND); the engine-core scheduler, the Serve replica and Ray float on whatever is left. The raw
-run gets the same binding so the ratio measures Serve's overhead, not a different thread layout. Raw and Serve runs
+Thread placement (2-core machine): each replica's vLLM runs its OMP threads on `--threads` bound cores, the model
+inside vLLM's engine-core process (serve.vllm_engine.engine_process_env); the raw run's worker gets the same cores
+(VLLM_CPU_OMP_THREADS_BIND) in a worker process of its own, beside its busy engine-core scheduler (the figures below
+were measured when the replica's vLLM had that layout too). Raw and Serve runs
 alternate, against a raw engine kept up beside the deployment, so load from other users of the machine hits both.
 
 Measured 2026-11 on the shared 2-core box (load average 5-14 from other jobs, so single runs vary by +-15%):

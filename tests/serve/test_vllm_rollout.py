@@ -264,7 +264,37 @@ def test_requests_the_route_cannot_serve_get_a_400_naming_the_field(rollout, rol
     assert err.value.code == 400 and "not JSON" in json.loads(err.value.read())["error"]["message"]
 
 
+def _replica_scratch(replica: str):
+    """The replica's scratch folder in /dev/shm, named `rayrl-rollout-<app>-<replica>-<pid of the replica>`."""
+    from pathlib import Path
+
+    (scratch,) = Path("/dev/shm").glob(f"rayrl-rollout-{APP}-{replica}-*")
+    return scratch, int(scratch.name.rsplit("-", 1)[1])
+
+
+def _engine_processes(replica_pid: int) -> list:
+    """The processes vLLM started under the replica: they retitle themselves `VLLM::EngineCore`, `VLLM::Worker`...
+    (multiprocessing's resource tracker is not one of them)."""
+    import psutil
+
+    return [p for p in psutil.Process(replica_pid).children(recursive=True) if p.cmdline()[0].startswith("VLLM::")]
+
+
+def test_replica_runs_vllm_in_one_process_bound_to_its_cores(rollout):
+    import psutil
+
+    from serve.vllm_engine import cpu_bind_string
+
+    (replica,) = rollout.replica_versions()
+    _, pid = _replica_scratch(replica)
+    (engine,) = _engine_processes(pid)  # scheduler and model together: no separate worker process
+    expected = sorted(int(c) for c in cpu_bind_string(1, 0).split(","))  # rollout_config: 1 CPU, the only replica
+    assert sorted(engine.cpu_affinity()) == expected
+    assert {tuple(sorted(psutil.Process(t.id).cpu_affinity())) for t in engine.threads()} == {tuple(expected)}
+
+
 def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, reference, ray_cluster):
+    import psutil
     import ray
 
     from serve import wait_for_replicas
@@ -275,9 +305,12 @@ def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, r
 
     greedy_before = rollout.generate(PROMPTS, expect_version=policy.version, validation=True)
     (victim,) = rollout.replica_versions()
-    (scratch,) = Path("/dev/shm").glob(f"rayrl-rollout-{APP}-{victim}-*")
+    scratch, victim_pid = _replica_scratch(victim)
+    engines = _engine_processes(victim_pid)
+    assert engines
+    # On one CPU worker vLLM maps no ring buffers (serve.vllm_engine.engine_process_env); with several it does.
     segments = (scratch / RECORD).read_text().split()
-    assert segments and all((Path("/dev/shm") / s).exists() for s in segments)  # the engine's ring buffers
+    assert all((Path("/dev/shm") / s).exists() for s in segments)
     (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True)
                 if a["name"].startswith(f"SERVE_REPLICA::{APP}#") and a["name"].endswith(victim)]
     ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
@@ -285,7 +318,10 @@ def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, r
     (newcomer,) = wait_for_replicas(APP, 1, timeout_s=240, exclude=[victim])
 
     assert rollout.replica_versions() == {newcomer: policy.version}
-    # The killed replica could not free its engine's shared memory; the newcomer reaped it.
+    # The killed replica's engine exits with it (it would hold the model and KV cache otherwise) ...
+    gone, alive = psutil.wait_procs(engines, timeout=60)
+    assert not alive, [p.pid for p in alive]
+    # ... and could not free its shared memory; the newcomer reaped it.
     assert not scratch.exists() and not any((Path("/dev/shm") / s).exists() for s in segments)
     greedy_after = rollout.generate(PROMPTS, expect_version=policy.version, validation=True)
     for a, b in zip(greedy_before, greedy_after):

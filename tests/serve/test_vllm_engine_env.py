@@ -1,0 +1,76 @@
+"""How a replica starts vLLM on a CPU: the environment its engine process inherits, and the log line that drops."""
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from serve.vllm_engine import _ARG_UTILS_LOGGER, EngineSpec, InProcessSeedWarning, engine_process_env, environment
+
+
+def _spec(threads: int, tensor_parallel_size: int = 1) -> EngineSpec:
+    return EngineSpec(model_path="m", dtype="bfloat16", tensor_parallel_size=tensor_parallel_size,
+                      gpu_memory_utilization=0.5, max_num_batched_tokens=2048, max_num_seqs=64, max_model_len=None,
+                      enforce_eager=True, enable_chunked_prefill=True, cpu_kv_cache_bytes=1 << 28,
+                      cpu_threads=threads, max_lora_rank=None, trust_remote_code=False)
+
+
+@pytest.fixture
+def four_cores(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+
+
+def test_one_worker_runs_in_the_engine_process_on_its_replicas_cores(four_cores):
+    # replica rank 1 with 2 threads takes the second block of two cores: 2 and 3
+    assert engine_process_env(_spec(threads=2), replica_rank=1) == {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "OMP_NUM_THREADS": "2",
+        "OMP_PLACES": "{2,3}",
+        "OMP_PROC_BIND": "true",
+    }
+
+
+def test_tensor_parallel_workers_keep_vllms_own_processes_and_binding(four_cores):
+    assert engine_process_env(_spec(threads=2, tensor_parallel_size=2), replica_rank=0) == {
+        "VLLM_CPU_OMP_THREADS_BIND": "0,1"}
+
+
+def test_environment_restores_previous_values_and_absences(monkeypatch):
+    monkeypatch.setenv("RAYRL_T_SET", "before")
+    monkeypatch.delenv("RAYRL_T_UNSET", raising=False)
+    with pytest.raises(RuntimeError):
+        with environment({"RAYRL_T_SET": "inside", "RAYRL_T_UNSET": "inside"}):
+            assert os.environ["RAYRL_T_SET"] == os.environ["RAYRL_T_UNSET"] == "inside"
+            raise RuntimeError("vLLM failed to start")
+    assert os.environ["RAYRL_T_SET"] == "before"
+    assert "RAYRL_T_UNSET" not in os.environ
+
+
+class _Captured(Exception):
+    pass
+
+
+def _vllms_seed_warning(monkeypatch) -> logging.LogRecord:
+    """The record vLLM's `EngineArgs.create_model_config` logs first under VLLM_ENABLE_V1_MULTIPROCESSING=0; the
+    capture stops the call there, before it builds anything."""
+    from vllm.engine import arg_utils
+
+    def capture(msg, *args, **kwargs):
+        raise _Captured(logging.LogRecord(arg_utils.logger.name, logging.WARNING, __file__, 1, msg, args, None))
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setattr(arg_utils.logger, "warning", capture)
+    with pytest.raises(_Captured) as captured:
+        arg_utils.EngineArgs(model="m", seed=7).create_model_config()
+    return captured.value.args[0]
+
+
+def test_only_vllms_in_process_seed_warning_is_dropped(monkeypatch):
+    seed = _vllms_seed_warning(monkeypatch)
+    assert seed.getMessage().startswith("The global random seed is set to 7.")
+    assert seed.name == _ARG_UTILS_LOGGER  # the logger the filter is attached to
+    other = logging.LogRecord(seed.name, logging.WARNING, __file__, 1, "The global random seed is set to %d.", (7,),
+                              None)
+    assert not InProcessSeedWarning().filter(seed)
+    assert InProcessSeedWarning().filter(other)
