@@ -272,12 +272,35 @@ def _replica_scratch(replica: str):
     return scratch, int(scratch.name.rsplit("-", 1)[1])
 
 
-def _engine_processes(replica_pid: int) -> list:
-    """The processes vLLM started under the replica: they retitle themselves `VLLM::EngineCore`, `VLLM::Worker`...
-    (multiprocessing's resource tracker is not one of them)."""
+def _vllm_processes() -> dict:
+    """Every process vLLM started on this machine, by pid: they retitle themselves `VLLM::EngineCore`, `VLLM::Worker`
+    (multiprocessing's resource tracker is not one of them), with the pids of their ancestors."""
     import psutil
 
-    return [p for p in psutil.Process(replica_pid).children(recursive=True) if p.cmdline()[0].startswith("VLLM::")]
+    def ancestors(pid: int) -> list[int]:
+        # parent pids as the kernel has them (psutil's parents() also drops a parent its clock finds younger)
+        chain = []
+        while pid > 1:
+            pid = psutil.Process(pid).ppid()
+            chain.append(pid)
+        return chain
+
+    found = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        if (proc.info["cmdline"] or [""])[0].startswith("VLLM::"):
+            try:
+                found[proc.pid] = (proc, ancestors(proc.pid))
+            except psutil.NoSuchProcess:
+                pass
+    return found
+
+
+def _engine_processes(replica_pid: int) -> list:
+    """The vLLM processes under the replica, found through each one's ancestors (the message lists them all)."""
+    found = _vllm_processes()
+    under = [proc for proc, ancestors in found.values() if replica_pid in ancestors]
+    assert under, (replica_pid, {pid: (proc.info["cmdline"][0], ancestors) for pid, (proc, ancestors) in found.items()})
+    return under
 
 
 def test_replica_runs_vllm_in_one_process_bound_to_its_cores(rollout):
@@ -307,7 +330,6 @@ def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, r
     (victim,) = rollout.replica_versions()
     scratch, victim_pid = _replica_scratch(victim)
     engines = _engine_processes(victim_pid)
-    assert engines
     # On one CPU worker vLLM maps no ring buffers (serve.vllm_engine.engine_process_env); with several it does.
     segments = (scratch / RECORD).read_text().split()
     assert all((Path("/dev/shm") / s).exists() for s in segments)
