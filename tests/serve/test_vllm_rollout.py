@@ -341,7 +341,7 @@ def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, r
 
     assert rollout.replica_versions() == {newcomer: policy.version}
     # The killed replica's engine exits with it (it would hold the model and KV cache otherwise) ...
-    gone, alive = psutil.wait_procs(engines, timeout=60)
+    _, alive = psutil.wait_procs(engines, timeout=60)
     assert not alive, [p.pid for p in alive]
     # ... and could not free its shared memory; the newcomer reaped it.
     assert not scratch.exists() and not any((Path("/dev/shm") / s).exists() for s in segments)
