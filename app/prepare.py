@@ -1,6 +1,6 @@
 """Write datasets in the verl parquet schema.
 
-    python -m app.prepare gsm8k --input DIR --output DIR
+    python -m app.prepare gsm8k --input DIR --output DIR [--instruction TEXT]
         DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
     python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S] [--level-weights W,W,W,W]
         generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
@@ -16,17 +16,17 @@ from typing import Sequence
 from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, generate_splits
 from app.data.errors import DataError
 from app.data.gsm8k_task import gsm8k_rows
-from app.data.verl_rows import write_parquet
+from app.data.verl_rows import ANSWER_INSTRUCTION, write_parquet
 
 
-def prepare_gsm8k(input_dir: str, output_dir: str) -> dict[str, int]:
-    """Convert ``input_dir/{train,test}.jsonl``; returns rows written per split."""
-    counts = {}
-    for split in ("train", "test"):
-        rows = gsm8k_rows(os.path.join(input_dir, f"{split}.jsonl"), split)
+def prepare_gsm8k(input_dir: str, output_dir: str, instruction: str = ANSWER_INSTRUCTION) -> dict[str, int]:
+    """Convert ``input_dir/{train,test}.jsonl``, ``instruction`` after each question; returns rows written per split.
+    Both files are read and checked before either parquet is written."""
+    splits = {split: gsm8k_rows(os.path.join(input_dir, f"{split}.jsonl"), split, instruction)
+              for split in ("train", "test")}
+    for split, rows in splits.items():
         write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
-        counts[split] = len(rows)
-    return counts
+    return {split: len(rows) for split, rows in splits.items()}
 
 
 def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int = 500, seed: int = 0,
@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gsm8k", help="convert GSM8K train.jsonl/test.jsonl")
     g.add_argument("--input", required=True, help="folder with train.jsonl and test.jsonl")
     g.add_argument("--output", required=True, help="folder for train.parquet and test.parquet")
+    g.add_argument("--instruction", default=ANSWER_INSTRUCTION,
+                   help="line added after each question (default: %(default)r; '' keeps the question bare)")
     a = sub.add_parser("arithmetic", help="generate the built-in arithmetic task")
     a.add_argument("--output", required=True, help="folder for train.parquet and test.parquet")
     a.add_argument("--train-size", type=int, default=5000)
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.task == "gsm8k":
-            counts = prepare_gsm8k(args.input, args.output)
+            counts = prepare_gsm8k(args.input, args.output, args.instruction)
         else:
             counts = prepare_arithmetic(args.output, args.train_size, args.test_size, args.seed, args.level_weights)
     except DataError as err:

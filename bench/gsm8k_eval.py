@@ -1,12 +1,12 @@
 """Greedy GSM8K accuracy of a Hugging Face model folder with vLLM (no Ray): the evaluation of bench/learn_gsm8k.py.
 
 The first `--items` problems of a GSM8K JSONL file, in the prompt format `python -m app.prepare gsm8k` writes (the
-chat template around the question and the "#### <answer>" instruction), greedy decoding up to `--max-tokens` new
-tokens, scored by the built-in `openai/gsm8k` rule two ways: strict (the number after `####`, verl's rule) and
-flexible (the last number in the response).
+chat template around the question and `--instruction`, by default the "#### <answer>" one), greedy decoding up to
+`--max-tokens` new tokens, scored by the built-in `openai/gsm8k` rule two ways: strict (the number after `####`,
+verl's rule) and flexible (the last number in the response).
 
     python bench/gsm8k_eval.py --model DIR [--data ../shared/data/gsm8k/test.jsonl] [--items 200] [--max-tokens 300]
-        [--json OUT.json]
+        [--instruction TEXT] [--json OUT.json]
 """
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from app.data.verl_rows import ANSWER_INSTRUCTION  # noqa: E402  (after the path: the bench runs as a script)
 
-def evaluate(model: Path, data: Path, items: int, max_tokens: int, threads: int = 2) -> dict:
+
+def evaluate(model: Path, data: Path, items: int, max_tokens: int, instruction: str, threads: int = 2) -> dict:
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -33,7 +35,7 @@ def evaluate(model: Path, data: Path, items: int, max_tokens: int, threads: int 
     from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
     from serve.vllm_engine import cpu_bind_string
 
-    rows = gsm8k_rows(str(data), "test")[:items]
+    rows = gsm8k_rows(str(data), "test", instruction)[:items]
     tokenizer = AutoTokenizer.from_pretrained(model)
     prompt_ids = tokenize_prompts(tokenizer, render_prompts(tokenizer, [r["prompt"] for r in rows]))
     dtype = resolve_auto_dtype(False, cpu_has_native_bf16())[1]  # fp32 where bf16 would be emulated
@@ -51,7 +53,7 @@ def evaluate(model: Path, data: Path, items: int, max_tokens: int, threads: int 
     strict = [compute_score(t, g, method="strict") for t, g in zip(texts, truth)]
     flexible = [compute_score(t, g, method="flexible") for t, g in zip(texts, truth)]
     return {
-        "model": str(model), "data": str(data), "items": len(rows), "max_tokens": max_tokens,
+        "model": str(model), "data": str(data), "items": len(rows), "max_tokens": max_tokens, "instruction": instruction,
         "strict": statistics.mean(strict), "flexible": statistics.mean(flexible),
         "cut_at_max_tokens": statistics.mean(o.outputs[0].finish_reason == "length" for o in outputs),
         "mean_response_tokens": statistics.mean(len(o.outputs[0].token_ids) for o in outputs),
@@ -67,9 +69,11 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl")
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=300)
+    parser.add_argument("--instruction", default=ANSWER_INSTRUCTION,
+                        help="line after each question, as `app.prepare gsm8k --instruction` writes it ('' for none)")
     parser.add_argument("--json", type=Path, help="write the result here as well")
     args = parser.parse_args()
-    result = evaluate(args.model, args.data, args.items, args.max_tokens)
+    result = evaluate(args.model, args.data, args.items, args.max_tokens, args.instruction)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))

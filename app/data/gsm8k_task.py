@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from app.data.errors import DataError
-from app.data.verl_rows import verl_row
+from app.data.verl_rows import ANSWER_INSTRUCTION, verl_row
 
 DATA_SOURCE = "openai/gsm8k"
 
@@ -21,8 +21,9 @@ def gsm8k_final_answer(answer: str, where: str = "") -> str:
     return value
 
 
-def gsm8k_rows(jsonl_path: str, split: str) -> list[dict[str, Any]]:
-    """Read one GSM8K JSONL file and return verl rows; extra_info holds split, index, the full answer and question."""
+def gsm8k_rows(jsonl_path: str, split: str, instruction: str = ANSWER_INSTRUCTION) -> list[dict[str, Any]]:
+    """Read one GSM8K JSONL file and return verl rows; extra_info holds split, index, the full answer and question.
+    ``instruction`` follows each question on a line of its own; "" leaves the question bare."""
     if not os.path.isfile(jsonl_path):
         raise DataError(f"GSM8K file not found: {jsonl_path}")
     rows = []
@@ -45,6 +46,7 @@ def gsm8k_rows(jsonl_path: str, split: str) -> list[dict[str, Any]]:
                     item["question"],
                     gsm8k_final_answer(item["answer"], where),
                     ability="math",
+                    instruction=instruction,
                     extra_info={"split": split, "index": index, "answer": item["answer"], "question": item["question"]},
                 )
             )

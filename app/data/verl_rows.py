@@ -17,10 +17,12 @@ def verl_row(
     extra_info: dict[str, Any],
     instruction: str = ANSWER_INSTRUCTION,
 ) -> dict[str, Any]:
-    """One row: ``data_source``, ``prompt`` (one user message), ``ability``, ``reward_model``, ``extra_info``."""
+    """One row: ``data_source``, ``prompt`` (one user message: the question, then ``instruction`` on its own line
+    unless it is empty), ``ability``, ``reward_model``, ``extra_info``."""
+    content = f"{question.strip()}\n{instruction}" if instruction else question.strip()
     return {
         "data_source": data_source,
-        "prompt": [{"role": "user", "content": f"{question.strip()}\n{instruction}"}],
+        "prompt": [{"role": "user", "content": content}],
         "ability": ability,
         "reward_model": {"style": "rule", "ground_truth": ground_truth},
         "extra_info": extra_info,

@@ -61,6 +61,30 @@ def test_gsm8k_answers_with_commas():
         gsm8k_final_answer("no final answer", "file.jsonl line 3")
 
 
+def test_gsm8k_instruction_follows_the_question_or_is_left_out(tmp_path):
+    """`--instruction` sets the line after each question; '' leaves the bare question (no trailing newline)."""
+    question = "Tom has 3 apples and buys 2. How many now?"
+    for split in ("train", "test"):
+        (tmp_path / f"{split}.jsonl").write_text(json.dumps({"question": f"  {question}\n", "answer": "3+2=5\n#### 5"}))
+    for name, instruction, content in (
+            ("bare", "", question),
+            ("custom", 'Answer after "####".', f'{question}\nAnswer after "####".')):
+        assert main(["gsm8k", "--input", str(tmp_path), "--output", str(tmp_path / name),
+                     "--instruction", instruction]) == 0
+        for split in ("train", "test"):
+            row = pq.read_table(tmp_path / name / f"{split}.parquet").to_pylist()[0]
+            assert row["prompt"] == [{"role": "user", "content": content}], (name, split)
+
+
+def test_gsm8k_bad_test_file_writes_no_train_parquet(tmp_path):
+    """Both files are checked before either parquet is written: nothing half-converted is left behind."""
+    (tmp_path / "train.jsonl").write_text('{"question": "q", "answer": "#### 1"}\n')
+    (tmp_path / "test.jsonl").write_text('{"question": "q", "answer": "no final number"}\n')
+    with pytest.raises(DataError, match=r"test.jsonl line 1"):
+        prepare_gsm8k(str(tmp_path), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_gsm8k_missing_input(tmp_path):
     with pytest.raises(DataError, match="train.jsonl"):
         prepare_gsm8k(str(tmp_path), str(tmp_path / "out"))
