@@ -1,12 +1,14 @@
 """Runs `make run`'s training N times and prints each run's validation reward before and after, and how many met +0.30.
 
-One run of the quickstart says little about the next: vLLM's CPU sampling is not reproducible, so the curve after
-step 0 differs from run to run. This bench reruns the training of `make run` (`python -m app.train --config-name
-quickstart`) in fresh output folders, one after another, and prints a row per run, then the share of runs whose greedy
-validation reward rose by at least --target. The model and data must already be where `make run` puts them (run
-`make run` once first).
+One run of the quickstart says little about the next. Since vLLM runs inside the rollout replica (the trainer adds
+each batch's requests in one call), a run is reproducible: the same `trainer.seed` gives the same curve, step for step.
+So this bench reruns the training of `make run` (`python -m app.train --config-name quickstart`) with a different
+seed each time (`trainer.seed` = --first-seed + the run's index), in fresh output folders, one after another, and
+prints a row per run, then the share of runs whose greedy validation reward rose by at least --target. The model and
+data must already be where `make run` puts them (run `make run` once first).
 
-    .venv/bin/python bench/quickstart_repeat.py [--runs 3] [--output-root outputs/quickstart_repeat] [key=value ...]
+    .venv/bin/python bench/quickstart_repeat.py [--runs 3] [--first-seed N] [--output-root outputs/quickstart_repeat]
+        [key=value ...]
 
 Extra `key=value` arguments are Hydra overrides passed to every run. Writes `results.json` in the output root.
 """
@@ -58,16 +60,37 @@ def summarize_run(metrics_path: Path) -> RunSummary:
                       after=validations[-1][1], curve=[v for _, v in validations], train_minutes=minutes)
 
 
+def quickstart_seed() -> int:
+    """trainer.seed as `make run` trains with it: the quickstart config's, else the schema's default."""
+    import yaml
+
+    from app.config.schema import TrainerConfig
+
+    config = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
+    return int((config.get("trainer") or {}).get("seed", TrainerConfig.seed))
+
+
+def train_command(out: Path, index: int, seed: int, overrides: list[str]) -> list[str]:
+    return [sys.executable, "-m", "app.train", "--config-name", "quickstart", f"trainer.default_local_dir={out}",
+            f"trainer.experiment_name=quickstart_repeat_{index}", f"trainer.seed={seed}", *overrides]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--target", type=float, default=0.30, help="the gain a run must reach")
     parser.add_argument("--output-root", type=Path, default=REPO / "outputs" / "quickstart_repeat")
+    parser.add_argument("--first-seed", type=int, default=None,
+                        help="trainer.seed of the first run, +1 for each next one (default: the quickstart's seed)")
     args, overrides = parser.parse_known_args(argv)
     bad = [o for o in overrides if "=" not in o]
     if bad:
         print(f"error: {bad[0]!r} is neither an option of this bench nor a key=value override", file=sys.stderr)
         return 2
+    if any(o.split("=", 1)[0].lstrip("+") == "trainer.seed" for o in overrides):
+        print("error: trainer.seed is set for each run by --first-seed", file=sys.stderr)
+        return 2
+    first_seed = quickstart_seed() if args.first_seed is None else args.first_seed
     if args.runs < 1:
         print(f"error: --runs must be >= 1, got {args.runs}", file=sys.stderr)
         return 2
@@ -82,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for i in range(args.runs):
         out = args.output_root / f"run_{i}"
-        cmd = [sys.executable, "-m", "app.train", "--config-name", "quickstart", f"trainer.default_local_dir={out}",
-               f"trainer.experiment_name=quickstart_repeat_{i}", *overrides]
+        cmd = train_command(out, i, first_seed + i, overrides)
         start = time.monotonic()
         log = args.output_root / f"run_{i}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -94,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {i} failed (exit code {code}); its log: {log}", file=sys.stderr)
             return 1
         run = summarize_run(out / "metrics.jsonl")
-        results.append({"run": i, **asdict(run), "gain": run.gain, "wall_minutes": wall})
+        results.append({"run": i, "seed": first_seed + i, **asdict(run), "gain": run.gain, "wall_minutes": wall})
         curve = ", ".join(f"{v:.3f}" for v in run.curve)
-        print(f"run {i}: validation reward {run.before:.3f} at step {run.first_step} -> {run.after:.3f} at step "
+        print(f"run {i} (trainer.seed={first_seed + i}): validation reward {run.before:.3f} at step {run.first_step} -> {run.after:.3f} at step "
               f"{run.last_step} ({run.gain:+.3f}); curve {curve}; {run.train_minutes:.1f} min of steps, "
               f"{wall:.1f} min in all", flush=True)
     gains = [r["gain"] for r in results]

@@ -47,3 +47,18 @@ def test_bad_arguments_are_refused_before_any_run(tmp_path, capsys):
     assert bench.main(["--runs", "2", "--output-root", str(tmp_path)]) == 2
     assert f"{tmp_path / 'run_1'} exists" in capsys.readouterr().err
     assert not (tmp_path / "run_0").exists()
+
+
+def test_each_run_trains_with_its_own_seed(tmp_path):
+    # runs are reproducible per seed, so repeating one seed would repeat one curve
+    bench = load_bench()
+    first = bench.train_command(tmp_path / "run_0", 0, 5, ["data.seed=3"])
+    second = bench.train_command(tmp_path / "run_1", 1, 6, ["data.seed=3"])
+    assert "trainer.seed=5" in first and "trainer.seed=6" in second
+    assert first[-1] == second[-1] == "data.seed=3"  # the user's overrides still apply, last
+
+
+def test_a_seed_override_is_refused(tmp_path, capsys):
+    bench = load_bench()
+    assert bench.main(["--output-root", str(tmp_path), "trainer.seed=4"]) == 2
+    assert "trainer.seed is set for each run by --first-seed" in capsys.readouterr().err

@@ -34,20 +34,20 @@ def test_trial_config_applies_params_and_isolates_the_trial(tmp_path, compose, b
     assert "jsonl" in cfg.trainer.logger  # the relay reads metrics.jsonl
     # the Serve application is the trial's own, and the cleanup callback derives the same name
     assert rollout_app_name(cfg) == "rollout-rayrl-lrsweep-ab12c_00003" == trial_app_name(ctx, "ab12c_00003")
-    # quickstart's trainer.seed is the schema default 1; the trial adds a stable number from its id
-    assert cfg.trainer.seed == seed_for_trial(1, "ab12c_00003", "per_trial") != 1
-    # untouched keys keep the base values
+    # the trial adds a stable number from its id to the base's trainer.seed
     base = base_cfg()
+    assert cfg.trainer.seed == seed_for_trial(base.trainer.seed, "ab12c_00003", "per_trial") != base.trainer.seed
+    # untouched keys keep the base values
     assert cfg.data == base.data and cfg.actor_rollout_ref.model == base.actor_rollout_ref.model
 
 
-def test_seeds_differ_between_trials_and_repeat_for_the_same_trial(tmp_path, compose):
+def test_seeds_differ_between_trials_and_repeat_for_the_same_trial(tmp_path, compose, base_cfg):
     seeds = {seed_for_trial(7, f"abc_{i:05d}", "per_trial") for i in range(20)}
     assert len(seeds) == 20
     assert seed_for_trial(7, "abc_00001", "per_trial") == seed_for_trial(7, "abc_00001", "per_trial")
     assert seed_for_trial(7, "abc_00001", "fixed") == 7
     _, ctx = context(tmp_path, compose, trial_seed="fixed")
-    assert build_trial_config(ctx, {}, "t1").trainer.seed == 1
+    assert build_trial_config(ctx, {}, "t1").trainer.seed == base_cfg().trainer.seed  # the base's (quickstart: 2)
     # a searched seed wins over both policies
     assert build_trial_config(ctx, {"trainer.seed": 42}, "t1").trainer.seed == 42
 
