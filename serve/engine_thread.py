@@ -43,6 +43,7 @@ class EngineThread:
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._started: concurrent.futures.Future = concurrent.futures.Future()
         self._failure: Optional[BaseException] = None
+        self._running = False  # True from a successful build until the thread stops
         # request id -> (event loop, queue) of its consumer; touched only on the engine thread
         self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
 
@@ -60,11 +61,13 @@ class EngineThread:
     def check_health(self) -> None:
         if self._failure is not None:
             raise EngineDead(f"the engine failed: {self._failure!r}") from self._failure
-        if not self._thread.is_alive():
+        if not self._running:
             raise EngineDead("the engine thread is not running")
 
     async def call(self, fn: Callable[[Any], Any]) -> Any:
         """`fn(engine)` run on the engine thread between two steps; its result or exception."""
+        if not self._running:  # never started, failed to build, or shut down: nothing would run it
+            raise EngineDead("the engine thread is not running")
         done: concurrent.futures.Future = concurrent.futures.Future()
         self._inbox.put(_Work(fn, done))
         return await asyncio.wrap_future(done)
@@ -109,6 +112,7 @@ class EngineThread:
         except BaseException as err:  # the replica's start() re-raises it
             self._started.set_exception(err)
             return
+        self._running = True
         self._started.set_result(None)
         while True:
             busy = self._failure is None and engine.has_unfinished_requests()
@@ -118,6 +122,7 @@ class EngineThread:
                 work = None
             while work is not None:  # every queued call before the next step
                 if work is _STOP:
+                    self._running = False
                     self._close(engine)
                     return
                 self._run(engine, work)

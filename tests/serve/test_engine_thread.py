@@ -106,6 +106,8 @@ def test_calls_run_on_the_engine_thread_and_return_or_raise():
             await thread.call(lambda e: {}["missing"])
         still = await thread.call(lambda e: e.steps)  # a failed call leaves the engine usable
         thread.shutdown()
+        with pytest.raises(EngineDead, match="not running"):  # after shutdown: refused, not left waiting
+            await thread.call(lambda e: e.steps)
         return name, still
 
     assert asyncio.run(scenario()) == ("fake-engine", 0)
@@ -166,5 +168,7 @@ def test_a_failed_build_is_raised_by_start_and_health_fails():
             await thread.start()
         with pytest.raises(EngineDead, match="not running"):
             thread.check_health()
+        with pytest.raises(EngineDead, match="not running"):  # refused, not queued for a thread that is gone
+            await thread.call(lambda engine: None)
 
     asyncio.run(scenario())
