@@ -9,7 +9,7 @@ Prints three figures from one run (SmolLM2-135M-Instruct bf16 by default, import
   3. LoRA sync (r=16, all linear layers): seconds and bytes, on a second deployment with LoRA enabled.
 
 Thread placement (2-core machine): each replica's vLLM runs its OMP threads on `--threads` bound cores, the model
-inside the replica's own process (serve.vllm_engine.engine_process_env); the raw run's worker gets the same cores
+inside the replica's own process (serve.vllm_engine.engine_build_env); the raw run's worker gets the same cores
 (VLLM_CPU_OMP_THREADS_BIND) in a worker process of its own, beside its busy engine-core scheduler (the figures below
 were measured when the replica's vLLM had that layout too). Raw and Serve runs
 alternate, against a raw engine kept up beside the deployment, so load from other users of the machine hits both.

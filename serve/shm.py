@@ -1,7 +1,7 @@
 """Reclaim the shared memory a killed replica's engine leaves behind in /dev/shm.
 
 vLLM's engine processes talk through shared-memory ring buffers (~400 MiB per engine on CPU; a replica with one CPU
-worker runs vLLM in its own process and has none, serve.vllm_engine.engine_process_env). A graceful shutdown
+worker runs vLLM in its own process and has none, serve.vllm_engine.engine_build_env). A graceful shutdown
 unlinks them; a replica that is killed (OOM, `ray.kill`, node trouble) cannot, and /dev/shm is RAM. So each replica
 records the /dev/shm names its engine processes map, in its own scratch folder (named with its pid), and every
 replica that starts on the node reaps the folders of dead pids: it unlinks the recorded names that no live process

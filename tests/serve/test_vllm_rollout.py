@@ -303,7 +303,7 @@ def test_replica_runs_vllm_in_its_own_process_bound_to_its_cores(rollout):
 
     (replica,) = rollout.replica_versions()
     _, pid = _replica_scratch(replica)
-    # scheduler and model run in the replica (serve.vllm_engine.engine_process_env): no vLLM process under it
+    # scheduler and model run in the replica (serve.vllm_engine.engine_build_env): no vLLM process under it
     assert not [proc for proc, ancestors in _vllm_processes().values() if pid in ancestors]
     # the engine thread, whose OpenMP team runs the model, is bound to the replica's cores; on this 2-core machine
     # the one core rollout_config gives the only replica is a strict subset of what the replica's process may use
@@ -326,7 +326,7 @@ def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, r
     greedy_before = rollout.generate(PROMPTS, expect_version=policy.version, validation=True)
     (victim,) = rollout.replica_versions()
     scratch, victim_pid = _replica_scratch(victim)
-    # On one CPU worker vLLM runs in the replica and maps no ring buffers (serve.vllm_engine.engine_process_env);
+    # On one CPU worker vLLM runs in the replica and maps no ring buffers (serve.vllm_engine.engine_build_env);
     # with several workers it starts processes that do, and the record lists their segments.
     segments = (scratch / RECORD).read_text().split()
     assert all((Path("/dev/shm") / s).exists() for s in segments)
