@@ -60,7 +60,7 @@ class EngineThread:
 
     def check_health(self) -> None:
         if self._failure is not None:
-            raise EngineDead(f"the engine failed: {self._failure!r}") from self._failure
+            raise self._dead()
         if not self._running:
             raise EngineDead("the engine thread is not running")
 
@@ -101,6 +101,11 @@ class EngineThread:
             if not finished:
                 self._inbox.put(_Work(lambda engine: self._abort(engine, request_id), concurrent.futures.Future()))
 
+    def _dead(self) -> EngineDead:
+        dead = EngineDead(f"the engine failed: {self._failure!r}")
+        dead.__cause__ = self._failure
+        return dead
+
     def _abort(self, engine, request_id: str) -> None:
         if self._sinks.pop(request_id, None) is not None:
             engine.abort_request([request_id])
@@ -135,7 +140,7 @@ class EngineThread:
 
     def _run(self, engine, work: _Work) -> None:
         if self._failure is not None:
-            work.done.set_exception(EngineDead(f"the engine failed: {self._failure!r}"))
+            work.done.set_exception(self._dead())
             return
         try:
             work.done.set_result(work.run(engine))
@@ -147,10 +152,8 @@ class EngineThread:
             outputs = engine.step()
         except BaseException as err:
             self._failure = err
-            dead = EngineDead(f"the engine failed: {err!r}")
-            dead.__cause__ = err
             for loop, sink in self._sinks.values():
-                loop.call_soon_threadsafe(sink.put_nowait, dead)
+                loop.call_soon_threadsafe(sink.put_nowait, self._dead())
             self._sinks.clear()
             return
         for output in outputs:
