@@ -9,11 +9,16 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from omegaconf import DictConfig
 
 import app.config  # noqa: F401  registers the schema's defaults, the base of configs/ppo_trainer.yaml
+from app.dry_run import DryRun, run_dry, split_argv
+
+# `--dry-run` and its cluster flags, taken off the command line before Hydra reads it
+DRY_RUN: Optional[DryRun] = None
 
 
 def run(cfg: DictConfig) -> int:
@@ -34,10 +39,13 @@ def run(cfg: DictConfig) -> int:
         resume = find_resume_dir(Path(run_cfg.trainer.default_local_dir), run_cfg.trainer.resume_mode)
         if resume is not None:
             check_checkpoint(resume)
+        print(f"data: {n_train} training prompts, {n_val} validation prompts", flush=True)
+        if DRY_RUN is not None:
+            print(run_dry(run_cfg, DRY_RUN), flush=True)
+            return 0
     except (ConfigError, DataError, CheckpointError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"data: {n_train} training prompts, {n_val} validation prompts", flush=True)
     from app.trainer.launch import train, validation_history
 
     train(run_cfg)
@@ -68,4 +76,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    DRY_RUN, sys.argv[1:] = split_argv(sys.argv[1:])
     main()

@@ -148,7 +148,8 @@ def main() -> None:
         args.model = str(import_model("smollm2-135m-instruct", REPO / ".cache" / "test-models" / "smollm2-135m-instruct"))
     cfg = replace(RolloutConfig(), dtype="bfloat16", prompt_length=args.prompt_len, response_length=args.tokens,
                   max_num_seqs=max(64, args.prompts), cpu_kv_cache_gib=1.0, cpus_per_replica=1.0,
-                  omp_threads=args.threads, replicas=1, temperature=1.0, ignore_eos=True)
+                  omp_threads=args.threads, replicas=1, temperature=1.0, ignore_eos=True,
+                  gpu_memory_utilization=0.5, enforce_eager=True)  # a validated CPU config's (app/config/layout.py)
     spec = engine_spec_from_config(cfg, args.model, trust_remote_code=False)
     prompts = make_prompts(args.prompts, args.prompt_len)
     print(f"model={args.model} prompts={args.prompts}x{args.prompt_len} new_tokens={args.tokens} "

@@ -15,13 +15,14 @@ subclass that overrides its constructor, and a direct token-level generate would
 the engine is now an `LLMEngine` stepped by a thread of the replica, `serve/engine_thread.py`, one process fewer).
 
 Public API (see each docstring):
-    deploy_rollout(rollout_cfg, model_path, app_name, *, trust_remote_code, max_lora_rank=None, ...) -> RolloutClient
+    deploy_rollout(rollout_cfg, model_path, app_name, *, trust_remote_code, max_lora_rank=None, placement=None, ...)
+        -> RolloutClient                                                # placement: a ReplicaPlacement
     get_rollout_client(app_name, rollout_cfg) -> RolloutClient         # e.g. inside a Ray Train worker
     RolloutClient.generate(prompt_token_ids, *, expect_version, sampling=None, validation=False) -> [RolloutSample]
     RolloutClient.generate_iter(...)                                    # chunks as they finish
     RolloutClient.update_weights(version, FullWeights(...) | LoraAdapter(...) | MergedLora(...)) -> {replica: version}
-    RolloutClient.sleep(level=1) / wake_up() / replica_versions() / weights_checksums() / nccl_sync_client()
-    PolicyVersionMismatch, SamplingOptions, RolloutSample, FullWeights, LoraAdapter, MergedLora
+    RolloutClient.sleep(level=1) / wake_up() / replica_versions() / weights_checksums()
+    PolicyVersionMismatch, RolloutAsleep, SamplingOptions, RolloutSample, FullWeights, LoraAdapter, MergedLora
 """
 import importlib
 from typing import TYPE_CHECKING
@@ -33,6 +34,8 @@ _EXPORTS = {
     "LoraAdapter": "serve.types",
     "MergedLora": "serve.types",
     "PolicyVersionMismatch": "serve.types",
+    "ReplicaPlacement": "serve.deployment",
+    "RolloutAsleep": "serve.replica_gate",
     "RolloutClient": "serve.client",
     "RolloutSample": "serve.types",
     "SamplingOptions": "serve.types",
@@ -44,6 +47,8 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas
+    from serve.deployment import ReplicaPlacement
+    from serve.replica_gate import RolloutAsleep
     from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions
 
 

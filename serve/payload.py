@@ -19,6 +19,8 @@ import numpy as np
 
 DEFAULT_CHUNK_BYTES = 1 << 30  # bounds the trainer's extra host memory during one sync to about this much
 SHM_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+# left free in /dev/shm beside a staged payload: vLLM's and NCCL's own segments live there too
+SHM_HEADROOM_BYTES = 256 << 20
 
 
 def encode_tensors(tensors: Mapping[str, "torch.Tensor"], chunk_bytes: int = DEFAULT_CHUNK_BYTES
@@ -113,6 +115,15 @@ def stage_dir(tag: str) -> Path:
     return path
 
 
+def staging_folder(shm_folder: Path, nbytes: int, name: str) -> Path:
+    """Where to stage a payload of `nbytes`: under `shm_folder` (RAM, the fast path) when /dev/shm has room for it
+    and some headroom, else under the temporary folder on disk ($TMPDIR), since containers often give /dev/shm only
+    64 MiB. Only the replica's own files go to either place."""
+    if Path(SHM_ROOT) in shm_folder.parents and shutil.disk_usage(SHM_ROOT).free < nbytes + SHM_HEADROOM_BYTES:
+        return Path(tempfile.gettempdir()) / shm_folder.name / name
+    return shm_folder / name
+
+
 def write_chunk(chunk: SafetensorsChunk, path: Path) -> Path:
     """Write one safetensors chunk to `path` atomically (no reader ever sees half a file)."""
     tmp = path.with_name(path.name + ".part")
@@ -122,10 +133,15 @@ def write_chunk(chunk: SafetensorsChunk, path: Path) -> Path:
     return path
 
 
+def full_weights_path(folder: Path, index: int) -> Path:
+    """Where chunk `index` of a full-weights payload is staged: `chunk-XXXXX.safetensors`, in payload order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"chunk-{index:05d}.safetensors"
+
+
 def write_full_weights(chunks: list[SafetensorsChunk], folder: Path) -> list[str]:
     """Stage a full-weights payload as `chunk-XXXXX.safetensors` files; returns their paths in order."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return [str(write_chunk(chunk, folder / f"chunk-{i:05d}.safetensors")) for i, chunk in enumerate(chunks)]
+    return [str(write_chunk(chunk, full_weights_path(folder, i))) for i, chunk in enumerate(chunks)]
 
 
 def write_peft_adapter(adapter_config: Mapping, chunks: list[SafetensorsChunk], folder: Path) -> str:

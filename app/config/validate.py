@@ -5,6 +5,7 @@ import logging
 
 from app.config.async_check import check_async_training
 from app.config.deepspeed_check import check_deepspeed
+from app.config.layout import derive_layout
 from app.config.loader import ConfigError
 from app.config.placement import check_placement
 from app.config.ranks import derive_ranks, ranks_named
@@ -31,6 +32,7 @@ def validate(cfg: TrainerRunConfig) -> None:
 
 def _fill_derived(cfg: TrainerRunConfig) -> None:
     derive_ranks(cfg.trainer)
+    derive_layout(cfg)
     _resolve_auto_precision(cfg)
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.response_length is None:
@@ -57,7 +59,7 @@ def _resolve_auto_precision(cfg: TrainerRunConfig) -> None:
     sections = (arr.actor.fsdp_config, arr.ref.fsdp_config, cfg.critic.model.fsdp_config)
     if arr.rollout.dtype != "auto" and all(s.mixed_precision.param_dtype != "auto" for s in sections):
         return
-    short, long = resolve_auto_dtype(cfg.trainer.n_gpus_per_node > 0, cpu_has_native_bf16())
+    short, long = resolve_auto_dtype(cfg.trainer.device == "cuda", cpu_has_native_bf16())
     for section in sections:
         if section.mixed_precision.param_dtype == "auto":
             section.mixed_precision.param_dtype = short
@@ -175,11 +177,6 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
         make_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    if cfg.trainer.placement == "colocated" and cfg.trainer.n_gpus_per_node == 0:
-        raise ConfigError(
-            "trainer.placement=colocated needs GPUs (trainer.n_gpus_per_node > 0): on CPU the rollout and the "
-            "trainer run on separate resources; use trainer.placement=split"
-        )
     mode = cfg.trainer.resume_mode
     if mode not in ("auto", "disable") and not mode:
         raise ConfigError("trainer.resume_mode must be auto, disable or a checkpoint path")

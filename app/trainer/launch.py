@@ -20,20 +20,21 @@ def rollout_app_name(cfg: TrainerRunConfig) -> str:
 def ensure_ray(cfg: TrainerRunConfig) -> None:
     """Join the cluster named by trainer.ray_address / RAY_ADDRESS (ray job submit sets it), else start a local one.
 
-    Custom resources (trainer.worker_resources, rollout.replica_resources) must be ones the cluster's nodes offer:
-    a ConfigError says which otherwise, before any worker or replica is asked for."""
+    Whatever the cluster, everything the run will hold (app.config.placement) must fit on its nodes: a ConfigError
+    says what is asked and what the cluster has otherwise, before any worker or replica is asked for."""
     import ray
 
-    from app.config.placement import check_cluster_resources, wants_custom_resources
+    from app.config.placement import plan_resources, wants_custom_resources
 
+    plan = plan_resources(cfg)
     if ray.is_initialized():
-        check_cluster_resources(cfg, ray.cluster_resources())
+        check_cluster_fits(plan)
         return
     address = cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")
     runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
-        check_cluster_resources(cfg, ray.cluster_resources())
+        check_cluster_fits(plan)
         return
     if wants_custom_resources(cfg):
         from app.config.loader import ConfigError
@@ -44,13 +45,31 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
                           "submit sets it)")
     # Logical CPUs: the rollout replicas and the train workers take turns on the cores (synchronous RL), so each
     # gets its own reservation even though they share the physical cores.
-    needed = cfg.trainer.num_workers * cfg.trainer.cpus_per_worker + \
-        cfg.actor_rollout_ref.rollout.replicas * cfg.actor_rollout_ref.rollout.cpus_per_replica + 2
+    needed = plan.total().get("CPU", 0.0) + 2
+    gpus = {}
+    if cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node > 0:
+        # a GPU layout computed on the CPU: the local cluster declares the GPUs the layout places by
+        gpus = {"num_gpus": cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes}
     # The dashboard shows the run (and the rayrl_* metrics); Ray Train's placement-group cleaner also needs its state
     # API and, without it, logs a warning every few seconds for the whole run.
     ray.init(num_cpus=max(int(needed + 0.999), os.cpu_count() or 1), runtime_env=local_runtime_env(runtime_env),
-             include_dashboard=True, log_to_driver=True)
+             include_dashboard=True, log_to_driver=True, **gpus)
     _exit_on_sigterm_again()
+    check_cluster_fits(plan)
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    """The total resources of each live node of the connected Ray cluster."""
+    import ray
+
+    return [dict(node["Resources"]) for node in ray.nodes() if node.get("Alive")]
+
+
+def check_cluster_fits(plan) -> None:
+    """ConfigError unless the connected cluster can hold everything in `plan` (an app.config.placement.ResourcePlan)."""
+    from app.config.placement import check_fits
+
+    check_fits(plan, cluster_nodes())
 
 
 # Ray Train's PreemptionWatcher actor (~0.1 GiB) only waits for the cluster to drain a worker's node, which a
@@ -111,7 +130,12 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
     from serve import get_rollout_client
 
     cfg = load_config(loop_config["config"])
+    record_placement(Path(cfg.trainer.default_local_dir), cfg.trainer.device)
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
+    if cfg.trainer.device == "cuda":  # the GPU Ray assigned to this rank; the engine computes on the current one
+        from ray.train.torch import get_device
+
+        torch.cuda.set_device(get_device())
     rollout = get_rollout_client(loop_config["rollout_app"], cfg.actor_rollout_ref.rollout)
     trainer = build_trainer(cfg, rollout, report=lambda metrics: ray.train.report(metrics))
     try:
@@ -119,6 +143,23 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
     finally:
         if trainer.tracking is not None:  # rank 0: finish the W&B / MLflow runs and flush the files, failed or not
             trainer.tracking.close()
+
+
+def record_placement(out_dir: Path, device: str) -> None:
+    """placement/rank-<r>.json in the run folder: where this rank runs (node, the GPUs Ray gave it, the device it
+    computes on), so a user can see how the plan was placed."""
+    import json
+
+    import ray
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    context = ray.get_runtime_context()
+    folder = out_dir / "placement"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"rank-{rank}.json").write_text(json.dumps({
+        "rank": rank, "node_id": context.get_node_id(), "gpu_ids": context.get_accelerator_ids().get("GPU", []),
+        "device": device}))
 
 
 def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
@@ -135,27 +176,28 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
 
     from ray import serve
 
+    from app.config.placement import plan_resources
     from serve import deploy_rollout
 
     ensure_ray(cfg)
     cfg = with_absolute_paths(cfg)
     out_dir = Path(cfg.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    plan = plan_resources(cfg)
     app_name = rollout_app or rollout_app_name(cfg)
-    if rollout_app is None:
+    if rollout_app is None:  # first: on shared GPUs the replicas take the larger share (app.config.placement)
         model = cfg.actor_rollout_ref.model
         adapters = model.lora_rank and cfg.actor_rollout_ref.rollout.lora_sync == "adapter"
         deploy_rollout(cfg.actor_rollout_ref.rollout, model.path, app_name, trust_remote_code=model.trust_remote_code,
                        max_lora_rank=model.lora_rank if adapters else None, seed=cfg.trainer.seed,
-                       route_prefix=route_prefix)
-    use_gpu = cfg.trainer.n_gpus_per_node > 0
+                       route_prefix=route_prefix, placement=replica_placement(cfg, plan))
+    [worker] = plan.train.bundles
     trainer = TorchTrainer(
         worker_entry,
         train_loop_config={"config": dataclasses.asdict(cfg), "rollout_app": app_name},
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        scaling_config=ScalingConfig(num_workers=cfg.trainer.num_workers, use_gpu=use_gpu,
-                                     resources_per_worker={"CPU": cfg.trainer.cpus_per_worker,
-                                                           **cfg.trainer.worker_resources}),
+        torch_config=TorchConfig(backend="nccl" if cfg.trainer.device == "cuda" else "gloo"),
+        scaling_config=ScalingConfig(num_workers=cfg.trainer.num_workers, use_gpu="GPU" in worker,
+                                     resources_per_worker=dict(worker)),
         run_config=RunConfig(name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
                              storage_path=str(out_dir / "ray_train"),
                              # a restarted worker group runs worker_entry again, which resumes from the newest checkpoint
@@ -167,6 +209,16 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
         if rollout_app is None:
             serve.delete(app_name)
     return _final_validation(out_dir)
+
+
+def replica_placement(cfg: TrainerRunConfig, plan):
+    """The plan's rollout share in serve/'s terms: each replica's bundles, its vLLM workers, and sleep mode."""
+    from serve import ReplicaPlacement
+
+    sleeps = (cfg.trainer.placement == "colocated" and cfg.actor_rollout_ref.rollout.free_cache_engine
+              and cfg.trainer.device == "cuda")
+    return ReplicaPlacement(plan.rollout.bundles, plan.engine_tensor_parallel_size, plan.replica_engine_env(),
+                            enable_sleep_mode=sleeps)
 
 
 def _final_validation(out_dir: Path) -> dict[str, float]:

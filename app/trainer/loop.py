@@ -61,6 +61,7 @@ class RLTrainer(RunStateMixin):
         self.n = cfg.actor_rollout_ref.rollout.n
         # colocated GPU placement: vLLM frees its memory while the trainer runs, unless rollout.free_cache_engine=false
         self.rollout_sleeps = cfg.trainer.placement == "colocated" and cfg.actor_rollout_ref.rollout.free_cache_engine
+        self.rollout_asleep = False
         self.sync_dtype = getattr(torch, cfg.actor_rollout_ref.rollout.dtype)  # what vLLM computes in: half the bytes
         self.temperature = cfg.actor_rollout_ref.rollout.temperature
         self.step = 0
@@ -114,6 +115,8 @@ class RLTrainer(RunStateMixin):
                         self.ahead.drain()  # outside "sync": timing_s/gen_wait counts this wait
                     with timer.phase("sync"):
                         self.sync_weights()
+                if self.rollout_asleep:  # a critic warm-up step syncs nothing, but the next rollout needs vLLM
+                    self._rollout_wake_up()
                 bad = self.bad_steps.observe(self.step, metrics)  # skipped updates; raises after max_bad_steps
                 if self._due(self.cfg.trainer.test_freq) or self.step == self.total_steps:
                     with timer.phase("testing"):
@@ -233,7 +236,7 @@ class RLTrainer(RunStateMixin):
         """Push the new weights (or LoRA adapter) as version + 1; every rank then expects it."""
         if self.ahead is not None:
             self.ahead.drain()  # no batch may be sampled half by the old weights, half by the new
-        if self.rollout_sleeps:
+        if self.rollout_asleep:
             self._rollout_wake_up()
         wire = rollout_payload(self.engine, lora_sync=self.cfg.actor_rollout_ref.rollout.lora_sync,
                                model_path=self.cfg.actor_rollout_ref.model.path, dtype=self.sync_dtype)
@@ -269,11 +272,13 @@ class RLTrainer(RunStateMixin):
         if self.rank == 0:
             self.rollout.sleep()
         self.ranks.barrier()
+        self.rollout_asleep = True
 
     def _rollout_wake_up(self) -> None:
         if self.rank == 0:
             self.rollout.wake_up()
         self.ranks.barrier()
+        self.rollout_asleep = False
 
     def _rollout_version(self) -> int:  # the version every replica serves; they agree after any completed sync
         versions = set(self.rollout.replica_versions().values())

@@ -64,8 +64,8 @@ def check_data_apart(cfg: TrainerRunConfig, start_method: Optional[str] = None) 
 
 
 def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[dict], None]] = None,
-                  device: str = "auto"):
-    """Everything one rank needs; collective (all ranks call it together)."""
+                  device: Optional[str] = None):
+    """Everything one rank needs; collective (all ranks call it together). `device`: trainer.device unless given."""
     from app.roles.factory import build_actor, build_critic, build_reference
     from app.trainer.loop import RLTrainer
     from app.trainer.scoring import build_scorer
@@ -78,6 +78,7 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
                               shuffle=cfg.data.shuffle, seed=cfg.data.seed)
     _set_total_steps(cfg, len(loader))
     arr = cfg.actor_rollout_ref
+    device = device or cfg.trainer.device
     actor = build_actor(arr, device=device, seed=cfg.trainer.seed,
                         rollout_correction=cfg.algorithm.rollout_correction)
     needs_reference = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward

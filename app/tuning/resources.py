@@ -23,26 +23,21 @@ class TrialNeeds:
     custom: dict[str, float] = field(default_factory=dict)  # Ray custom resources (trainer.worker_resources, ...)
 
 
-def trial_needs(cfg: TrainerRunConfig, cluster_has_gpus: bool = False) -> TrialNeeds:
-    """num_workers × cpus_per_worker + replicas × cpus_per_replica CPUs; GPUs when training or vLLM use them; the
-    custom resources of the workers and replicas (app.config.placement) likewise."""
-    from app.config.placement import custom_requests
+def trial_needs(cfg: TrainerRunConfig) -> TrialNeeds:
+    """What one trial's run holds (app.config.placement's plan): its train workers and rollout replicas, in CPUs,
+    GPUs and custom resources."""
+    from app.config.placement import custom_requests, plan_resources
 
     t, r = cfg.trainer, cfg.actor_rollout_ref.rollout
-    cpus = t.num_workers * t.cpus_per_worker + r.replicas * r.cpus_per_replica
-    gpus = float(t.num_workers if t.n_gpus_per_node > 0 else 0)
-    # vLLM replicas take tensor_model_parallel_size GPUs each when the cluster has GPUs (serve/deployment.py)
-    if r.name == "vllm" and cluster_has_gpus and t.placement == "split":
-        gpus += r.replicas * r.tensor_model_parallel_size
+    total = plan_resources(cfg).total()
+    cpus, gpus = total.pop("CPU", 0.0), total.pop("GPU", 0.0)
     explain = (f"trainer.num_workers={t.num_workers} × trainer.cpus_per_worker={t.cpus_per_worker} + "
                f"actor_rollout_ref.rollout.replicas={r.replicas} × rollout.cpus_per_replica={r.cpus_per_replica} "
-               f"= {cpus:g} CPUs" + (f" and {gpus:g} GPUs" if gpus else ""))
-    custom: dict[str, float] = {}
+               f"= {cpus:g} CPUs" + (f" and {gpus:g} GPUs (trainer.placement={t.placement})" if gpus else ""))
     for key, resources, count in custom_requests(cfg):
         for name, amount in resources.items():
-            custom[name] = custom.get(name, 0.0) + amount * count
             explain += f" + {key}.{name}={amount:g} × {count}"
-    return TrialNeeds(cpus=cpus, gpus=gpus, explain=explain, custom=custom)
+    return TrialNeeds(cpus=cpus, gpus=gpus, explain=explain, custom=total)
 
 
 def max_concurrent_trials(cluster: dict[str, float], needs: TrialNeeds, cap: int | None = None) -> int:

@@ -84,7 +84,7 @@ def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
     check_loggers(base_cfg.trainer.logger)
     ensure_ray(base_cfg)
     cluster = ray.cluster_resources()
-    needs = trial_needs(_worst_case(spec, ctx), cluster_has_gpus=cluster.get("GPU", 0) > 0)
+    needs = trial_needs(_worst_case(spec, ctx))
     concurrency = max_concurrent_trials(cluster, needs, spec.max_concurrent_trials)
     print(f"sweep {spec.name}: each trial needs {needs.explain}; the cluster has {cluster.get('CPU', 0):g} CPUs "
           f"-> up to {concurrency} trial(s) at once", flush=True)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,10 +38,9 @@ def vllm_tiny_model_dir(tiny_model_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def rollout_config(serve_http_port):
     """A small-footprint RolloutConfig for tests: fp32 (so log-probs can be compared tightly), 1 GiB KV cache."""
-    from app.config.schema import RolloutConfig
+    from support import cpu_rollout_config
 
-    return replace(
-        RolloutConfig(),
+    return cpu_rollout_config(
         dtype="float32",
         max_num_seqs=64,
         max_num_batched_tokens=2048,

@@ -5,6 +5,7 @@ No Ray cluster and no vLLM engine: these run in milliseconds.
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from dataclasses import replace
 
 import numpy as np
@@ -162,3 +163,21 @@ def test_dead_replicas_shared_memory_is_reaped_but_live_or_mapped_memory_is_kept
     assert reap_dead_replicas(str(tmp_path)) == [dead.name]  # unmapped now: reaped, folder and all
     assert not (tmp_path / "psm_held").exists() and not dead.exists()
     assert (tmp_path / "psm_mine").exists() and live.exists()  # a live replica's memory is never touched
+
+
+def test_a_payload_is_staged_in_shared_memory_only_where_it_has_room(monkeypatch, tmp_path):
+    """Containers often give /dev/shm 64 MiB: a payload that does not fit there (with headroom) goes to $TMPDIR."""
+    import collections
+    import tempfile
+
+    from serve import payload
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    replica = Path(payload.SHM_ROOT) / "rayrl-rollout-app-r1-123"
+    monkeypatch.setattr(payload.shutil, "disk_usage", lambda root: usage(64 << 20, 0, 64 << 20))
+    assert payload.staging_folder(replica, 1 << 20, "v1") == tmp_path / replica.name / "v1"  # 1 MiB + headroom > 64
+    monkeypatch.setattr(payload.shutil, "disk_usage", lambda root: usage(8 << 30, 0, 8 << 30))
+    assert payload.staging_folder(replica, 1 << 30, "v2") == replica / "v2"
+    # a replica whose own folder is already on disk stays there
+    assert payload.staging_folder(tmp_path / "elsewhere", 1 << 40, "v3") == tmp_path / "elsewhere" / "v3"

@@ -3,7 +3,7 @@ loads, and resources the cluster lacks when the driver joins it, each before any
 import pytest
 
 from app.config import ConfigError, load_config
-from app.config.placement import check_cluster_resources
+from app.config.placement import check_fits, plan_resources
 from support import with_dotted
 
 BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
@@ -55,19 +55,26 @@ def test_colocated_replicas_cannot_be_pinned_elsewhere():
 
 def test_cluster_without_enough_of_a_resource_is_refused_naming_it():
     cfg = load_config(with_(**PINNED))  # 2 train workers, 1 replica
-    check_cluster_resources(cfg, {"CPU": 8, "train_node": 2, "rollout_node": 1})  # exactly enough
-    with pytest.raises(ConfigError, match=r"trainer\.worker_resources\.train_node=1 x 2 asks for 2 of the Ray custom "
-                                          r"resource 'train_node', but the cluster has 1"):
-        check_cluster_resources(cfg, {"CPU": 8, "train_node": 1, "rollout_node": 1})
-    with pytest.raises(ConfigError, match=r"replica_resources\.rollout_node=1 x 1 asks for 1 .*'rollout_node', but "
-                                          r"the cluster has 0"):
-        check_cluster_resources(cfg, {"CPU": 8, "train_node": 2})
+    plan = plan_resources(cfg)
+    check_fits(plan, [{"CPU": 8, "train_node": 2, "rollout_node": 1}])  # exactly enough
+    with pytest.raises(ConfigError, match=r"the run needs 3 CPU, 1 rollout_node, 2 train_node .*but the Ray cluster "
+                                          r"has 8 CPU, 1 rollout_node, 1 train_node: train_node is short by 1"):
+        check_fits(plan, [{"CPU": 8, "train_node": 1, "rollout_node": 1}])
+    with pytest.raises(ConfigError, match=r"rollout_node is short by 1; start the nodes with `ray start --resources"):
+        check_fits(plan, [{"CPU": 8, "train_node": 2}])
     # one resource asked by both: the total counts
-    shared = load_config(with_(**{"trainer.worker_resources": {"node": 1},
-                                  "actor_rollout_ref.rollout.replica_resources": {"node": 1}}))
-    with pytest.raises(ConfigError, match=r"worker_resources\.node=1 x 2 \+ actor_rollout_ref\.rollout\."
-                                          r"replica_resources\.node=1 x 1 asks for 3 .* has 2"):
-        check_cluster_resources(shared, {"node": 2})
+    shared = plan_resources(load_config(with_(**{"trainer.worker_resources": {"node": 1},
+                                                 "actor_rollout_ref.rollout.replica_resources": {"node": 1}})))
+    with pytest.raises(ConfigError, match=r"needs 3 CPU, 3 node .* has 8 CPU, 2 node: node is short by 1"):
+        check_fits(shared, [{"CPU": 8, "node": 2}])
+
+
+def test_enough_in_total_but_on_no_single_node_is_refused():
+    cfg = load_config(with_(**PINNED))
+    # the two train workers fit only where train_node is; one node has it, but CPU for one worker only
+    nodes = [{"CPU": 1, "train_node": 2}, {"CPU": 4, "rollout_node": 1}]
+    with pytest.raises(ConfigError, match=r"train worker 2 of 2 .* fits on no node of the Ray cluster \(2 nodes: "):
+        check_fits(plan_resources(cfg), nodes)
 
 
 def test_ensure_ray_refuses_a_local_cluster_for_custom_resources(monkeypatch):
@@ -92,7 +99,8 @@ def test_ensure_ray_checks_the_cluster_it_is_connected_to(monkeypatch):
     from app.trainer.launch import ensure_ray
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
-    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0, "train_node": 2.0})
-    with pytest.raises(ConfigError, match=r"'rollout_node', but the cluster has 0"):
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 8.0, "train_node": 2.0}},
+                                               {"Alive": False, "Resources": {"CPU": 8.0, "rollout_node": 1.0}}])
+    with pytest.raises(ConfigError, match=r"rollout_node is short by 1"):  # the dead node does not count
         ensure_ray(load_config(with_(**PINNED)))
     ensure_ray(load_config(with_(**{"trainer.worker_resources": {"train_node": 1}})))  # enough: no error

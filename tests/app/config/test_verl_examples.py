@@ -99,7 +99,7 @@ def test_old_global_micro_batch_names_become_per_rank_sizes(paths):
         run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32")
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.log_prob_micro_batch_size=128 .*does not "
                                           r"split over 3 ranks \(trainer\.n_gpus_per_node=3"):
-        run_script(GRPO_OLD_NAMES, paths, "trainer.n_gpus_per_node=3",
+        run_script(GRPO_OLD_NAMES, paths, "trainer.n_gpus_per_node=3", "trainer.placement=split",
                    "actor_rollout_ref.actor.ppo_micro_batch_size=null")
 
 
@@ -111,6 +111,7 @@ def test_gpu_jobs_are_sized_by_gpus_per_node_times_nodes_as_in_verl(paths):
         run_script(GRPO, paths, "trainer.num_workers=2")
     # on CPU (no GPUs per node) trainer.num_workers counts the ranks; nnodes has no meaning there
     cpu = run_script(GRPO, paths, "trainer.n_gpus_per_node=0", "data.train_batch_size=8",
+                     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
                      "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
     assert cpu.trainer.num_workers == 2
@@ -353,3 +354,27 @@ def test_newer_verl_lr_scheduler_type_is_warmup_style(paths):
     with pytest.raises(ConfigError, match=r"critic\.optim\.lr_scheduler_type='constant' and critic\.optim\."
                                           r"warmup_style='cosine' name the same setting"):
         run_script(GRPO, paths, "critic.optim.lr_scheduler_type=constant", "critic.optim.warmup_style=cosine")
+
+
+# ---------------------------------------------------------------- --dry-run: each script's layout on the GPUs it names
+@pytest.mark.parametrize("script, extra", [(GRPO, {}), (GRPO_OLD_NAMES, {}), (PPO, {}), (RLOO, {}),
+                                           (REINFORCE_PP, {}), (REMAX, {}), (GSPO, {}), (GRPO_LORA, {}),
+                                           (DAPO, DAPO_SUPPORTED)])
+def test_dry_run_places_each_script_on_the_gpus_it_names(paths, script, extra):
+    from app.dry_run import DryRun, run_dry
+
+    cfg = run_script(script, paths, **extra)
+    t, r = cfg.trainer, cfg.actor_rollout_ref.rollout
+    text = run_dry(cfg, DryRun(nodes=t.nnodes, gpus_per_node=t.n_gpus_per_node))
+    ranks, tp = t.n_gpus_per_node * t.nnodes, r.tensor_model_parallel_size
+    # verl's hybrid engine: the rollout shares the training GPUs, one replica per tensor-parallel group
+    assert f"trainer.device=cuda, trainer.placement=colocated, {ranks} training ranks" in text
+    assert f"rollout replica x{ranks // tp}: " in text and f"train worker x{ranks}: " in text
+    assert f"in all: {ranks * t.cpus_per_worker + ranks // tp * r.cpus_per_replica:g} CPU, {ranks:g} GPU" in text
+    assert text.endswith("nothing was started (--dry-run)")
+    # one node fewer (or half the GPUs of a one-node script): refused, naming what is short
+    fewer = DryRun(nodes=t.nnodes - 1, gpus_per_node=t.n_gpus_per_node) if t.nnodes > 1 else \
+        DryRun(nodes=1, gpus_per_node=t.n_gpus_per_node // 2)
+    with pytest.raises(ConfigError, match=rf"the run needs .*{ranks:g} GPU .*but the described cluster .* GPU is "
+                                          rf"short by {ranks // 2 if t.nnodes == 1 else t.n_gpus_per_node:g}"):
+        run_dry(cfg, fewer)

@@ -70,3 +70,24 @@ def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(compose, ti
     assert payload.adapter_config["r"] == cfg.actor_rollout_ref.model.lora_rank
     with safe_open(str(tiny_model_dir / "model.safetensors"), "pt") as f:
         assert set(adapter_pairs(tensors)) <= set(f.keys())
+
+
+def test_a_critic_warmup_step_wakes_the_engine_for_the_next_rollout(compose, tiny_model_dir, small_arith_data,
+                                                                    tmp_path):
+    """PPO's critic warm-up updates no policy, so no sync wakes vLLM: the step itself must, or the next rollout would
+    reach a sleeping engine."""
+    from app.trainer.setup import build_trainer
+
+    cfg = compose([
+        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={small_arith_data / 'train.parquet'}",
+        "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
+        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "algorithm.adv_estimator=gae", "trainer.critic_warmup=1", "trainer.total_training_steps=2",
+        "trainer.val_before_train=false", "trainer.save_freq=-1", "trainer.logger=[jsonl]",
+        f"trainer.default_local_dir={tmp_path / 'run'}", "reward_model.num_workers=1",
+    ])
+    cfg.trainer.placement = "colocated"  # as above
+    rollout = RecordingRollout(vocab_size=1000, n=2, response_len=8)
+    build_trainer(cfg, rollout, device="cpu").fit()
+    assert rollout.calls == ["generate", "sleep", "wake_up",  # step 1: the critic alone learns
+                             "generate", "sleep", "wake_up", "update_weights"]

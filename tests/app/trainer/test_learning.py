@@ -17,11 +17,11 @@ def smollm2_rollout(ray_cluster, smollm2_dir, free_port):
     from ray import serve
 
     from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
-    from app.config.schema import RolloutConfig
+    from support import cpu_rollout_config
     from serve import deploy_rollout
 
     dtype = resolve_auto_dtype(False, cpu_has_native_bf16())[1]  # fp32 where bf16 would be emulated
-    config = RolloutConfig(dtype=dtype, max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.25,
+    config = cpu_rollout_config(dtype=dtype, max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.25,
                            response_length=4, prompt_length=256, http_port=free_port())
     deploy_rollout(config, smollm2_dir, APP, trust_remote_code=False, max_lora_rank=16)
     yield APP

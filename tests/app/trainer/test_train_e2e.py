@@ -28,10 +28,10 @@ def rollout_app(ray_cluster, tiny_model_dir, free_port):
     """fp32 vLLM so the actor (fp32 here) and the rollout agree to rounding; LoRA enabled for the LoRA runs."""
     from ray import serve
 
-    from app.config.schema import RolloutConfig
     from serve import deploy_rollout
+    from support import cpu_rollout_config
 
-    config = RolloutConfig(dtype="float32", max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.5,
+    config = cpu_rollout_config(dtype="float32", max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.5,
                            response_length=16, prompt_length=256, http_port=free_port())
     deploy_rollout(config, tiny_model_dir, APP, trust_remote_code=False, max_lora_rank=8)
     yield APP

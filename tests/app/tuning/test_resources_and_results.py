@@ -125,3 +125,12 @@ def test_best_yaml_is_accepted_by_the_train_command_line(tmp_path, compose):
                           "best", "--cfg", "job"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "lr: 4.2e-05" in out.stdout and "experiment_name: bs-best" in out.stdout
+
+
+def test_trial_needs_count_the_gpus_of_the_trials_layout(base_cfg):
+    """A GPU trial holds the plan's GPUs (app.config.placement): colocated, one per training rank, whatever the
+    cluster the sweep runs on; split, the replicas' too."""
+    gpu = {"trainer.n_gpus_per_node": 2, "trainer.num_workers": "null"}
+    assert trial_needs(base_cfg(**gpu)).gpus == pytest.approx(2.0)
+    split = trial_needs(base_cfg(**gpu, **{"trainer.placement": "split", "actor_rollout_ref.rollout.replicas": 1}))
+    assert split.gpus == pytest.approx(3.0) and "3 GPUs (trainer.placement=split)" in split.explain
