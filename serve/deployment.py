@@ -30,7 +30,7 @@ from ray import serve
 
 from serve import openai_api
 from serve.memory import release_free_heap
-from serve.payload import (full_weights_path, remove_quietly, stage_dir, staging_folder, write_chunk,
+from serve.payload import (disk_twin, full_weights_path, remove_quietly, stage_dir, staging_folder, write_chunk,
                            write_peft_adapter)
 from serve.policy_store import POLICY_STORE, PolicyStore
 from serve.replica_gate import ReplicaGate, RolloutAsleep
@@ -323,7 +323,7 @@ class RolloutServer:
             await self._engine.shutdown()
         with contextlib.suppress(Exception):
             remove_quietly(self._stage_root)
-            remove_quietly(staging_folder(self._stage_root, 1 << 62, "").parent)  # its twin on disk, if any
+            remove_quietly(disk_twin(self._stage_root))  # where payloads too big for /dev/shm were staged
 
 
 @dataclasses.dataclass(frozen=True)

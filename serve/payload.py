@@ -116,12 +116,19 @@ def stage_dir(tag: str) -> Path:
 
 
 def staging_folder(shm_folder: Path, nbytes: int, name: str) -> Path:
-    """Where to stage a payload of `nbytes`: under `shm_folder` (RAM, the fast path) when /dev/shm has room for it
-    and some headroom, else under the temporary folder on disk ($TMPDIR), since containers often give /dev/shm only
-    64 MiB. Only the replica's own files go to either place."""
+    """Where to stage a payload of `nbytes`: `shm_folder/name` (RAM, the fast path) when /dev/shm has room for it
+    and some headroom, else `disk_twin(shm_folder)/name` on disk, since containers often give /dev/shm only 64 MiB.
+    Only the replica's own files go to either place."""
     if Path(SHM_ROOT) in shm_folder.parents and shutil.disk_usage(SHM_ROOT).free < nbytes + SHM_HEADROOM_BYTES:
-        return Path(tempfile.gettempdir()) / shm_folder.name / name
+        return disk_twin(shm_folder) / name
     return shm_folder / name
+
+
+def disk_twin(shm_folder: Path) -> Path:
+    """The replica's folder under the temporary folder on disk ($TMPDIR), named as its /dev/shm one."""
+    if not shm_folder.name.startswith("rayrl-rollout-"):  # never a folder of anyone else's
+        raise ValueError(f"{shm_folder} is not a replica's staging folder")
+    return Path(tempfile.gettempdir()) / shm_folder.name
 
 
 def write_chunk(chunk: SafetensorsChunk, path: Path) -> Path:

@@ -181,3 +181,7 @@ def test_a_payload_is_staged_in_shared_memory_only_where_it_has_room(monkeypatch
     assert payload.staging_folder(replica, 1 << 30, "v2") == replica / "v2"
     # a replica whose own folder is already on disk stays there
     assert payload.staging_folder(tmp_path / "elsewhere", 1 << 40, "v3") == tmp_path / "elsewhere" / "v3"
+    # the disk twin, which the replica removes when it stops, is its own folder, never the temporary folder itself
+    assert payload.disk_twin(replica) == tmp_path / replica.name
+    with pytest.raises(ValueError, match="is not a replica's staging folder"):
+        payload.disk_twin(Path(payload.SHM_ROOT))
