@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from app.config.placement import ProcessKind, ResourcePlan, check_fits, described_cluster, plan_resources
+from app.config.placement import (ProcessKind, ResourcePlan, check_fits, described_cluster, format_resources,
+                                  plan_resources)
 from app.config.schema import TrainerRunConfig
 
 FLAGS = ("--dry-run", "--nodes", "--gpus-per-node", "--cpus-per-node")
@@ -87,9 +88,9 @@ def plan_text(cfg: TrainerRunConfig, nodes: Sequence[dict[str, float]], where: s
              f"{t.num_workers} training rank{'s' if t.num_workers > 1 else ''}, rollout by {r.name}"]
     for kind in plan.kinds:
         lines.append(_kind_line(kind, plan))
-    lines.append(f"  in all: {_fmt(plan.total())}")
+    lines.append(f"  in all: {format_resources(plan.total())}")
     lines.append(f"checked against {where}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
-                 f"{_fmt(_node_totals(nodes))}")
+                 f"{format_resources(_node_totals(nodes))}")
     return "\n".join(lines)
 
 
@@ -103,7 +104,7 @@ def run_dry(cfg: TrainerRunConfig, request: DryRun) -> str:
 
 
 def _kind_line(kind: ProcessKind, plan: ResourcePlan) -> str:
-    each = " + ".join("{" + _fmt(b) + "}" for b in kind.bundles)
+    each = " + ".join("{" + format_resources(b) + "}" for b in kind.bundles)
     extra = ""
     if kind is plan.rollout:
         workers = plan.engine_tensor_parallel_size
@@ -121,10 +122,6 @@ def _node_totals(nodes: Sequence[dict[str, float]]) -> dict[str, float]:
             if name in ("CPU", "GPU") or not name.startswith(("node:", "memory", "object_store", "accelerator_type")):
                 out[name] = out.get(name, 0.0) + float(amount)
     return out
-
-
-def _fmt(resources: dict[str, float]) -> str:
-    return ", ".join(f"{amount:g} {name}" for name, amount in sorted(resources.items()))
 
 
 def _local_gpus() -> int:

@@ -124,9 +124,9 @@ def check_fits(plan: ResourcePlan, nodes: Sequence[Mapping[str, float]], where: 
     asked, have = plan.total(), _sum(nodes)
     for name in sorted(asked, key=lambda n: (n != "GPU", n != "CPU", n)):  # the scarce one first
         if asked[name] > have.get(name, 0.0) + _EPS:
-            raise ConfigError(f"the run needs {_fmt(asked)} ({describe_kinds(plan)}), but {where} has "
-                              f"{_fmt(have, names=asked)}: {name} is short by {asked[name] - have.get(name, 0.0):g}; "
-                              f"{_advice(name)}")
+            short = asked[name] - have.get(name, 0.0)
+            raise ConfigError(f"the run needs {format_resources(asked)} ({describe_kinds(plan)}), but {where} has "
+                              f"{format_resources(have, names=asked)}: {name} is short by {short:g}; {_advice(name)}")
     free = [_NodeLeft.of(node) for node in nodes]
     for kind in plan.kinds:
         for i in range(kind.count):
@@ -184,17 +184,18 @@ def _sum(nodes: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
-def _fmt(resources: Mapping[str, float], names: Optional[Mapping[str, float]] = None) -> str:
+def format_resources(resources: Mapping[str, float], names: Optional[Mapping[str, float]] = None) -> str:
+    """`1 CPU, 0.49 GPU`: the amounts of `resources` (those named in `names`, when given), by name."""
     keys = sorted(names) if names is not None else sorted(resources)
     return ", ".join(f"{resources.get(k, 0.0):g} {k}" for k in keys)
 
 
 def _fmt_bundles(bundles: Sequence[Mapping[str, float]]) -> str:
-    return " + ".join("{" + _fmt(b) + "}" for b in bundles)
+    return " + ".join("{" + format_resources(b) + "}" for b in bundles)
 
 
 def _fmt_nodes(nodes: Sequence[Mapping[str, float]]) -> str:
-    shown = [_fmt({k: v for k, v in n.items() if k in ("CPU", "GPU") or not k.startswith(("node:", "memory",
+    shown = [format_resources({k: v for k, v in n.items() if k in ("CPU", "GPU") or not k.startswith(("node:", "memory",
                                                                                             "object_store"))})
              for n in nodes]
     return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}: " + "; ".join(shown)
