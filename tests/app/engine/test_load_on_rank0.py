@@ -61,13 +61,14 @@ def _rss_bytes() -> int:
     return int(line.split()[1]) * 1024
 
 
-def _worker(rank, world, init_file, path, warm_up_path, out_dir):
+def _worker(rank, world, init_file, path, warm_up_path, out_dir, load_on_rank0=None):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         # a tiny model first, so that the libraries' import and first-use costs are not counted below
         make_engine("fsdp2", engine_spec(warm_up_path, optim=None, param_dtype="fp32", device="cpu")).init_model()
-        spec = engine_spec(path, optim=None, param_dtype="fp32", model_dtype="fp32", device="cpu")
+        spec = engine_spec(path, optim=None, param_dtype="fp32", model_dtype="fp32", device="cpu",
+                           load_on_rank0=load_on_rank0)
         engine = make_engine("fsdp2", spec)
         dist.barrier()
         _reset_peak_rss()
