@@ -8,6 +8,11 @@
 2. LoRA linear: peft's ``result + lora_B(lora_A(x)) * scaling`` against ``app.engine.lora_fast_path``'s fused
    forward, forward+backward of SmolLM2's seven projections of one layer (r=16, bf16).
 
+3. Packed attention, forward only (what a log-prob pass runs): ``app.engine.packed_attention``'s per-sequence sdpa
+   against one FlexAttention call with the document-causal block mask (``--flex compiled``: ``torch.compile``d, the
+   fused kernel; ``eager``: the reference implementation that materialises every score), fp32 (the CPU's fast dtype
+   without native bf16), same heads. FlexAttention has no CPU backward, so only the forward can be compared here.
+
 Each pair alternates within a repeat, so load from other users of the machine hits both; the median is printed,
 with the ratio old/new (above 1: the engine's choice is faster). Multiply the saving by 30 layers for SmolLM2.
 """
@@ -52,6 +57,29 @@ def attention_case(lengths: list[int]):
     flash = (lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True))
     ours = (lambda a, b, c: _FlashThenMathAttention.apply(a, b, c, HEAD_DIM ** -0.5))
     return ("attention fwd+bwd (flash bwd | matmul bwd)", lambda: run(flash), lambda: run(ours))
+
+
+def flex_case(lengths: list[int], mode: str):
+    from app.engine.packed_attention import flex_packed_attention, packed_sdpa_attention
+
+    total = sum(lengths)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, h, total, HEAD_DIM, generator=g) for h in (HEADS, KV_HEADS, KV_HEADS))
+    layer = torch.nn.Module().eval()
+
+    def per_sequence():
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        with torch.no_grad():
+            packed_sdpa_attention(layer, q, k, v, None, cu_seq_lens_q=cu)
+
+    def flex():
+        # a new cu tensor per call, as per forward: the block mask is rebuilt each time (once per forward, shared
+        # by the layers; its cost is in the figure)
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        with torch.no_grad():
+            flex_packed_attention(q, k, v, cu, None, compiled=mode == "compiled")
+
+    return (f"packed attention fwd fp32 (per-seq | flex {mode})", per_sequence, flex)
 
 
 class _Projections(torch.nn.Module):
@@ -99,6 +127,8 @@ def main() -> int:
     parser.add_argument("--tokens-per-seq", type=int, default=170)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--flex", default="compiled,eager", help="FlexAttention modes to time: compiled, eager")
+    parser.add_argument("--cases", default="attention,lora,flex", help="which of attention, lora, flex to run")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -106,17 +136,21 @@ def main() -> int:
     spread = args.tokens_per_seq // 5
     lengths = torch.randint(args.tokens_per_seq - spread, args.tokens_per_seq + spread + 1, (args.seqs,),
                             generator=g).tolist()
-    print(f"{args.seqs} sequences, {sum(lengths)} tokens, bf16, {torch.get_num_threads()} threads; "
+    print(f"{args.seqs} sequences, {sum(lengths)} tokens, {torch.get_num_threads()} threads; "
           f"median of {args.repeats} alternating repeats, one layer")
-    print(f"{'case':<52}{'old ms':>9}{'new ms':>9}{'old/new':>9}")
-    for label, old, new in (attention_case(lengths), lora_case(sum(lengths))):
+    print(f"{'case':<52}{'old ms':>9}{'new ms':>9}{'old/new':>9}", flush=True)
+    chosen = args.cases.split(",")
+    cases = [attention_case(lengths)] if "attention" in chosen else []
+    cases += [lora_case(sum(lengths))] if "lora" in chosen else []
+    cases += [flex_case(lengths, mode) for mode in args.flex.split(",") if mode and "flex" in chosen]
+    for label, old, new in cases:
         old(), new()  # warm-up
         times = {"old": [], "new": []}
         for _ in range(args.repeats):
             times["old"].append(_timed(old))
             times["new"].append(_timed(new))
         o, n = statistics.median(times["old"]), statistics.median(times["new"])
-        print(f"{label:<52}{o * 1e3:>9.1f}{n * 1e3:>9.1f}{o / n:>9.2f}")
+        print(f"{label:<52}{o * 1e3:>9.1f}{n * 1e3:>9.1f}{o / n:>9.2f}", flush=True)
     return 0
 
 

@@ -29,6 +29,7 @@ class StepContext:
     entropy_requires_grad: bool = False  # False: entropy is computed without grad, for metrics only
     micro_batch_size: Optional[int] = None
     max_token_len: Optional[int] = None
+    max_token_len_key: Optional[str] = None  # the config key of max_token_len, for errors (None: the spec's)
     use_dynamic_bsz: Optional[bool] = None
     loss_normalizer: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -47,6 +47,21 @@ def frozen_base_params(model: torch.nn.Module) -> set[torch.nn.Parameter]:
     return {p for p in model.parameters() if not p.requires_grad}
 
 
+def _to_meta(model: torch.nn.Module) -> None:
+    """Move every parameter to the meta device, keeping shared parameters (tied embeddings) shared: ``Module.to``
+    gives each module its own new parameter when the tensor type changes."""
+    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                owners.setdefault(id(param), []).append((module, name))
+    model.to("meta")
+    for refs in owners.values():
+        first_module, first_name = refs[0]
+        for module, name in refs[1:]:
+            module._parameters[name] = first_module._parameters[first_name]
+
+
 class FSDPEngine(ShardedEngine):
     def __init__(self, spec: EngineSpec) -> None:
         self.device = pick_device(spec.device)
@@ -66,10 +81,15 @@ class FSDPEngine(ShardedEngine):
         frozen_base = spec.use_lora or spec.optim is None
         load_dtype = to_dtype(spec.param_dtype, "fsdp_config.mixed_precision.param_dtype") if frozen_base \
             else master_dtype
+        from_rank0 = self._loads_on_rank0()
+        reads_weights = not from_rank0 or dist.get_rank() == 0
         with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is left untouched
             torch.manual_seed(spec.seed)  # identical fresh heads / adapters on every rank
             self._attn_implementation = hf_model.attention_implementation(self.device)
-            model = hf_model.load_model(spec, load_dtype, self._attn_implementation)
+            if reads_weights:
+                model = hf_model.load_model(spec, load_dtype, self._attn_implementation)
+            else:  # its weights come from rank 0 once the model is sharded
+                model = hf_model.build_empty_model(spec, load_dtype, self._attn_implementation)
             if spec.enable_gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if spec.use_lora:
@@ -84,8 +104,11 @@ class FSDPEngine(ShardedEngine):
             for name, buf in buf_owner.named_buffers(recurse=False):
                 if buf.is_floating_point():
                     setattr(buf_owner, name, buf.to(buffer_dtype))
-        self.model = self._shard(model)
-        self.model.to(self.device)
+        if from_rank0:
+            self.model = self._shard_from_rank0(model)
+        else:
+            self.model = self._shard(model)
+            self.model.to(self.device)
         if spec.optim is not None:
             trainable = [p for p in self.model.parameters() if p.requires_grad]
             self.optimizer = torch.optim.AdamW(trainable, lr=spec.optim.lr, betas=tuple(spec.optim.betas),
@@ -93,6 +116,28 @@ class FSDPEngine(ShardedEngine):
             self.lr_scheduler = build_lr_scheduler(self.optimizer, spec.optim)
         if spec.param_offload:
             self.to("cpu", model=True, optimizer=False)
+
+    def _loads_on_rank0(self) -> bool:
+        if self.spec.load_on_rank0 is not None:
+            return self.spec.load_on_rank0
+        return dist.get_world_size() > 1
+
+    def _shard_from_rank0(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Shard ``model`` (rank 0: the loaded weights; other ranks: a skeleton from ``build_empty_model``) and fill
+        every rank's shards from rank 0's weights, one tensor at a time. Rank 0 keeps one host copy of the weights
+        (its state dict) until they are spread; the other ranks never hold more than their shards and one tensor."""
+        full_state = model.state_dict() if dist.get_rank() == 0 else {}  # views of the weights: no copy
+        buffers = dict(model.named_buffers())  # real on every rank, persistent or not
+        if dist.get_rank() == 0:
+            _to_meta(model)  # `full_state` keeps the weights alive; the module lets go of them
+        model = self._shard(model)
+        model.to_empty(device=self.device)
+        with torch.no_grad():
+            for name, buf in model.named_buffers():
+                buf.copy_(buffers[name])
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, full_state, options=options)
+        return model
 
     def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
         spec = self.spec

@@ -50,6 +50,26 @@ def load_model(spec: EngineSpec, dtype: torch.dtype, attn_implementation: str) -
     model = model_class(spec.model_kind).from_pretrained(
         spec.model_path, config=config, dtype=dtype, trust_remote_code=spec.trust_remote_code,
         attn_implementation=attn_implementation)
+    _inference_settings(model)
+    return model
+
+
+def build_empty_model(spec: EngineSpec, dtype: torch.dtype, attn_implementation: str) -> torch.nn.Module:
+    """The model of ``spec.model_path`` with every parameter on the meta device (no storage, nothing read) and its
+    buffers real: the skeleton a rank fills from rank 0's weights (``FSDPEngine``'s one-rank load). Buffers stay
+    real because some (rotary frequencies) are computed at construction and are in no checkpoint."""
+    from accelerate import init_empty_weights
+
+    config = load_config(spec)
+    with init_empty_weights(include_buffers=False):
+        model = model_class(spec.model_kind).from_config(config, dtype=dtype, trust_remote_code=spec.trust_remote_code,
+                                                         attn_implementation=attn_implementation)
+    model.tie_weights()  # as from_pretrained does (tied embeddings share one parameter); not done on meta here
+    _inference_settings(model)
+    return model
+
+
+def _inference_settings(model: torch.nn.Module) -> None:
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False
     # No dropout anywhere (the token-classification head defaults to 0.1): train-mode outputs must equal the
@@ -57,7 +77,6 @@ def load_model(spec: EngineSpec, dtype: torch.dtype, attn_implementation: str) -
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
-    return model
 
 
 def lora_config(spec: EngineSpec):

@@ -11,6 +11,11 @@ one copy of each prompt followed by its responses (``SHARED_PROMPT_LAYOUT``): ea
 prompt as if it had its own copy, so outputs and gradients are those of the unshared row, for about ``1/n`` of the
 prompt's compute.
 
+Where PyTorch's FlexAttention has a fused kernel (CUDA), a packed row, plain or shared-prompt, is instead one
+``flex_attention`` call per layer with a block mask built once per forward from the packing metadata: no Python loop
+over sequences, and blocks no query may see are skipped. ``packed_attention_kernel`` makes the choice per device (see
+docs/gpu_engine.md for the CPU measurement; FlexAttention also has no CPU backward).
+
 On a CPU in bf16/fp16, PyTorch's flash-attention *backward* is ~10x its forward (150 ms against 13 ms for 32
 sequences of ~170 tokens, 9 heads: a third of a SmolLM2 LoRA update). ``_FlashThenMathAttention`` keeps the flash
 forward and computes the gradient with plain matmuls and an fp32 softmax instead (~75 ms), numerically the same
@@ -27,6 +32,9 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 PACKED_SDPA = "rayrl_packed_sdpa"
+# the two ways to run a packed row's attention
+FLEX = "flex"  # one flex_attention call per layer, document-causal block mask
+PER_SEQUENCE = "per_sequence"  # one sdpa call per sequence (per prompt with shared prompts)
 # keyword the model forward passes down to the attention: a row packed with one copy of each prompt (packing.py)
 SHARED_PROMPT_LAYOUT = "shared_prompt_layout"
 
@@ -148,16 +156,119 @@ def _shared_prompt_attention(query: torch.Tensor, key: torch.Tensor, value: torc
     return parts
 
 
+def packed_attention_kernel(device: torch.device) -> str:
+    """``FLEX`` on CUDA (one fused call per layer); ``PER_SEQUENCE`` elsewhere: on a CPU FlexAttention has no
+    backward, and its forward was slower than the per-sequence path (docs/gpu_engine.md)."""
+    return FLEX if device.type == "cuda" else PER_SEQUENCE
+
+
+def _token_groups_from_cu(cu: torch.Tensor, total: int, device: torch.device):
+    """Per packed token: its sequence (group), its segment (the same) and whether later segments share it (never)."""
+    tokens = torch.arange(total, device=device)
+    doc = torch.searchsorted(cu[1:].to(device=device, dtype=torch.long), tokens, right=True)
+    return doc, doc, torch.zeros(total, dtype=torch.bool, device=device)
+
+
+def _token_groups_from_layout(layout: tuple[tuple[int, tuple[int, ...]], ...], device: torch.device):
+    """Per packed token of a shared-prompt row: its prompt group, its segment (the prompt or one response) and
+    whether it is a prompt token (which every response of the group sees)."""
+    seg_lens = [n for prompt, responses in layout for n in (prompt, *responses)]
+    group_lens = [prompt + sum(responses) for prompt, responses in layout]
+    is_prompt = [flag for prompt, responses in layout for flag in (True, *([False] * len(responses)))]
+    seg_lens_t = torch.tensor(seg_lens, device=device)
+    group = torch.repeat_interleave(torch.arange(len(layout), device=device), torch.tensor(group_lens, device=device))
+    segment = torch.repeat_interleave(torch.arange(len(seg_lens), device=device), seg_lens_t)
+    shared = torch.repeat_interleave(torch.tensor(is_prompt, device=device), seg_lens_t)
+    return group, segment, shared
+
+
+def packed_mask_mod(group: torch.Tensor, segment: torch.Tensor, shared: torch.Tensor):
+    """FlexAttention ``mask_mod`` of a packed row: query ``q`` sees key ``k`` when both belong to the same group,
+    ``k`` comes no later than ``q`` and ``k`` is either in ``q``'s own segment or a shared (prompt) token. Plain
+    packing: group = segment = sequence, nothing shared (document-causal). Shared prompts: a prompt sees itself
+    causally, a response the whole prompt and itself causally, never a sibling response."""
+    def mask_mod(b, h, q, k):
+        return (group[q] == group[k]) & (k <= q) & (shared[k] | (segment[q] == segment[k]))
+
+    return mask_mod
+
+
+def packed_mask_mod_for(metadata, total: int, device: torch.device):
+    """``packed_mask_mod`` from ``cu_seq_lens`` (a tensor) or a shared-prompt layout (a tuple)."""
+    if isinstance(metadata, torch.Tensor):
+        return packed_mask_mod(*_token_groups_from_cu(metadata, total, device))
+    return packed_mask_mod(*_token_groups_from_layout(metadata, device))
+
+
+class _LastBlockMask:
+    """The block mask of the forward in progress, built once per forward (and again only if a checkpointed layer
+    recomputes after another forward): every layer gets the same ``cu_seq_lens`` tensor, or an equal layout tuple
+    (FSDP's input casting rebuilds containers, so a layout is compared by value; a tensor by identity, no sync)."""
+
+    def __init__(self) -> None:
+        self.key = None
+        self.mask = None
+
+    def _same(self, metadata, total: int, device: torch.device) -> bool:
+        if self.key is None or self.key[1:] != (total, device):
+            return False
+        if isinstance(metadata, torch.Tensor):
+            return self.key[0] is metadata
+        return isinstance(self.key[0], tuple) and self.key[0] == metadata
+
+    def get(self, metadata, total: int, device: torch.device):
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        key = (metadata, total, device)
+        if not self._same(metadata, total, device):
+            mask_mod = packed_mask_mod_for(metadata, total, device)
+            self.mask = create_block_mask(mask_mod, None, None, total, total, device=device)
+            self.key = key
+        return self.mask
+
+
+_block_masks = _LastBlockMask()
+
+
+@functools.cache
+def _compiled_flex_attention():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    # compiled, FlexAttention is a fused kernel; eager it materialises every score (a debugging path). Dynamic:
+    # every micro-batch packs another number of tokens, and one compilation must serve them all
+    return torch.compile(flex_attention, dynamic=True)
+
+
+def flex_packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata,
+                          scale: float | None, compiled: bool = True) -> torch.Tensor:
+    """Attention of one packed row ``(1, H, T, d)`` as ``packed_mask_mod`` says, in one ``flex_attention`` call.
+    ``metadata``: ``cu_seq_lens`` or a shared-prompt layout. ``compiled=False`` runs FlexAttention eagerly (CPU
+    tests: exact, forward only)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    total = query.shape[2]
+    block_mask = _block_masks.get(metadata, total, query.device)
+    attend = _compiled_flex_attention() if compiled else flex_attention
+    return attend(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=query.shape[1] != key.shape[1])
+
+
 def packed_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                           attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                           **kwargs):
     """query ``(1, heads, T, d)``, key/value ``(1, kv_heads, T, d)`` -> ``((1, T, heads, d), None)``."""
     layout = kwargs.get(SHARED_PROMPT_LAYOUT)
     cu = kwargs.get("cu_seq_lens_q")
+    metadata = layout if layout is not None else cu
+    dropout_p = dropout if module.training else 0.0
+    if metadata is not None and dropout_p == 0.0 and packed_attention_kernel(query.device) == FLEX:
+        if query.shape[0] != 1:
+            raise ValueError(f"packed attention expects one packed row, got batch {query.shape[0]}")
+        out = flex_packed_attention(query, key, value, metadata, scaling)
+        return out.transpose(1, 2).contiguous(), None
     if layout is not None:
         if query.shape[0] != 1:
             raise ValueError(f"packed attention expects one packed row, got batch {query.shape[0]}")
-        parts = _shared_prompt_attention(query, key, value, layout, scaling, dropout if module.training else 0.0)
+        parts = _shared_prompt_attention(query, key, value, layout, scaling, dropout_p)
         out = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
         return out.transpose(1, 2).contiguous(), None
     if cu is None and attention_mask is None and query.shape[0] == 1 and kwargs.get("position_ids") is not None \
@@ -173,7 +284,6 @@ def packed_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: tor
     lengths = [e - s for s, e in zip(bounds[:-1], bounds[1:])]
     if sum(lengths) != query.shape[2]:
         raise ValueError(f"sequence boundaries cover {sum(lengths)} tokens, the packed row has {query.shape[2]}")
-    dropout_p = dropout if module.training else 0.0
     # torch.split (not one slice per sequence): its backward is a single concatenation, whereas n slices would
     # each scatter into a zero-filled full-size gradient, O(n * T) per layer
     parts = [_causal_attention(q, k, v, scaling, dropout_p)

@@ -18,7 +18,8 @@ from app.engine.base import BaseEngine, LossFn, PostprocessFn, PreprocessFn, Ste
     WeightSyncPayload
 from app.engine.distributed import reduce_op
 from app.engine.forward import response_outputs
-from app.engine.micro_batches import balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order
+from app.engine.micro_batches import (check_budget, fixed_size_groups, num_bins_for_budget, restore_order,
+                                      token_budget_groups)
 from app.engine.packed_attention import PACKED_SDPA
 from app.engine.spec import EngineSpec
 from app.engine.weight_stream import stream_sync_tensors
@@ -93,14 +94,17 @@ class ShardedEngine(BaseEngine):
         dynamic = self.spec.use_dynamic_bsz if ctx.use_dynamic_bsz is None else ctx.use_dynamic_bsz
         if dynamic:
             budget = ctx.max_token_len or self.spec.max_token_len_per_gpu
+            key = ctx.max_token_len_key or ("max_token_len" if ctx.max_token_len else self.spec.max_token_len_key)
             lens = batch["attention_mask"].sum(dim=1).tolist()
-            count = num_bins_for_budget(lens, budget)
+            # every rank refuses together (one rank raising alone would leave the others in a collective)
+            check_budget([int(self.all_reduce(torch.tensor(max(lens)), "max").item())], budget, key)
+            count = num_bins_for_budget(lens, budget, key)
             # every rank must run the same number of forward/backward passes
             count = int(self.all_reduce(torch.tensor(count), "max").item())
             if count > len(lens):
                 raise ValueError(f"rank {self.dp_rank} has {len(lens)} samples but another rank needs {count} "
-                                 f"micro-batches for max_token_len={budget}: give every rank the same batch size")
-            return balanced_groups(lens, count)
+                                 f"micro-batches for {key}={budget}: give every rank the same batch size")
+            return token_budget_groups(lens, budget, count, key)
         size = ctx.micro_batch_size or self.spec.micro_batch_size_per_gpu
         groups = fixed_size_groups(len(batch), size)
         counts = self.all_reduce(torch.tensor([len(groups), -len(groups)]), "max")

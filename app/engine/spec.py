@@ -106,6 +106,11 @@ class EngineSpec:
     compile_layers: bool
     model_kind: Literal["causal_lm", "value"] = "causal_lm"
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # read the weights on rank 0 only and broadcast them into the other ranks' shards (host memory: one copy per
+    # node instead of one per rank); None: whenever there is more than one rank (FSDP engine)
+    load_on_rank0: Optional[bool] = None
+    # the config key of max_token_len_per_gpu, named in the error when a sequence exceeds the budget
+    max_token_len_key: str = "ppo_max_token_len_per_gpu"
     seed: int = 0  # all ranks build identical fresh heads (critic score, LoRA) from this seed
     deepspeed: Optional[DeepSpeedSpec] = None  # strategy=deepspeed only
     extra: dict = field(default_factory=dict)

@@ -18,6 +18,23 @@ def same_tokenizer(a: Any, b: Any) -> bool:
     )
 
 
+def compute_dtype_for(device: torch.device) -> torch.dtype:
+    """bf16 on a GPU; on a CPU bf16 only where it is native (AVX512-BF16/AMX), else fp32 (see app.config.precision)."""
+    if device.type == "cuda":
+        return torch.bfloat16
+    from app.config.precision import cpu_has_native_bf16
+
+    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    from app.engine.spec import to_dtype
+
+    return to_dtype(dtype, "reward_model dtype")
+
+
 class RewardModelScorer:
     """Scores (prompt, response) pairs with ``AutoModelForSequenceClassification`` (``num_labels=1``).
 
@@ -31,6 +48,10 @@ class RewardModelScorer:
         max_length: longest scored sequence (None: no limit); longer ones lose tokens from the start, keeping the
             response.
         batch_size: sequences per forward pass.
+        device: where the model runs (the worker's device: ``"cuda"`` is the GPU this process was given); the
+            weights are loaded straight there.
+        dtype: the weights' and the forward's dtype (a torch dtype or ``"bf16"``/``"fp32"``...); None: the compute
+            dtype for ``device`` (``compute_dtype_for``). Scores come back as Python floats either way.
     """
 
     def __init__(
@@ -40,15 +61,20 @@ class RewardModelScorer:
         max_length: int | None = None,
         batch_size: int = 8,
         device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | str | None = None,
         trust_remote_code: bool = False,
     ):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        dtype = compute_dtype_for(device) if dtype is None else _as_dtype(dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+        # loaded where it runs and in the dtype it runs in: no fp32 host copy first
         self.model = AutoModelForSequenceClassification.from_pretrained(
-            model_path, dtype=dtype, trust_remote_code=trust_remote_code
-        ).to(device).eval()
+            model_path, dtype=dtype, device_map=device, trust_remote_code=trust_remote_code
+        ).eval()
         if self.model.config.num_labels != 1:
             raise ValueError(f"reward model {model_path} has num_labels={self.model.config.num_labels}; expected 1")
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -61,7 +87,8 @@ class RewardModelScorer:
         self.retemplate = policy_tokenizer is None or not same_tokenizer(policy_tokenizer, self.tokenizer)
         self.max_length = max_length
         self.batch_size = batch_size
-        self.device = torch.device(device)
+        self.device = device
+        self.dtype = dtype
         # HF pools the logit at the last token that is not the pad id; a response that ends with EOS == pad id would
         # then be scored one token early. Reading the per-token head output ourselves (the `score` head of Llama-,
         # Qwen-, Mistral-style models) lets the attention mask say where each sequence ends.

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from app.engine.lr_schedule import lr_factor
-from app.engine.micro_batches import balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order
+from app.engine.micro_batches import (balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order,
+                                      token_budget_groups)
 from support import optim_spec
 
 
@@ -16,8 +17,33 @@ def test_fixed_size_groups_are_consecutive():
 def test_token_budget_bin_count():
     # 9+1 | 8+2 | 5+5 fit a budget of 10 exactly: first-fit-decreasing needs 3 bins
     assert num_bins_for_budget([5, 9, 1, 8, 2, 5], 10) == 3
-    # a sequence longer than the budget still gets a bin of its own
-    assert num_bins_for_budget([30, 1], 10) == 2
+    # a sequence longer than the budget cannot be run within it: an error naming the key to raise
+    with pytest.raises(ValueError, match=r"actor_rollout_ref.actor.ppo_max_token_len_per_gpu=10 is below one "
+                                         r"sequence of 30 tokens; raise it"):
+        num_bins_for_budget([30, 1], 10, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
+
+
+def test_budget_groups_fall_back_to_bins_when_balancing_overflows():
+    lens = [6, 5, 4, 3, 2]
+    # balancing into 2 groups: 6 | 5, 4 -> 9 | 3 -> 9 | 2 onto the first: 11 > 10; first-fit-decreasing fits 10 + 10
+    assert [sum(lens[i] for i in g) for g in balanced_groups(lens, 2)] == [11, 9]
+    groups = token_budget_groups(lens, 10, 2)
+    assert groups == [[0, 2], [1, 3, 4]]  # 6+4 and 5+3+2
+
+
+def test_budget_groups_never_exceed_the_budget_and_cover_every_row():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        n = int(torch.randint(1, 12, (1,), generator=g))
+        budget = int(torch.randint(8, 40, (1,), generator=g))
+        lens = torch.randint(1, budget + 1, (n,), generator=g).tolist()
+        own = num_bins_for_budget(lens, budget)
+        # the ranks agree on the largest count: any count from this rank's own up to one row per group
+        count = int(torch.randint(own, n + 1, (1,), generator=g))
+        groups = token_budget_groups(lens, budget, count)
+        assert len(groups) == count
+        assert sorted(i for grp in groups for i in grp) == list(range(n))
+        assert all(sum(lens[i] for i in grp) <= budget for grp in groups), (lens, budget, count, groups)
 
 
 def test_balanced_groups_cover_every_row_once_and_balance_load():

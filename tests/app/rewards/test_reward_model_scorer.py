@@ -43,7 +43,7 @@ def other_template_rm(policy_tokenizer, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def same_scorer(policy_tokenizer, same_tokenizer_rm):
-    return RewardModelScorer(same_tokenizer_rm, policy_tokenizer=policy_tokenizer, batch_size=2)
+    return RewardModelScorer(same_tokenizer_rm, policy_tokenizer=policy_tokenizer, batch_size=2, dtype=torch.float32)
 
 
 MESSAGES = [[{"role": "user", "content": "What is 2+2?"}], [{"role": "user", "content": "Name a colour, please."}]]
@@ -77,7 +77,7 @@ def test_batching_does_not_change_scores(same_scorer):
 
 
 def test_different_tokenizer_retemplates_with_reward_models_template(policy_tokenizer, other_template_rm):
-    scorer = RewardModelScorer(other_template_rm, policy_tokenizer=policy_tokenizer)
+    scorer = RewardModelScorer(other_template_rm, policy_tokenizer=policy_tokenizer, dtype=torch.float32)
     assert scorer.retemplate
     texts = scorer.conversation_texts(MESSAGES[:1], RESPONSES[:1])
     assert texts == ["[user] What is 2+2?\n[assistant] It is 4.\n"]
