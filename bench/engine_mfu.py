@@ -33,6 +33,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -197,7 +198,7 @@ def _loss(out, micro, ctx):
 
 def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding: bool, micro: int, lora_rank: int,
              grad_ckpt: bool, compile_layers: bool, steps: int, device: str, share_prompts: bool = False,
-             forward_pass: bool = True) -> dict:
+             forward_pass: bool = True, profile: Optional[Path] = None) -> dict:
     """One engine, ``steps`` timed steps after a warm-up: a forward-only pass (unless not ``forward_pass``), then a
     forward+backward and an optimizer step."""
     # every setting stated here: the config schema (app.config) would need Hydra, which a bare GPU box may lack
@@ -245,6 +246,8 @@ def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding:
         for i, key in enumerate(("fwd", "train", "opt")):
             wall[key].append(marks[i + 1][0] - marks[i][0])
             cpu[key].append(marks[i + 1][1] - marks[i][1])
+    if profile is not None:
+        profile_update(engine, shard, ctx, profile)
     fwd_t, train_t, opt_t = (statistics.median(wall[k]) for k in ("fwd", "train", "opt"))
     fwd_c, train_c, opt_c = (statistics.median(cpu[k]) for k in ("fwd", "train", "opt"))
     parameters = sum(p.numel() for p in engine.model.parameters())  # global sizes (a DTensor's numel is)
@@ -290,6 +293,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--json", default=None, help="append one JSON line per case to this file")
+    p.add_argument("--profile", default=None,
+                   help="write a torch.profiler table of one more update (ops by own device time, kernel launches)")
     p.add_argument("--peak-size", type=int, default=None,
                    help="side of the square matmul that measures the peak (default: 8192 on a GPU, 2048 on a CPU)")
     p.add_argument("--forward-pass", type=int, default=1,
@@ -309,6 +314,24 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.set_defaults(**WORKLOAD_BATCH, **{k: v for k, v in workload.items() if k != "shape"})
         args = p.parse_args(argv)
     return args
+
+
+def profile_update(engine, shard: TensorBatch, ctx: StepContext, out: Path) -> None:
+    """One more forward+backward under torch.profiler: the ops by their own device (else CPU) time, and how many
+    kernels were launched, written to `out` (text)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if engine.device.type == "cuda" else [])
+    sort = "self_cuda_time_total" if engine.device.type == "cuda" else "self_cpu_time_total"
+    with engine.train_mode(), profile(activities=activities) as prof:
+        engine.optimizer_zero_grad()
+        engine.forward_backward_step(shard, ctx)
+        if engine.device.type == "cuda":
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"kernel launches: {launches}\n" + events.table(sort_by=sort, row_limit=30, max_name_column_width=60))
 
 
 def main(argv=None) -> list[dict]:
@@ -363,7 +386,8 @@ def main(argv=None) -> list[dict]:
                                    for k in args.compile.split(",")):
                     r = run_case(model_dir, batch, dtype=dtype, remove_padding=rp, micro=micro,
                                  lora_rank=args.lora_rank, grad_ckpt=ckpt, compile_layers=comp, steps=args.steps,
-                                 device=args.device, share_prompts=share, forward_pass=bool(args.forward_pass))
+                                 device=args.device, share_prompts=share, forward_pass=bool(args.forward_pass),
+                                 profile=Path(args.profile) if args.profile and rank0 else None)
                     r["preset"], r["model_dir"] = args.preset, str(model_dir)
                     from app.engine import packed_attention
 

@@ -157,9 +157,10 @@ def _shared_prompt_attention(query: torch.Tensor, key: torch.Tensor, value: torc
 
 
 def packed_attention_kernel(device: torch.device) -> str:
-    """``FLEX`` on CUDA (one fused call per layer); ``PER_SEQUENCE`` elsewhere: on a CPU FlexAttention has no
-    backward, and its forward was slower than the per-sequence path (docs/gpu_engine.md)."""
-    return FLEX if device.type == "cuda" else PER_SEQUENCE
+    """``PER_SEQUENCE`` on every device, as measured (docs/gpu_engine.md): on an H200 FlexAttention's one call per
+    layer trained slower than one sdpa call per sequence, and on a CPU it has no backward. ``FLEX`` stays a tested
+    alternative that benchmarks select (`bench/engine_mfu.py --attention flex`)."""
+    return PER_SEQUENCE
 
 
 def _token_groups_from_cu(cu: torch.Tensor, total: int, device: torch.device):
