@@ -1,0 +1,63 @@
+"""The pre-flight checks, in the order they run, and running them: after the config is validated, before Ray starts.
+
+To add one: a function `check_x(cfg: TrainerRunConfig) -> None` that raises PreflightError with one line naming the
+key and what to change, in its own module here, and a `Check` row below (apart=True when it imports heavy or user
+code, which then stays out of the driver).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from dataclasses import dataclass
+from typing import Callable, Collection, Optional
+
+from app.config.schema import TrainerRunConfig
+from app.preflight.checkpoint_model import check_checkpoint_model
+from app.preflight.cluster_address import check_cluster_answers
+from app.preflight.context_length import check_context_length
+from app.preflight.http_port import check_http_port
+from app.preflight.model_path import check_model_paths
+from app.preflight.reward_file import check_reward_function
+from app.preflight.tokenizer import check_tokenizer
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    run: Callable[[TrainerRunConfig], None]
+    apart: bool = False  # run in a child process: it imports transformers, torch or the user's reward file
+
+
+CHECKS: list[Check] = [
+    Check("cluster_address", check_cluster_answers),
+    Check("model_path", check_model_paths),
+    Check("context_length", check_context_length),
+    Check("http_port", check_http_port),
+    Check("tokenizer", check_tokenizer, apart=True),
+    Check("reward_function", check_reward_function, apart=True),
+    Check("checkpoint_model", check_checkpoint_model, apart=True),
+]
+
+
+def run_preflight(cfg: TrainerRunConfig, skip: Collection[str] = (), start_method: Optional[str] = None) -> None:
+    """Every check but those named in `skip`, in order; the first failure raises its PreflightError. The `apart`
+    ones run together in one child process (fork on Linux, as app.trainer.setup.check_data_apart does)."""
+    unknown = set(skip) - {c.name for c in CHECKS}
+    if unknown:
+        raise ValueError(f"run_preflight: no checks named {sorted(unknown)}")
+    chosen = [c for c in CHECKS if c.name not in skip]
+    for check in chosen:
+        if not check.apart:
+            check.run(cfg)
+    apart = [c.name for c in chosen if c.apart]
+    if apart:
+        if start_method is None:
+            start_method = "fork" if sys.platform == "linux" else "spawn"
+        with multiprocessing.get_context(start_method).Pool(1) as pool:
+            pool.apply(_run_named, (cfg, apart))
+
+
+def _run_named(cfg: TrainerRunConfig, names: list[str]) -> None:
+    by_name = {c.name: c for c in CHECKS}
+    for name in names:
+        by_name[name].run(cfg)
