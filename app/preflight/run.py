@@ -33,8 +33,8 @@ CHECKS: list[Check] = [
     Check("model_path", check_model_paths),
     Check("context_length", check_context_length),
     Check("http_port", check_http_port),
-    Check("tokenizer", check_tokenizer, apart=True),
     Check("reward_function", check_reward_function, apart=True),
+    Check("tokenizer", check_tokenizer, apart=True),
     Check("checkpoint_model", check_checkpoint_model, apart=True),
 ]
 
