@@ -35,28 +35,40 @@ def is_known(key: str, cls: type) -> bool:
 
 
 def nearest_key(key: str, cls: type) -> Optional[str]:
-    """The valid key spelled most like `key`: first among the children of its longest valid prefix (a typo in the
-    last part), else among all keys (a typo in a section name); None when nothing is close."""
+    """The valid key spelled most like `key`, or None when nothing is close. Part by part: each part that is not a key
+    there becomes the closest child of the section so far (a typo in a section or in the last name); a last name found
+    nowhere close is looked for deeper in its section (actor_rollout_ref.actor.lr -> actor_rollout_ref.actor.optim.lr);
+    else the closest key overall."""
     keys, _ = dotted_keys(cls)
     parts = key.split(".")
-    for cut in range(len(parts) - 1, -1, -1):
-        parent = ".".join(parts[:cut])
-        if cut and parent not in keys:
+    fixed: list[str] = []
+    for i, part in enumerate(parts):
+        prefix = ".".join(fixed)
+        if _join(prefix, part) in keys:
+            fixed.append(part)
             continue
-        prefix = parent + "." if cut else ""
-        children = [k for k in keys if k.startswith(prefix) and "." not in k[len(prefix):]]
-        rest = ".".join(parts[cut:])
-        near = difflib.get_close_matches(rest, [c[len(prefix):] for c in children], n=1, cutoff=0.6)
+        children = sorted(k[len(prefix) + 1:] if prefix else k for k in keys
+                          if (k.startswith(prefix + ".") if prefix else True)
+                          and "." not in (k[len(prefix) + 1:] if prefix else k))
+        near = difflib.get_close_matches(part, children, n=1, cutoff=0.6)
         if near:
-            return prefix + near[0]
+            fixed.append(near[0])
+            continue
+        if i == len(parts) - 1:
+            deeper = sorted((k for k in keys if k.startswith(prefix + ".") and k.rsplit(".", 1)[-1] == part), key=len)
+            if deeper:
+                return deeper[0]
         break
+    else:
+        found = ".".join(fixed)
+        if found in keys and found != key:
+            return found
     near = difflib.get_close_matches(key, sorted(keys), n=1, cutoff=0.6)
-    if near:
-        return near[0]
-    # a key moved into a subsection, e.g. actor_rollout_ref.actor.lr for actor_rollout_ref.actor.optim.lr
-    last, head = parts[-1], ".".join(parts[:-1])
-    deeper = sorted(k for k in keys if k.rsplit(".", 1)[-1] == last and k.startswith(head + "."))
-    return deeper[0] if deeper else None
+    return near[0] if near else None
+
+
+def _join(prefix: str, part: str) -> str:
+    return f"{prefix}.{part}" if prefix else part
 
 
 def unknown_key_message(key: str, cls: type, where: str = "") -> str:

@@ -1,0 +1,31 @@
+"""Running the checks: order, skipping by name, the child process, and a check added by another module."""
+import pytest
+
+from app.config.schema import TrainerRunConfig
+from app.preflight import CHECKS, Check, PreflightError, run_preflight
+from app.preflight import run as run_module
+
+
+def _refuse(cfg):
+    raise PreflightError(f"refused {cfg.trainer.seed}")
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_an_added_check_runs_in_its_place_and_its_error_reaches_the_caller(monkeypatch, apart):
+    monkeypatch.setattr(run_module, "CHECKS", [Check("always_refuses", _refuse, apart=apart)])
+    cfg = TrainerRunConfig()
+    cfg.trainer.seed = 7
+    with pytest.raises(PreflightError, match="^refused 7$"):
+        run_preflight(cfg)
+    run_preflight(cfg, skip=("always_refuses",))
+
+
+def test_an_unknown_name_to_skip_is_a_mistake_of_the_caller():
+    with pytest.raises(ValueError, match="no checks named"):
+        run_preflight(TrainerRunConfig(), skip=("http_prot",))
+
+
+def test_the_cheap_checks_come_first_and_the_cluster_before_anything_is_loaded():
+    names = [c.name for c in CHECKS]
+    assert names[0] == "cluster_address"
+    assert all(not c.apart for c in CHECKS[:names.index("tokenizer")] if c.name != "reward_function")
