@@ -6,6 +6,7 @@ code, which then stays out of the driver).
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import sys
 from dataclasses import dataclass
@@ -32,32 +33,33 @@ CHECKS: list[Check] = [
     Check("cluster_address", check_cluster_answers),
     Check("model_path", check_model_paths),
     Check("context_length", check_context_length),
-    Check("http_port", check_http_port),
     Check("reward_function", check_reward_function, apart=True),
     Check("tokenizer", check_tokenizer, apart=True),
     Check("checkpoint_model", check_checkpoint_model, apart=True),
+    Check("http_port", check_http_port),  # last: the most passing of conditions, checked nearest to Serve's start
 ]
 
 
 def run_preflight(cfg: TrainerRunConfig, skip: Collection[str] = (), start_method: Optional[str] = None) -> None:
-    """Every check but those named in `skip`, in order; the first failure raises its PreflightError. The `apart`
-    ones run together in one child process (fork on Linux, as app.trainer.setup.check_data_apart does)."""
+    """Every check but those named in `skip`, in order; the first failure raises its PreflightError. Consecutive
+    `apart` ones run together in one child process (fork on Linux, as app.trainer.setup.check_data_apart does)."""
     unknown = set(skip) - {c.name for c in CHECKS}
     if unknown:
         raise ValueError(f"run_preflight: no checks named {sorted(unknown)}")
     chosen = [c for c in CHECKS if c.name not in skip]
-    for check in chosen:
-        if not check.apart:
-            check.run(cfg)
-    apart = [c.name for c in chosen if c.apart]
-    if apart:
+    for apart, group in itertools.groupby(chosen, key=lambda c: c.apart):
+        group = list(group)
+        if not apart:
+            for check in group:
+                check.run(cfg)
+            continue
         if start_method is None:
             start_method = "fork" if sys.platform == "linux" else "spawn"
         with multiprocessing.get_context(start_method).Pool(1) as pool:
-            pool.apply(_run_named, (cfg, apart))
+            pool.apply(_run_named, (cfg, [c.name for c in group]))
 
 
 def _run_named(cfg: TrainerRunConfig, names: list[str]) -> None:
-    by_name = {c.name: c for c in CHECKS}
+    by_name = {c.name: c for c in CHECKS}  # the child's CHECKS: the parent's under fork
     for name in names:
         by_name[name].run(cfg)

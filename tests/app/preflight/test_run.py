@@ -25,7 +25,21 @@ def test_an_unknown_name_to_skip_is_a_mistake_of_the_caller():
         run_preflight(TrainerRunConfig(), skip=("http_prot",))
 
 
-def test_the_cheap_checks_come_first_and_the_cluster_before_anything_is_loaded():
+def test_the_checks_run_in_their_order_across_the_child_process(monkeypatch, tmp_path):
+    log = tmp_path / "order.txt"
+
+    def note(name):
+        def check(cfg):
+            with open(log, "a") as f:
+                f.write(name + "\n")
+        return check
+
+    monkeypatch.setattr(run_module, "CHECKS", [Check("a", note("a")), Check("b", note("b"), apart=True),
+                                               Check("c", note("c"), apart=True), Check("d", note("d"))])
+    run_preflight(TrainerRunConfig())
+    assert log.read_text().split() == ["a", "b", "c", "d"]
+
+
+def test_the_cluster_is_asked_first_and_the_port_last():
     names = [c.name for c in CHECKS]
-    assert names[0] == "cluster_address"
-    assert all(not c.apart for c in CHECKS[:names.index("tokenizer")] if c.name != "reward_function")
+    assert names[0] == "cluster_address" and names[-1] == "http_port"
