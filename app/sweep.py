@@ -86,10 +86,7 @@ def run(cfg: DictConfig) -> int:
             raise ConfigError(f"sweep base.config={spec.base_config!r} / base.overrides: {exc}") from exc
         base_cfg = load_config(OmegaConf.create(base_tree))
         spec = resolve_params(spec, base_cfg)
-        run_preflight(base_cfg, skip=SWEEP_SKIPS)
-        from app.trainer.setup import check_data_apart
-
-        n_train, n_val = check_data_apart(base_cfg)
+        n_train, n_val = run_preflight(base_cfg, skip=SWEEP_SKIPS)["data"]
         total_steps = total_steps_of(base_cfg, n_train)
     except (ConfigError, DataError, OSError) as exc:  # OSError: a missing model/data path
         return print_error(exc)

@@ -32,10 +32,7 @@ def run(cfg: DictConfig, preflight_skip: tuple[str, ...] = ()) -> int:
         check_loggers(run_cfg.trainer.logger)  # rank 0 builds the loggers: a missing package would fail there
         from app.preflight import run_preflight
 
-        run_preflight(run_cfg, skip=preflight_skip)
-        from app.trainer.setup import check_data_apart
-
-        n_train, n_val = check_data_apart(run_cfg)
+        n_train, n_val = run_preflight(run_cfg, skip=preflight_skip)["data"]  # the data read as the workers will
         from app.trainer.checkpoints import check_checkpoint, find_resume_dir
 
         resume = find_resume_dir(Path(run_cfg.trainer.default_local_dir), run_cfg.trainer.resume_mode)

@@ -43,3 +43,17 @@ def test_the_checks_run_in_their_order_across_the_child_process(monkeypatch, tmp
 def test_the_cluster_is_asked_first_and_the_port_last():
     names = [c.name for c in CHECKS]
     assert names[0] == "cluster_address" and names[-1] == "http_port"
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_what_a_check_returns_comes_back_by_name(monkeypatch, apart):
+    monkeypatch.setattr(run_module, "CHECKS", [Check("counts", lambda cfg: (cfg.trainer.seed, 2), apart=apart),
+                                               Check("silent", lambda cfg: None, apart=apart)])
+    cfg = TrainerRunConfig()
+    cfg.trainer.seed = 5
+    assert run_preflight(cfg) == {"counts": (5, 2)}
+
+
+def test_the_data_check_runs_in_the_child_after_the_tokenizer():
+    names = [c.name for c in CHECKS]
+    assert names.index("tokenizer") + 1 == names.index("data") and CHECKS[names.index("data")].apart
