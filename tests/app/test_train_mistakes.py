@@ -13,7 +13,7 @@ import pytest
 from entry_run import run_entry
 from support import free_port
 
-LIMIT_S = 60  # a hang guard; the measured times (a few seconds) are in docs/errors.md
+LIMIT_S = 180  # a hang guard on a shared machine; the measured times are in docs/errors.md
 
 
 @pytest.fixture()
