@@ -35,11 +35,11 @@ CHECKS: list[Check] = [
     Check("cluster_address", check_cluster_answers),
     Check("model_path", check_model_paths),
     Check("context_length", check_context_length),
+    Check("http_port", check_http_port),
     Check("reward_function", check_reward_function, apart=True),
     Check("tokenizer", check_tokenizer, apart=True),
     Check("data", check_data_rows, apart=True),  # the same child: transformers and the tokenizer are loaded there
     Check("checkpoint_model", check_checkpoint_model, apart=True),
-    Check("http_port", check_http_port),  # last: the most passing of conditions, checked nearest to Serve's start
 ]
 
 

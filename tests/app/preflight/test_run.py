@@ -40,9 +40,11 @@ def test_the_checks_run_in_their_order_across_the_child_process(monkeypatch, tmp
     assert log.read_text().split() == ["a", "b", "c", "d"]
 
 
-def test_the_cluster_is_asked_first_and_the_port_last():
+def test_the_cluster_is_asked_first_and_the_cheap_checks_come_before_the_child():
     names = [c.name for c in CHECKS]
-    assert names[0] == "cluster_address" and names[-1] == "http_port"
+    assert names[0] == "cluster_address"
+    first_apart = next(i for i, c in enumerate(CHECKS) if c.apart)
+    assert {"model_path", "context_length", "http_port"} <= set(names[:first_apart])
 
 
 @pytest.mark.parametrize("apart", [False, True])
