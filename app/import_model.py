@@ -92,6 +92,7 @@ def _classify(source: str) -> tuple[str, Path | None]:
         return "gguf", resolve_gguf_alias(source)
     path = Path(source).expanduser()
     if path.is_file() and path.suffix == ".gguf":
+        _check_gguf_magic(path)
         return "gguf", path.resolve()
     if path.is_dir():
         if (path / "MLmodel").is_file():
@@ -108,6 +109,23 @@ def _classify(source: str) -> tuple[str, Path | None]:
     raise ModelImportError(
         f"--source {source!r} is not a file, a folder, a known alias ({', '.join(ALIASES)}) or a hub id (org/name)"
     )
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def _check_gguf_magic(path: Path) -> None:
+    """A .gguf file starts with the 4 bytes `GGUF`; anything else (a download cut short into an HTML page, a renamed
+    file) is refused here rather than deep inside the GGUF reader."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise ModelImportError(f"--source {path}: cannot read it ({exc.strerror or exc})") from None
+    if head != GGUF_MAGIC:
+        raise ModelImportError(f"--source {path} is not a GGUF file: it starts with {head!r}, a GGUF file with "
+                               f"{GGUF_MAGIC!r}; expected a .gguf model file, a Hugging Face folder, an MLflow model "
+                               "folder or a cached hub id")
 
 
 def _hub_snapshot(repo_id: str) -> Path:
@@ -175,7 +193,9 @@ def _check_chat_template(tokenizer, source: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.import_model", description=__doc__.splitlines()[0])
+    from app.failure_report import OneLineArgumentParser, print_error
+
+    parser = OneLineArgumentParser(prog="python -m app.import_model", description=__doc__.splitlines()[0])
     parser.add_argument("--source", required=True, help="HF folder, cached hub id, .gguf file, MLflow folder or alias")
     parser.add_argument("--output", required=True, help="folder to write the Hugging Face model to")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -183,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = import_model(args.source, args.output, args.dtype)
     except ModelImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(exc)
+    except (OSError, ValueError) as exc:  # the reader of a file that looked right (a corrupt config.json, weights)
+        return print_error(f"--source {args.source}: importing it failed: {type(exc).__name__}: {exc}")
     print(out)
     return 0
 

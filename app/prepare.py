@@ -48,7 +48,9 @@ def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int =
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m app.prepare", description=__doc__.split("\n\n")[0])
+    from app.failure_report import OneLineArgumentParser
+
+    parser = OneLineArgumentParser(prog="python -m app.prepare", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="task", required=True)
     g = sub.add_parser("gsm8k", help="convert GSM8K train.jsonl/test.jsonl")
     g.add_argument("--input", required=True, help="folder with train.jsonl and test.jsonl")
@@ -73,6 +75,8 @@ def _weights(text: str) -> tuple[float, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from app.failure_report import print_error
+
     args = build_parser().parse_args(argv)
     try:
         if args.task == "gsm8k":
@@ -80,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             counts = prepare_arithmetic(args.output, args.train_size, args.test_size, args.seed, args.level_weights)
     except DataError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return print_error(err)
+    except OSError as err:  # the output folder cannot be written
+        return print_error(f"--output {args.output}: cannot write there ({err.strerror or err})")
     for split, n in counts.items():
         print(f"wrote {n} rows to {os.path.join(args.output, split + '.parquet')}")
     return 0

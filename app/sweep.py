@@ -47,6 +47,22 @@ def total_steps_of(cfg, n_train: int) -> int:
     return (n_train // cfg.data.train_batch_size) * cfg.trainer.total_epochs
 
 
+# trials serve no HTTP route (route_prefix=None), so the rollout's port is never bound
+SWEEP_SKIPS = ("http_port",)
+
+
+def check_param_keys(spec) -> None:
+    """Each searched key is a trainer-config key; a misspelt one names the nearest (before the base is composed)."""
+    from app.config.schema import TrainerRunConfig
+    from app.preflight import PreflightError
+    from app.preflight.config_keys import is_known, unknown_key_message
+    from app.tuning.spec import KL_ALIAS
+
+    for p in spec.params:
+        if p.key != KL_ALIAS and not is_known(p.key, TrainerRunConfig):
+            raise PreflightError(unknown_key_message(p.key, TrainerRunConfig, where="sweep params"))
+
+
 def run(cfg: DictConfig) -> int:
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -55,24 +71,33 @@ def run(cfg: DictConfig) -> int:
     from app.data import DataError
     from app.tuning.spec import parse_sweep, resolve_params
 
+    from app.config.schema import TrainerRunConfig
+    from app.failure_report import print_error, report_run_failure
+    from app.preflight import run_preflight
+    from app.preflight.overrides import check_overrides
+
     try:
         spec = parse_sweep(to_container(cfg))
+        check_overrides(spec.base_overrides, TrainerRunConfig, where="sweep base.overrides")
+        check_param_keys(spec)
         try:
             base_tree = compose_base(spec.base_config, list(spec.base_overrides))
         except HydraException as exc:
             raise ConfigError(f"sweep base.config={spec.base_config!r} / base.overrides: {exc}") from exc
         base_cfg = load_config(OmegaConf.create(base_tree))
         spec = resolve_params(spec, base_cfg)
-        from app.trainer.setup import check_data_apart
-
-        n_train, n_val = check_data_apart(base_cfg)
+        n_train, n_val = run_preflight(base_cfg, skip=SWEEP_SKIPS)["data"]
         total_steps = total_steps_of(base_cfg, n_train)
-        from app.tuning.runner import run_sweep
-
-        outcome = run_sweep(spec, base_tree, total_steps=total_steps)
     except (ConfigError, DataError, OSError) as exc:  # OSError: a missing model/data path
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(exc)
+    from app.tuning.runner import run_sweep
+
+    try:
+        outcome = run_sweep(spec, base_tree, total_steps=total_steps)
+    except ConfigError as exc:  # joining the cluster: its address or its resources
+        return print_error(exc)
+    except Exception as exc:  # noqa: BLE001  a failure inside Ray: the root cause's own message
+        return report_run_failure(exc)
     print(f"\nsweep {spec.name}: {len(outcome.rows)} trials, sorted by {spec.metric} ({spec.mode})")
     print(outcome.table_markdown)
     print(f"results: {outcome.sweep_dir / 'results.csv'}  {outcome.sweep_dir / 'results.md'}")
@@ -85,8 +110,23 @@ def run(cfg: DictConfig) -> int:
     return 0
 
 
+def main() -> None:
+    """The command: the overrides' keys are checked against the sweep file's schema first (a misspelt one names the
+    nearest key), then Hydra composes the sweep file."""
+    from app.failure_report import print_error
+    from app.preflight import PreflightError
+    from app.preflight.overrides import check_overrides, hydra_overrides
+    from app.tuning.spec import SweepFile
+
+    try:
+        check_overrides(hydra_overrides(sys.argv[1:]), SweepFile)
+    except PreflightError as exc:
+        sys.exit(print_error(exc))
+    hydra_main()
+
+
 @hydra.main(config_path="../configs", config_name="sweep/grpo_small", version_base=None)
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     code = run(cfg)
     if code:
         sys.exit(code)

@@ -21,9 +21,13 @@ from app.dry_run import DryRun, run_dry, split_argv
 DRY_RUN: Optional[DryRun] = None
 
 
-def run(cfg: DictConfig) -> int:
+def run(cfg: DictConfig, preflight_skip: tuple[str, ...] = ()) -> int:
+    """The whole command on a composed config: 0, 2 for bad input found before Ray starts (one line naming it), 1 for
+    a run that failed later (the worker's own error as the last line). `preflight_skip`: app.preflight checks not to
+    run (by name)."""
     from app.config import ConfigError, load_config
     from app.data import DataError
+    from app.failure_report import print_error, report_run_failure
     from app.trainer.checkpoints import CheckpointError
 
     try:
@@ -31,9 +35,9 @@ def run(cfg: DictConfig) -> int:
         from app.trainer.tracking import check_loggers
 
         check_loggers(run_cfg.trainer.logger)  # rank 0 builds the loggers: a missing package would fail there
-        from app.trainer.setup import check_data_apart
+        from app.preflight import run_preflight
 
-        n_train, n_val = check_data_apart(run_cfg)
+        n_train, n_val = run_preflight(run_cfg, skip=preflight_skip)["data"]  # the data read as the workers will
         from app.trainer.checkpoints import check_checkpoint, find_resume_dir
 
         resume = find_resume_dir(Path(run_cfg.trainer.default_local_dir), run_cfg.trainer.resume_mode)
@@ -44,11 +48,15 @@ def run(cfg: DictConfig) -> int:
             print(run_dry(run_cfg, DRY_RUN), flush=True)
             return 0
     except (ConfigError, DataError, CheckpointError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(exc)
     from app.trainer.launch import train, validation_history
 
-    train(run_cfg)
+    try:
+        train(run_cfg)
+    except ConfigError as exc:  # joining the cluster: its address or its resources
+        return print_error(exc)
+    except Exception as exc:  # noqa: BLE001  the run failed in a worker: its own message, not Ray's wrappers
+        return report_run_failure(exc)
     history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
     if history:
         (first_step, first), (last_step, last) = history[0], history[-1]
@@ -67,8 +75,23 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
+def main() -> None:
+    """The command: the overrides' keys are checked against the schema first (a misspelt one names the nearest key),
+    then Hydra composes the config."""
+    from app.config.schema import TrainerRunConfig
+    from app.failure_report import print_error
+    from app.preflight import PreflightError
+    from app.preflight.overrides import check_overrides, hydra_overrides
+
+    try:
+        check_overrides(hydra_overrides(sys.argv[1:]), TrainerRunConfig)
+    except PreflightError as exc:
+        sys.exit(print_error(exc))
+    hydra_main()
+
+
 @hydra.main(config_path="../configs", config_name="ppo_trainer", version_base=None)
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     exit_on_sigterm()
     code = run(cfg)
     if code:

@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         raw = read_params_file(args.params_file) if args.params_file else {}
         raw.update(parse_cli_pairs(args.params))
     except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        from app.failure_report import print_error
+
+        return print_error(exc)
     if not args.dry_run:
         from app.train import exit_on_sigterm
 

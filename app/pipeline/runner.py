@@ -26,6 +26,17 @@ def card_module(card: str) -> ModuleType:
     return known[card]
 
 
+def check_trainer_keys(overrides: dict[str, Any]) -> None:
+    """The dotted trainer-config keys given beside the card's parameters exist; a misspelt one names the nearest."""
+    from app.config.schema import TrainerRunConfig
+    from app.preflight import PreflightError
+    from app.preflight.config_keys import is_known, unknown_key_message
+
+    for key in overrides:
+        if not is_known(key, TrainerRunConfig):
+            raise PreflightError(unknown_key_message(key, TrainerRunConfig))
+
+
 def plan_card(card: str, raw: dict[str, Any], dry_run: bool):
     """(plan, validated TrainerRunConfig, the composed DictConfig). Raises PipelineError / ConfigError."""
     from app.config import load_config
@@ -34,6 +45,7 @@ def plan_card(card: str, raw: dict[str, Any], dry_run: bool):
 
     module = card_module(card)
     values = parse_values(module.PARAMS, raw, card)
+    check_trainer_keys(values.trainer_overrides)
     plan = module.build_plan(values, dry_run)
     cfg = compose_trainer_config(plan.base_config, plan.overrides)
     run_cfg = load_config(cfg)
@@ -51,11 +63,12 @@ def run_card(card: str, raw: dict[str, Any], dry_run: bool = False) -> int:
     from app.pipeline.params import PipelineError
     from app.pipeline.plan import dry_run_text
 
+    from app.failure_report import print_error
+
     try:
         plan, run_cfg, cfg = plan_card(card, raw, dry_run)
     except (PipelineError, ConfigError, DataError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(exc)
     if dry_run:
         print(dry_run_text(card, plan, run_cfg))
         return 0
@@ -71,6 +84,5 @@ def run_card(card: str, raw: dict[str, Any], dry_run: bool = False) -> int:
     try:
         plan.finish(run_cfg, cfg)
     except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return print_error(exc)
     return 0

@@ -20,20 +20,25 @@ def rollout_app_name(cfg: TrainerRunConfig) -> str:
 def ensure_ray(cfg: TrainerRunConfig) -> None:
     """Join the cluster named by trainer.ray_address / RAY_ADDRESS (ray job submit sets it), else start a local one.
 
-    Whatever the cluster, everything the run will hold (app.config.placement) must fit on its nodes: a ConfigError
-    says what is asked and what the cluster has otherwise, before any worker or replica is asked for."""
+    An address must answer within seconds (a PreflightError names it and where it came from otherwise). Without one
+    the run starts its own cluster even when a cluster that died without `ray stop` left its address file in Ray's
+    temp folder (which a plain ray.init() would try to join). Whatever the cluster, everything the run will hold
+    (app.config.placement) must fit on its nodes: a ConfigError says what is asked and what the cluster has
+    otherwise, before any worker or replica is asked for."""
     import ray
 
     from app.config.placement import plan_resources, wants_custom_resources
+    from app.preflight.cluster_address import check_cluster_answers, cluster_address
 
     plan = plan_resources(cfg)
     if ray.is_initialized():
         check_cluster_fits(plan)
         return
-    address = cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")
+    given = cluster_address(cfg)
     runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
-    if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+    if given:
+        check_cluster_answers(cfg)
+        ray.init(address=given[0], runtime_env=runtime_env, log_to_driver=True)
         check_cluster_fits(plan)
         return
     if wants_custom_resources(cfg):
@@ -52,8 +57,9 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
         gpus = {"num_gpus": cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes}
     # The dashboard shows the run (and the rayrl_* metrics); Ray Train's placement-group cleaner also needs its state
     # API and, without it, logs a warning every few seconds for the whole run.
-    ray.init(num_cpus=max(int(needed + 0.999), os.cpu_count() or 1), runtime_env=local_runtime_env(runtime_env),
-             include_dashboard=True, log_to_driver=True, **gpus)
+    # address="local": Ray's documented way to start a new cluster whatever its temp folder says is running
+    ray.init(address="local", num_cpus=max(int(needed + 0.999), os.cpu_count() or 1),
+             runtime_env=local_runtime_env(runtime_env), include_dashboard=True, log_to_driver=True, **gpus)
     _exit_on_sigterm_again()
     check_cluster_fits(plan)
 

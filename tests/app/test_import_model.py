@@ -83,3 +83,21 @@ def test_output_holding_something_else_is_refused(tiny_model_dir, tmp_path):
 def test_cli_reports_error_and_exit_code(tmp_path, capsys):
     assert main(["--source", str(tmp_path / "missing.gguf"), "--output", str(tmp_path / "o")]) == 2
     assert "missing.gguf" in capsys.readouterr().err
+
+
+def test_a_gguf_named_file_that_is_not_gguf_ends_with_one_line(tmp_path, capfd):
+    bad = tmp_path / "bad.gguf"
+    bad.write_text("<html>rate limited</html>")
+    assert main(["--source", str(bad), "--output", str(tmp_path / "o")]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert err == [f"error: --source {bad} is not a GGUF file: it starts with b'<htm', a GGUF file with b'GGUF'; "
+                   "expected a .gguf model file, a Hugging Face folder, an MLflow model folder or a cached hub id"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_missing_option_ends_with_one_line(capfd):
+    with pytest.raises(SystemExit) as done:
+        main(["--output", "x"])
+    assert done.value.code == 2
+    assert capfd.readouterr().err.strip().splitlines() == [
+        "error: python -m app.import_model: the following arguments are required: --source (--help lists the options)"]

@@ -124,3 +124,20 @@ def test_cli_entry_point_reports_errors(tmp_path):
     )
     assert done.returncode == 2
     assert "GSM8K file not found" in done.stderr and "train.jsonl" in done.stderr
+
+
+def test_an_output_that_cannot_be_written_ends_with_one_line(tmp_path, capfd):
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file where the output folder should go")
+    assert main(["arithmetic", "--output", str(blocker), "--train-size", "4", "--test-size", "2"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --output {blocker}: cannot write there (")
+
+
+def test_a_bad_option_value_ends_with_one_line(capfd):
+    with pytest.raises(SystemExit) as done:
+        main(["arithmetic", "--output", "x", "--train-size", "many"])
+    assert done.value.code == 2
+    assert capfd.readouterr().err.strip().splitlines() == [
+        "error: python -m app.prepare arithmetic: argument --train-size: invalid int value: 'many' "
+        "(--help lists the options)"]

@@ -32,7 +32,7 @@ def test_a_local_cluster_turns_the_preemption_watcher_off_and_keeps_the_tokenize
     ensure_ray(load_config(with_dotted(BASE)))
     (kwargs,) = init_calls
     assert kwargs["runtime_env"]["env_vars"] == {WATCHER: "0", "TOKENIZERS_PARALLELISM": "false"}
-    assert "address" not in kwargs
+    assert kwargs["address"] == "local"  # a new cluster, whatever Ray's temp folder names (test_ensure_ray_address)
 
 
 def test_a_watcher_setting_the_user_exports_wins(monkeypatch, init_calls):
@@ -48,9 +48,15 @@ def test_a_watcher_setting_the_user_exports_wins(monkeypatch, init_calls):
 def test_a_joined_cluster_keeps_its_watcher(monkeypatch, init_calls):
     from app.trainer.launch import ensure_ray
 
+    import socket
+
     monkeypatch.delenv(WATCHER, raising=False)
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
-    ensure_ray(load_config(with_dotted(BASE)))
+    with socket.socket() as head:  # the address must answer (ensure_ray checks before joining)
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        address = f"127.0.0.1:{head.getsockname()[1]}"
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        ensure_ray(load_config(with_dotted(BASE)))
     (kwargs,) = init_calls
-    assert kwargs["address"] == "127.0.0.1:6379"
+    assert kwargs["address"] == address
     assert kwargs["runtime_env"]["env_vars"] == {"TOKENIZERS_PARALLELISM": "false"}
