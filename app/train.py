@@ -38,9 +38,13 @@ def run(cfg: DictConfig) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"data: {n_train} training prompts, {n_val} validation prompts", flush=True)
-    from app.trainer.launch import train, validation_history
+    from app.trainer.launch import RunFailed, train, validation_history
 
-    train(run_cfg)
+    try:
+        train(run_cfg)
+    except RunFailed as exc:  # Ray has logged the worker's traceback above; the last line says what to do
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
     history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
     if history:
         (first_step, first), (last_step, last) = history[0], history[-1]

@@ -161,12 +161,51 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
                              # a restarted worker group runs worker_entry again, which resumes from the newest checkpoint
                              failure_config=FailureConfig(max_failures=cfg.trainer.max_failures)),
     )
+    from ray.train import TrainingFailedError
+
     try:
         trainer.fit()
+    except TrainingFailedError as err:
+        raise RunFailed(failure_line(err, cfg.trainer.max_failures)) from err
     finally:
         if rollout_app is None:
             serve.delete(app_name)
     return _final_validation(out_dir)
+
+
+class RunFailed(RuntimeError):
+    """The training run stopped; the message is the one line for the end of the driver's output."""
+
+
+def failure_line(err: BaseException, max_failures: int) -> str:
+    """What stopped the run, on one line: the worker and the cause Ray Train gives (a rollout replica that could not
+    be replaced in time says so itself), and, where trainer.max_failures is 0, the keys that let a run resume."""
+    from serve.replica_retry import ReplicaRetryExhausted
+
+    failures = getattr(err, "worker_failures", None) or {}
+    rank, cause = min(failures.items(), key=lambda item: item[0]) if failures else (None, err)
+    cause = _root_cause(cause)
+    if isinstance(cause, ReplicaRetryExhausted):
+        return str(cause)
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    what = f"{type(cause).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    who = f"train worker rank {rank}" if rank is not None else "the training run"
+    if max_failures == 0:
+        return (f"{who} failed ({what}) and trainer.max_failures=0 stops the run at a worker's first failure; "
+                "set trainer.max_failures (worker-group restarts) and trainer.save_freq (the checkpoints a restart "
+                "resumes from) to let the run resume")
+    return f"{who} failed ({what}) after trainer.max_failures={max_failures} restarts of the worker group"
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    """The exception under Ray Train's and Ray's wrappers (user code, health check, remote task)."""
+    for _ in range(10):
+        inner = (getattr(err, "_base_exc", None) or getattr(err, "health_check_failure", None)
+                 or getattr(err, "cause", None))
+        if not isinstance(inner, BaseException):
+            return err
+        err = inner
+    return err
 
 
 def _final_validation(out_dir: Path) -> dict[str, float]:
