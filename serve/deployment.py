@@ -51,6 +51,10 @@ class _UpdateGate:
     def active(self) -> int:
         return self._active
 
+    @property
+    def updating_now(self) -> bool:
+        return self._updating
+
     @contextlib.asynccontextmanager
     async def generating(self):
         async with self._cond:
@@ -178,17 +182,20 @@ class RolloutServer:
     async def ensure_version(self, version: int, payload: WirePayload) -> int:
         """`update_weights` unless this replica already serves `version`: what the client resends after a replica
         died during a sync, when the others (and a replacement that replayed the store) already hold it."""
-        if self._version == version:
-            return self._version
-        return await self.update_weights(version, payload)
+        async with self._gate.updating():  # after any load of the same sync still running here
+            if self._version == version:
+                return self._version
+            await self._apply(version, payload)
+        await self._store().publish.remote(version, payload)
+        return self._version
 
     async def policy_version(self) -> dict:
         return {"replica": self._replica, "version": self._version}
 
-    async def generations_in_flight(self) -> dict:
-        """{replica, count}: generate calls and HTTP generations this replica is running now (a test waits on it to
-        kill a replica while it generates)."""
-        return {"replica": self._replica, "count": self._gate.active}
+    async def activity(self) -> dict:
+        """{replica, generating: generations running now (handle and HTTP), updating: a weight load is running or
+        waiting for them to drain}. What a test waits on to kill a replica in the middle of a call."""
+        return {"replica": self._replica, "generating": self._gate.active, "updating": self._gate.updating_now}
 
     async def weights_checksum(self) -> dict:
         """The engine's digest and weights sum, with where this replica runs and where its weights came from."""

@@ -58,7 +58,8 @@ def replica_name(err: BaseException) -> str:
 def _first_line(err: BaseException) -> str:
     """Ray's message on one line: its sentences, without the indented `key: value` lines (class, pid, ip...)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.startswith((" ", "\t"))]
-    return " ".join(lines) if lines else type(err).__name__
+    text = " ".join(lines) if lines else type(err).__name__
+    return text.split(" Some common causes include:")[0]  # Ray's generic advice after a worker's death
 
 
 class FaultCounts:

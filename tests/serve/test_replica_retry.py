@@ -16,7 +16,9 @@ from serve.types import PolicyVersionMismatch, RolloutSample, SamplingOptions
 # str() renders it): one sentence, indented fields, then the cause.
 DEATH_TEXT = ("The actor died unexpectedly before finishing this task.\n\tclass_name: ServeReplica:app:rollout\n"
               "\tactor_id: 9f8e\n\tpid: 4242\n\tname: SERVE_REPLICA::app#rollout#k3xq9w\n"
-              "The actor is dead because its worker process has died. Worker exit type: UNEXPECTED_SYSTEM_EXIT")
+              "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
+              "detail: Worker unexpectedly exits with a connection error code 2. End of file. Some common causes "
+              "include: (1) the process was killed by the OOM killer due to high memory usage, (2) ...")
 
 
 class ReplicaDied(ray.exceptions.ActorDiedError):
@@ -86,8 +88,10 @@ def test_resends_stop_after_replica_retry_max_with_one_line_naming_replica_cause
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("generate of prompts [0, 4) at policy version 3: rollout replica k3xq9w died (")
-    assert "The actor is dead because its worker process has died. Worker exit type: UNEXPECTED_SYSTEM_EXIT" in message
-    assert "pid: 4242" not in message  # Ray's indented fields stay out of the one line
+    assert ("(The actor died unexpectedly before finishing this task. The actor is dead because its worker process "
+            "has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection "
+            "error code 2. End of file.) and 2 resends") in message
+    assert "pid: 4242" not in message and "common causes" not in message  # Ray's fields and advice stay out
     assert "actor_rollout_ref.rollout.replica_retry_max / replica_retry_timeout_s" in message
 
 
