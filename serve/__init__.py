@@ -21,7 +21,9 @@ Public API (see each docstring):
     RolloutClient.generate_iter(...)                                    # chunks as they finish
     RolloutClient.update_weights(version, FullWeights(...) | LoraAdapter(...) | MergedLora(...)) -> {replica: version}
     RolloutClient.sleep(level=1) / wake_up() / replica_versions() / weights_checksums() / nccl_sync_client()
+    RolloutClient.take_faults() -> ({replicas seen dying}, calls resent)  # since the last call
     PolicyVersionMismatch, SamplingOptions, RolloutSample, FullWeights, LoraAdapter, MergedLora
+    ReplicaRetryExhausted   # a call whose replica died, not completed within rollout.replica_retry_max / _timeout_s
 """
 import importlib
 from typing import TYPE_CHECKING
@@ -33,6 +35,7 @@ _EXPORTS = {
     "LoraAdapter": "serve.types",
     "MergedLora": "serve.types",
     "PolicyVersionMismatch": "serve.types",
+    "ReplicaRetryExhausted": "serve.replica_retry",
     "RolloutClient": "serve.client",
     "RolloutSample": "serve.types",
     "SamplingOptions": "serve.types",
@@ -44,6 +47,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas
+    from serve.replica_retry import ReplicaRetryExhausted
     from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions
 
 

@@ -160,6 +160,8 @@ def test_a_replica_killed_during_a_sync_is_replaced_and_every_replica_ends_on_th
              if k != "lm_head.weight"}  # tied to embed_tokens
     # a generation on every replica holds the sync at each replica's gate, where the kill finds it
     held = rollout.handle.broadcast("generate", PROMPTS[:1], rollout.sampling(**LONG), version, 0)
+    while not all(a["generating"] for a in activity(rollout).values()):
+        pass  # each probe is a round trip to the replicas: the generations have started when it ends
     sync = in_background(lambda: rollout.update_weights(version + 1, FullWeights(state)))
     victim, _ = kill_when(rollout, lambda now: len(now) == 2 and all(a["updating"] for a in now.values()))
 
