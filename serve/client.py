@@ -120,8 +120,8 @@ class RolloutClient:
         Full fine-tuning: `FullWeights(state_dict)` with HF names. LoRA: `LoraAdapter(adapter_config, adapter
         state dict)` in peft format; each version becomes a new adapter in vLLM. `MergedLora(...)`: the same adapter,
         which each replica folds into its model folder's base weights (vLLM then runs no LoRA kernels). Returns {replica: version} for
-        every replica (all `rollout.replicas` of them, all equal to `version`); a replica that dies meanwhile is
-        replaced, and its replacement serves `version` before this returns (`_broadcast_version`).
+        every replica (all equal to `version`); a replica that dies meanwhile is replaced, and its replacement serves
+        `version` before this returns (`_broadcast_version`).
         """
         wire = to_wire(payload, chunk_bytes)
         return self._broadcast_version("update_weights", version, wire)
@@ -139,24 +139,27 @@ class RolloutClient:
         return self.handle.broadcast("weights_checksum").results()
 
     def _broadcast_version(self, method: str, version: int, wire: WirePayload) -> dict[str, int]:
-        """`method(version, wire)` on every replica, until all `rollout.replicas` of them serve `version`.
+        """`method(version, wire)` on every replica; returns once as many replicas as the first broadcast reached
+        all serve `version`.
 
         A replica that dies during the sync is replaced; its replacement replays the policy store, and the sync is
-        sent again (as `ensure_version`, which loads nothing on a replica that already serves `version`) to any
-        replica that came back on another version. Within the retry bounds; then an error says which replicas hold
-        which version."""
+        sent again (as `ensure_version`, which loads nothing on a replica that already serves `version`) to the
+        live replicas, and to any replica that came back on another version. Within the retry bounds; past them an
+        error says which replicas hold which version."""
         retry = self.retry_policy()
         what = f"{method}(version={version})"
         deadline = time.monotonic() + retry.timeout_s
-
-        methods = iter([method])  # then ensure_version: a resend loads nothing where `version` already is
+        methods = iter([method])  # then ensure_version
+        reached: list[int] = []  # replicas the first broadcast reached, the dead ones included
 
         def send(timeout_s: Optional[float]) -> None:
             try:
-                results = self.handle.broadcast(next(methods, "ensure_version"), version, wire).results(timeout_s=timeout_s,
-                                                                              return_exceptions=True)
+                response = self.handle.broadcast(next(methods, "ensure_version"), version, wire)
+                results = response.results(timeout_s=timeout_s, return_exceptions=True)
             except DeploymentUnavailableError:
-                results = []  # no replica runs right now: the replacements below replay the store or get a resend
+                results = []  # no replica runs right now: the replacements replay the store or get a resend
+            if not reached:
+                reached.append(max(1, len(results)))
             errors = [r for r in results if isinstance(r, BaseException)]
             final = [e for e in errors if replica_death(e) is None]
             if final:
@@ -167,19 +170,20 @@ class RolloutClient:
 
         retry.run(send, what, self.faults)
         while True:
-            versions = self._wait_for_replica_versions(deadline)
+            versions = self._wait_for_replica_versions(reached[0], deadline)
             stale = {r: v for r, v in versions.items() if v != version}
-            if not stale and len(versions) >= self.rollout.replicas:
+            if not stale and len(versions) >= reached[0]:
                 return versions
             if time.monotonic() >= deadline:
                 raise ReplicaRetryExhausted(
-                    f"{what} left replicas {versions} (of {self.rollout.replicas}) not all on version {version} "
-                    f"after replica_retry_timeout_s={retry.timeout_s:g}; raise {RETRY_KEYS}")
-            logger.warning("%s: replicas %s came back on other versions; sending the sync again", what, stale)
-            retry.run(send, what, self.faults)
+                    f"{what}: replicas {versions} (of {reached[0]}) do not all serve version {version} after "
+                    f"replica_retry_timeout_s={retry.timeout_s:g}; raise {RETRY_KEYS}")
+            if stale:
+                logger.warning("%s: replicas %s came back on other versions; sending the sync again", what, stale)
+                retry.run(send, what, self.faults)
 
-    def _wait_for_replica_versions(self, deadline: float) -> dict[str, int]:
-        """{replica: version} once `rollout.replicas` replicas answer, or what answers at `deadline`."""
+    def _wait_for_replica_versions(self, count: int, deadline: float) -> dict[str, int]:
+        """{replica: version} once `count` replicas answer, or what answers at `deadline`."""
         while True:
             try:
                 versions = self.replica_versions()
@@ -187,7 +191,7 @@ class RolloutClient:
                 if replica_death(err) is None and not isinstance(err, DeploymentUnavailableError):
                     raise
                 versions = {}
-            if len(versions) >= self.rollout.replicas or time.monotonic() >= deadline:
+            if len(versions) >= count or time.monotonic() >= deadline:
                 return versions
             time.sleep(0.5)
 

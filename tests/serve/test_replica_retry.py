@@ -279,3 +279,17 @@ def test_update_weights_failing_on_a_live_replica_is_not_resent(monkeypatch):
     with pytest.raises(RuntimeError, match=r"update_weights\(version=2\) failed on a replica: .*adapter rank 64"):
         client.update_weights(2, LoraAdapter({"r": 64}, {}))
     assert handle.broadcast_calls == ["update_weights"]
+
+
+def test_a_sync_without_a_death_checks_the_replicas_it_reached_and_waits_for_no_other(monkeypatch):
+    import serve.client
+    from serve.types import LoraAdapter
+
+    monkeypatch.setattr(serve.client, "to_wire", lambda payload, chunk_bytes: "wire")
+    # the client's config says 2 replicas, the application runs 1 (deployed with another config): nothing to wait for
+    handle = FakeHandle(broadcasts={"update_weights": [[3]], "policy_version": [[{"replica": "a", "version": 3}]]})
+    client = make_client(handle, replicas=2)
+
+    assert client.update_weights(3, LoraAdapter({"r": 8}, {})) == {"a": 3}
+    assert handle.broadcast_calls == ["update_weights", "policy_version"]
+    assert client.take_faults() == (set(), 0)
