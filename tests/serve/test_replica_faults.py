@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def rollout(deployed, config):
     from serve import wait_for_replicas
 
     wait_for_replicas(APP, 2, timeout_s=300)
+    wait_for(deployed, lambda now: len(now) == 2, "the client's handle reaches both replicas")
     deployed.take_faults()
     return deployed
 
@@ -86,16 +88,25 @@ def replica_pid(replica: str) -> int:
     return int(scratch.name.rsplit("-", 1)[1])
 
 
-def kill_when(client, ready, pick=lambda now: sorted(now)[0]) -> tuple[str, int]:
-    """SIGKILL the replica `pick(activity)` as soon as `ready(activity of every replica)` holds; returns its tag and
-    process id."""
-    while True:  # each probe is a round trip to the replicas: the loop waits on them, not on a clock
+def wait_for(client, ready, what: str, timeout_s: float = 180.0) -> dict[str, dict]:
+    """The replicas' activity once `ready(activity)` holds. Each probe is a round trip to the replicas: the loop
+    waits on them, not on a clock; the deadline only turns a test that can no longer pass into a failure."""
+    deadline = time.monotonic() + timeout_s
+    now: dict[str, dict] = {}
+    while time.monotonic() < deadline:
         now = activity(client)
         if ready(now):
-            victim = pick(now)
-            pid = replica_pid(victim)
-            os.kill(pid, signal.SIGKILL)
-            return victim, pid
+            return now
+    pytest.fail(f"{what}: not reached in {timeout_s:g} s; the replicas report {now}")
+
+
+def kill_when(client, ready, what: str, pick=lambda now: sorted(now)[0]) -> tuple[str, int]:
+    """SIGKILL the replica `pick(activity)` as soon as `ready(activity of every replica)` holds; returns its tag and
+    process id."""
+    victim = pick(wait_for(client, ready, what))
+    pid = replica_pid(victim)
+    os.kill(pid, signal.SIGKILL)
+    return victim, pid
 
 
 def in_background(fn):
@@ -133,7 +144,8 @@ def test_a_generate_whose_replica_dies_in_flight_returns_every_sample_resending_
         sampling = rollout.sampling(seed=11, **LONG)
         result = in_background(lambda: rollout.generate(PROMPTS, expect_version=version, sampling=sampling))
         # two replicas, two chunks ([0, 2) and [2, 4)): kill one replica while both generate
-        victim, _ = kill_when(rollout, lambda now: len(now) == 2 and all(a["generating"] for a in now.values()))
+        victim, _ = kill_when(rollout, lambda now: len(now) == 2 and all(a["generating"] for a in now.values()),
+                              "both replicas generate their chunk")
         samples = result()
     finally:
         rollout._handle = None
@@ -159,11 +171,12 @@ def test_a_replica_killed_during_a_sync_is_replaced_and_every_replica_ends_on_th
     state = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()
              if k != "lm_head.weight"}  # tied to embed_tokens
     # a generation on every replica holds the sync at each replica's gate, where the kill finds it
-    held = rollout.handle.broadcast("generate", PROMPTS[:1], rollout.sampling(**LONG), version, 0)
-    while not all(a["generating"] for a in activity(rollout).values()):
-        pass  # each probe is a round trip to the replicas: the generations have started when it ends
+    held = rollout.handle.broadcast("generate", PROMPTS[:1], rollout.sampling(**{**LONG, "n": 16}), version, 0)
+    wait_for(rollout, lambda now: len(now) == 2 and all(a["generating"] for a in now.values()),
+             "both replicas run the generation that holds the sync")
     sync = in_background(lambda: rollout.update_weights(version + 1, FullWeights(state)))
-    victim, _ = kill_when(rollout, lambda now: len(now) == 2 and all(a["updating"] for a in now.values()))
+    victim, _ = kill_when(rollout, lambda now: len(now) == 2 and all(a["updating"] for a in now.values()),
+                          "both replicas hold the sync at their gate")
 
     versions = sync()
 
@@ -183,7 +196,8 @@ def test_past_the_retry_bound_the_call_stops_with_one_line_and_leaves_nothing_ru
     strict = RolloutClient(APP, replace(config, replica_retry_max=0))
     result = in_background(lambda: strict.generate(PROMPTS, expect_version=version,
                                                    sampling=strict.sampling(**LONG)))
-    victim, pid = kill_when(strict, lambda now: len(now) == 2 and all(a["generating"] for a in now.values()))
+    victim, pid = kill_when(strict, lambda now: len(now) == 2 and all(a["generating"] for a in now.values()),
+                            "both replicas generate their chunk")
 
     with pytest.raises(ReplicaRetryExhausted) as err:
         result()
@@ -208,6 +222,7 @@ def test_an_http_completion_whose_replica_dies_is_answered_through_the_openai_cl
     result = in_background(lambda: client.completions.create(model=APP, prompt=PROMPTS[0], n=4, temperature=1.0,
                                                              max_tokens=LONG["max_tokens"]))
     victim, _ = kill_when(rollout, lambda now: any(a["generating"] for a in now.values()),
+                          "a replica generates the completion",
                           pick=lambda now: next(r for r, a in now.items() if a["generating"]))
 
     answer = result()
