@@ -105,7 +105,9 @@ class RolloutClient:
         `sampling`: None takes `actor_rollout_ref.rollout.*`, or its `val_kwargs` when `validation=True`.
         `expect_version`: the policy version the caller believes the replicas serve; any replica serving another
         raises `PolicyVersionMismatch` (message names both versions). The batch is split into chunks that Serve
-        spreads over the replicas.
+        spreads over the replicas. A chunk whose replica dies is sent again at the same version, within
+        `rollout.replica_retry_max` / `replica_retry_timeout_s` (`ReplicaRetryExhausted` past them); the other chunks
+        are not (docs/fault_tolerance.md).
         """
         samples = [s for chunk in self.generate_iter(prompt_token_ids, expect_version=expect_version,
                                                      sampling=sampling, validation=validation) for s in chunk]
