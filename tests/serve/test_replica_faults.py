@@ -171,7 +171,10 @@ def test_a_replica_killed_during_a_sync_is_replaced_and_every_replica_ends_on_th
     state = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()
              if k != "lm_head.weight"}  # tied to embed_tokens
     # a generation on every replica holds the sync at each replica's gate, where the kill finds it
-    held = rollout.handle.broadcast("generate", PROMPTS[:1], rollout.sampling(**{**LONG, "n": 16}), version, 0)
+    # (a broadcast is sent when its results are asked for: a thread asks)
+    hold = rollout.sampling(**{**LONG, "n": 16})
+    held = in_background(lambda: rollout.handle.broadcast("generate", PROMPTS[:1], hold, version, 0).results(
+        return_exceptions=True))
     wait_for(rollout, lambda now: len(now) == 2 and all(a["generating"] for a in now.values()),
              "both replicas run the generation that holds the sync")
     sync = in_background(lambda: rollout.update_weights(version + 1, FullWeights(state)))
@@ -183,7 +186,7 @@ def test_a_replica_killed_during_a_sync_is_replaced_and_every_replica_ends_on_th
     assert len(versions) == 2 and victim not in versions and set(versions.values()) == {version + 1}
     assert set(rollout.replica_versions().values()) == {version + 1}
     assert rollout.take_faults() == ({victim}, 1)
-    outcomes = held.results(return_exceptions=True)
+    outcomes = held()
     assert sum(isinstance(o, BaseException) for o in outcomes) == 1  # the victim's generation died with it
     assert_replicas_loaded(rollout, state.values())  # the replacement replayed the very weights the sync sent
 
