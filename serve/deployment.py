@@ -10,7 +10,8 @@ synced after it; object refs, not copies) and its version sit in a deployment-sc
 by the Serve controller: it outlives any one replica and is deleted with the application. A replica replays it right
 after its engine starts; a replica that started while an update was being broadcast catches up on its first generate
 that expects the newer version. The refs are owned by the process that called `update_weights` (the trainer): if
-that process is gone, a new replica starts at version 0 and generate says so.
+that process is gone, a new replica starts at version 0 and generate says so. A call whose replica dies under it is
+resent by the client (`serve.replica_retry`): a generate chunk at the same version, a sync as `ensure_version`.
 """
 from __future__ import annotations
 
@@ -110,7 +111,8 @@ async def _json_body(request: Request) -> dict:
 
 @serve.ingress(_http)
 class RolloutServer:
-    """One replica. Handle methods: generate, update_weights, policy_version, sleep, wake_up, weights_checksum;
+    """One replica. Handle methods: generate, update_weights, ensure_version, policy_version, activity, sleep, wake_up,
+    weights_checksum;
     HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models (under
     the application's route prefix)."""
 
