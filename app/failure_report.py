@@ -44,6 +44,8 @@ def root_cause(exc: BaseException) -> BaseException:
             exc = exc.controller_failure
         elif isinstance(getattr(exc, "_base_exc", None), BaseException):  # Ray Train's UserExceptionWithTraceback
             exc = exc._base_exc
+        elif isinstance(getattr(exc, "health_check_failure", None), BaseException):  # a worker that died
+            exc = exc.health_check_failure
         elif _is_ray_task_error(exc) and isinstance(getattr(exc, "cause", None), BaseException):
             exc = exc.cause
         else:
@@ -55,19 +57,45 @@ def _is_ray_task_error(exc: BaseException) -> bool:
     return any(cls.__name__ == "RayTaskError" and cls.__module__ == "ray.exceptions" for cls in type(exc).__mro__)
 
 
-def report_run_failure(exc: BaseException) -> int:
-    """The root cause as the last line on stderr; returns the exit code of a failed run. Re-raises (the whole
+def failed_rank(exc: BaseException) -> int | None:
+    """The lowest rank among the failed train workers Ray Train names, if it names any."""
+    seen = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        failures = getattr(exc, "worker_failures", None)
+        if isinstance(failures, dict) and failures:
+            return min(failures)
+        inner = getattr(exc, "controller_failure", None) or getattr(exc, "cause", None)
+        if not isinstance(inner, BaseException):
+            return None
+        exc = inner
+    return None
+
+
+def failure_line(exc: BaseException, max_failures: int) -> str:
+    """What stopped the run, on one line: the worker and its own exception; where trainer.max_failures is 0, the
+    keys that let a run resume. A rollout replica that could not be replaced in time (serve.ReplicaRetryExhausted)
+    says so in its own words."""
+    cause = root_cause(exc)
+    if type(cause).__name__ == "ReplicaRetryExhausted":  # its message names the replica, Ray's cause and the keys
+        return one_line(str(cause))
+    message = one_line(str(cause)).removeprefix(type(cause).__name__ + ":").strip()
+    what = f"{type(cause).__name__}: {message}" if message else type(cause).__name__
+    rank = failed_rank(exc)
+    who = f"train worker rank {rank}" if rank is not None else "the training run"
+    if max_failures == 0:
+        return (f"{who} failed ({what}) and trainer.max_failures=0 stops the run at a worker's first failure; set "
+                "trainer.max_failures (worker-group restarts) and trainer.save_freq (the checkpoints a restart resumes "
+                "from) to let the run resume")
+    return f"{who} failed ({what}) after trainer.max_failures={max_failures} restarts of the worker group"
+
+
+def report_run_failure(exc: BaseException, max_failures: int = 0) -> int:
+    """`failure_line` as the last line on stderr; returns the exit code of a failed run. Re-raises (the whole
     traceback) when RAYRL_TRACEBACK=1."""
     if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
         raise exc
-    cause = root_cause(exc)
-    message = one_line(str(cause))
-    name = type(cause).__name__
-    if message.startswith(name + ":"):
-        text = message
-    else:
-        text = f"{name}: {message}" if message else name
-    print(f"error: {text} (the run failed in a Ray worker; {TRACEBACK_ENV}=1 shows the whole traceback)",
+    print(f"error: {failure_line(exc, max_failures)} ({TRACEBACK_ENV}=1 shows the whole traceback)",
           file=sys.stderr, flush=True)
     return RUN_FAILED
 

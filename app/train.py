@@ -56,7 +56,7 @@ def run(cfg: DictConfig, preflight_skip: tuple[str, ...] = ()) -> int:
     except ConfigError as exc:  # joining the cluster: its address or its resources
         return print_error(exc)
     except Exception as exc:  # noqa: BLE001  the run failed in a worker: its own message, not Ray's wrappers
-        return report_run_failure(exc)
+        return report_run_failure(exc, run_cfg.trainer.max_failures)
     history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
     if history:
         (first_step, first), (last_step, last) = history[0], history[-1]

@@ -22,7 +22,9 @@ Public API (see each docstring):
     RolloutClient.generate_iter(...)                                    # chunks as they finish
     RolloutClient.update_weights(version, FullWeights(...) | LoraAdapter(...) | MergedLora(...)) -> {replica: version}
     RolloutClient.sleep(level=1) / wake_up() / replica_versions() / weights_checksums()
+    RolloutClient.take_faults() -> ({replicas seen dying}, calls resent)  # since the last call
     PolicyVersionMismatch, RolloutAsleep, SamplingOptions, RolloutSample, FullWeights, LoraAdapter, MergedLora
+    ReplicaRetryExhausted   # a call whose replica died, not completed within rollout.replica_retry_max / _timeout_s
 """
 import importlib
 from typing import TYPE_CHECKING
@@ -35,6 +37,7 @@ _EXPORTS = {
     "MergedLora": "serve.types",
     "PolicyVersionMismatch": "serve.types",
     "ReplicaPlacement": "serve.deployment",
+    "ReplicaRetryExhausted": "serve.replica_retry",
     "RolloutAsleep": "serve.replica_gate",
     "RolloutClient": "serve.client",
     "RolloutSample": "serve.types",
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
     from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas
     from serve.deployment import ReplicaPlacement
     from serve.replica_gate import RolloutAsleep
+    from serve.replica_retry import ReplicaRetryExhausted
     from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions
 
 

@@ -6,6 +6,7 @@ and the payload classes in `serve.types`.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import math
 import os
 import time
@@ -13,8 +14,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Un
 
 import ray
 from ray import serve
+from ray.serve.exceptions import DeploymentUnavailableError
 
 from serve.payload import DEFAULT_CHUNK_BYTES, encode_tensors, iter_encoded_chunks
+from serve.replica_retry import RETRY_KEYS, FaultCounts, ReplicaRetryExhausted, RetryPolicy, replica_death
 from serve.types import (FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample,
                          SamplingOptions, WirePayload)
 
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     from serve.deployment import ReplicaPlacement
 
 DEPLOYMENT = "rollout"
+logger = logging.getLogger(__name__)
 
 
 class RolloutClient:
@@ -31,9 +35,18 @@ class RolloutClient:
         self.app_name = app_name
         self.rollout = rollout  # the RolloutConfig (duck-typed): sampling defaults, replicas, max_num_seqs
         self._handle = None
+        self.faults = FaultCounts()  # replica deaths this client met, and the calls it resent
 
     def __getstate__(self):
-        return {"app_name": self.app_name, "rollout": self.rollout, "_handle": None}
+        return {"app_name": self.app_name, "rollout": self.rollout, "_handle": None, "faults": FaultCounts()}
+
+    def retry_policy(self) -> RetryPolicy:
+        """How often and for how long a call whose replica died is resent (`rollout.replica_retry_*`)."""
+        return RetryPolicy.from_rollout_config(self.rollout)
+
+    def take_faults(self) -> tuple[set[str], int]:
+        """(the replicas seen dying, the calls resent) since the last call."""
+        return self.faults.take()
 
     @property
     def handle(self):
@@ -66,12 +79,18 @@ class RolloutClient:
         if sampling is None:
             sampling = self.sampling(validation=validation)
         prompts = [list(map(int, p)) for p in prompt_token_ids]
-        responses = [
-            self.handle.generate.remote(prompts[a:b], sampling, expect_version, a)
-            for a, b in self._chunks(len(prompts), sampling.n)
-        ]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(responses))) as pool:
-            futures = [pool.submit(_result, r) for r in responses]
+        retry = self.retry_policy()
+
+        def run_chunk(a: int, b: int) -> list[RolloutSample]:
+            # each chunk on its own: a replica that dies takes only its chunks with it, and only those are resent
+            def call(timeout_s: Optional[float]) -> list[RolloutSample]:
+                return _result(self.handle.generate.remote(prompts[a:b], sampling, expect_version, a), timeout_s)
+
+            return retry.run(call, f"generate of prompts [{a}, {b}) at policy version {expect_version}", self.faults)
+
+        chunks = self._chunks(len(prompts), sampling.n)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(chunks))) as pool:
+            futures = [pool.submit(run_chunk, a, b) for a, b in chunks]
             for future in concurrent.futures.as_completed(futures):
                 yield future.result()
 
@@ -89,7 +108,9 @@ class RolloutClient:
         `sampling`: None takes `actor_rollout_ref.rollout.*`, or its `val_kwargs` when `validation=True`.
         `expect_version`: the policy version the caller believes the replicas serve; any replica serving another
         raises `PolicyVersionMismatch` (message names both versions). The batch is split into chunks that Serve
-        spreads over the replicas.
+        spreads over the replicas. A chunk whose replica dies is sent again at the same version, within
+        `rollout.replica_retry_max` / `replica_retry_timeout_s` (`ReplicaRetryExhausted` past them); the other chunks
+        are not (docs/fault_tolerance.md).
         """
         samples = [s for chunk in self.generate_iter(prompt_token_ids, expect_version=expect_version,
                                                      sampling=sampling, validation=validation) for s in chunk]
@@ -104,12 +125,11 @@ class RolloutClient:
         Full fine-tuning: `FullWeights(state_dict)` with HF names. LoRA: `LoraAdapter(adapter_config, adapter
         state dict)` in peft format; each version becomes a new adapter in vLLM. `MergedLora(...)`: the same adapter,
         which each replica folds into its model folder's base weights (vLLM then runs no LoRA kernels). Returns {replica: version} for
-        every live replica (all equal to `version`); replicas that die meanwhile are replaced and load it from the
-        policy store.
+        every replica (all equal to `version`); a replica that dies meanwhile is replaced, and its replacement serves
+        `version` before this returns (`_broadcast_version`).
         """
         wire = to_wire(payload, chunk_bytes)
-        results = self.handle.broadcast("update_weights", version, wire).results(return_exceptions=True)
-        return self._check_broadcast(results, version, "update_weights")
+        return self._broadcast_version("update_weights", version, wire)
 
     def replica_versions(self) -> dict[str, int]:
         """{replica tag: policy version} for every live replica."""
@@ -123,18 +143,62 @@ class RolloutClient:
         `serve.payload.weights_sum` of the tensors the trainer sent; None before any)}."""
         return self.handle.broadcast("weights_checksum").results()
 
-    def _check_broadcast(self, results: list, version: int, what: str) -> dict[str, int]:
-        errors = [r for r in results if isinstance(r, BaseException)]
-        fatal = [e for e in errors if not isinstance(e, ray.exceptions.RayActorError)]
-        if fatal:
-            raise RuntimeError(f"{what}(version={version}) failed on a replica: {fatal[0]}") from fatal[0]
-        if len(errors) == len(results):
-            raise RuntimeError(f"{what}(version={version}): every replica died during the call: {errors[0]}")
-        versions = self.replica_versions()
-        stale = {r: v for r, v in versions.items() if v != version}
-        if stale:
-            raise RuntimeError(f"{what}(version={version}) left replicas on other versions: {stale}")
-        return versions
+    def _broadcast_version(self, method: str, version: int, wire: WirePayload) -> dict[str, int]:
+        """`method(version, wire)` on every replica; returns once as many replicas as the first broadcast reached
+        all serve `version`.
+
+        A replica that dies during the sync is replaced; its replacement replays the policy store, and the sync is
+        sent again (as `ensure_version`, which loads nothing on a replica that already serves `version`) to the
+        live replicas, and to any replica that came back on another version. Within the retry bounds; past them an
+        error says which replicas hold which version."""
+        retry = self.retry_policy()
+        what = f"{method}(version={version})"
+        deadline = time.monotonic() + retry.timeout_s
+        methods = iter([method])  # then ensure_version
+        reached: list[int] = []  # replicas the first broadcast reached, the dead ones included
+
+        def send(timeout_s: Optional[float]) -> None:
+            try:
+                response = self.handle.broadcast(next(methods, "ensure_version"), version, wire)
+                results = response.results(timeout_s=timeout_s, return_exceptions=True)
+            except DeploymentUnavailableError:
+                results = []  # no replica runs right now: the replacements replay the store or get a resend
+            if not reached:
+                reached.append(max(1, len(results)))
+            errors = [r for r in results if isinstance(r, BaseException)]
+            final = [e for e in errors if replica_death(e) is None]
+            if final:
+                cause = getattr(final[0], "cause", None) or final[0]  # a RayTaskError's str() is its traceback
+                raise RuntimeError(f"{what} failed on a replica: {type(cause).__name__}: {cause}") from final[0]
+            if errors:
+                raise errors[0]  # a replica died: resent by the retry policy
+
+        retry.run(send, what, self.faults)
+        while True:
+            versions = self._wait_for_replica_versions(reached[0], deadline)
+            stale = {r: v for r, v in versions.items() if v != version}
+            if not stale and len(versions) >= reached[0]:
+                return versions
+            if time.monotonic() >= deadline:
+                raise ReplicaRetryExhausted(
+                    f"{what}: replicas {versions} (of {reached[0]}) do not all serve version {version} after "
+                    f"replica_retry_timeout_s={retry.timeout_s:g}; raise {RETRY_KEYS}")
+            if stale:
+                logger.warning("%s: replicas %s came back on other versions; sending the sync again", what, stale)
+                retry.run(send, what, self.faults)
+
+    def _wait_for_replica_versions(self, count: int, deadline: float) -> dict[str, int]:
+        """{replica: version} once `count` replicas answer, or what answers at `deadline`."""
+        while True:
+            try:
+                versions = self.replica_versions()
+            except Exception as err:  # a replica dying or none running: the controller is replacing it
+                if replica_death(err) is None and not isinstance(err, DeploymentUnavailableError):
+                    raise
+                versions = {}
+            if len(versions) >= count or time.monotonic() >= deadline:
+                return versions
+            time.sleep(0.5)
 
     # ------------------------------------------------------------------ colocated GPU placement
     def sleep(self, level: int = 1) -> None:
@@ -188,9 +252,13 @@ def _jsonable(config: dict) -> dict:
     return out
 
 
-def _result(response):
+def _result(response, timeout_s: Optional[float] = None):
+    """The response's value; a TimeoutError after `timeout_s` (None: no limit) cancels the request first."""
     try:
-        return response.result()
+        return response.result(timeout_s=timeout_s)
+    except TimeoutError:
+        response.cancel()
+        raise
     except PolicyVersionMismatch:
         raise
     except ray.exceptions.RayTaskError as err:
@@ -223,6 +291,7 @@ def deploy_rollout(
     """
     from serve.deployment import build_rollout_app
 
+    RetryPolicy.from_rollout_config(rollout)  # a bad retry bound fails here, before any replica starts
     serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)})
     app = build_rollout_app(rollout, str(model_path), trust_remote_code=trust_remote_code, max_lora_rank=max_lora_rank,
                             seed=seed, served_model_name=app_name, placement=placement)

@@ -10,7 +10,8 @@ synced after it; object refs, not copies) and its version sit in a deployment-sc
 by the Serve controller: it outlives any one replica and is deleted with the application. A replica replays it right
 after its engine starts; a replica that started while an update was being broadcast catches up on its first generate
 that expects the newer version. The refs are owned by the process that called `update_weights` (the trainer): if
-that process is gone, a new replica starts at version 0 and generate says so.
+that process is gone, a new replica starts at version 0 and generate says so. A call whose replica dies under it is
+resent by the client (`serve.replica_retry`): a generate chunk at the same version, a sync as `ensure_version`.
 """
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ async def _json_body(request: Request) -> dict:
 
 @serve.ingress(_http)
 class RolloutServer:
-    """One replica. Handle methods: generate, update_weights, policy_version, sleep, wake_up, weights_checksum;
+    """One replica. Handle methods: generate, update_weights, ensure_version, policy_version, activity, sleep, wake_up,
+    weights_checksum;
     HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models (under
     the application's route prefix)."""
 
@@ -139,8 +141,23 @@ class RolloutServer:
         await self._store().publish.remote(version, payload)
         return self._version
 
+    async def ensure_version(self, version: int, payload: WirePayload) -> int:
+        """`update_weights` unless this replica already serves `version`: what the client resends after a replica
+        died during a sync, when the others (and a replacement that replayed the store) already hold it."""
+        async with self._gate.updating():  # after any load of the same sync still running here
+            if self._version == version:
+                return self._version
+            await self._apply(version, payload)
+        await self._store().publish.remote(version, payload)
+        return self._version
+
     async def policy_version(self) -> dict:
         return {"replica": self._replica, "version": self._version}
+
+    async def activity(self) -> dict:
+        """{replica, generating: generations running now (handle and HTTP), updating: a weight load is running or
+        waiting for them to drain}. What a test waits on to kill a replica in the middle of a call."""
+        return {"replica": self._replica, "generating": self._gate.active, "updating": self._gate.exclusive}
 
     async def weights_checksum(self) -> dict:
         """The engine's digest and weights sum, with where this replica runs and where its weights came from."""

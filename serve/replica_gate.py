@@ -37,6 +37,16 @@ class ReplicaGate:
     def asleep(self) -> bool:
         return self._asleep
 
+    @property
+    def active(self) -> int:
+        """Generations running now."""
+        return self._active
+
+    @property
+    def exclusive(self) -> bool:
+        """An update, a sleep or a wake-up is running, or waiting for the generations in flight to finish."""
+        return self._exclusive
+
     @contextlib.asynccontextmanager
     async def generating(self):
         """Around one generation: waits out an update in progress; refuses at once while asleep."""

@@ -41,6 +41,9 @@ class RecordingRollout:
     def replica_versions(self):
         return {"replica-0": self.version}
 
+    def take_faults(self):
+        return set(), 0
+
     def sleep(self):
         self.calls.append("sleep")
         self.asleep = True

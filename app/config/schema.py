@@ -231,6 +231,10 @@ class RolloutConfig:
     # Serve replicas (data-parallel rollout); None: 1, or on GPUs with trainer.placement=colocated one per
     # tensor_model_parallel_size training GPUs (every training GPU then hosts one rollout worker, as verl's hybrid engine)
     replicas: Optional[int] = None
+    # ours: a generate or weight sync whose replica died is resent once Serve has replaced it (the replacement
+    # replays the latest policy); past either bound the run stops with one line naming the replica
+    replica_retry_max: int = 3  # resends of one rollout call whose replica died
+    replica_retry_timeout_s: float = 600.0  # seconds from a call's first replica death to its last resend
     cpu_kv_cache_gib: float = 1.0  # KV cache on the vLLM CPU backend
     cpus_per_replica: float = 1.0  # Ray CPU resources held by each replica
     # ours, not verl's: Ray custom resources each replica also holds ({name: amount}, as `ray start --resources`

@@ -129,6 +129,7 @@ class RLTrainer(RunStateMixin):
                 batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length),
                 max_min_metrics(group.batch))
             metrics |= timer.metrics() | (self.ahead.take_timings() if self.ahead is not None else {})
+            metrics |= self._rollout_fault_metrics()
             tokens = self.ranks.sum(float(group.batch["attention_mask"].sum()))
             metrics["perf/throughput"] = tokens / max(timer.seconds["step"], 1e-9)
             metrics["training/policy_version"] = float(self.version)
@@ -279,6 +280,13 @@ class RLTrainer(RunStateMixin):
             self.rollout.wake_up()
         self.ranks.barrier()
         self.rollout_asleep = False
+
+    def _rollout_fault_metrics(self) -> dict[str, float]:
+        """Rollout replicas that died under this step's calls (each counted once, whichever ranks met it) and the
+        calls resent to their replacements (`serve.replica_retry`)."""
+        dead, resent = self.rollout.take_faults()
+        return {"rollout/replica_restarts": float(len(self.ranks.union(dead))),
+                "rollout/retried_requests": self.ranks.sum(float(resent))}
 
     def _rollout_version(self) -> int:  # the version every replica serves; they agree after any completed sync
         versions = set(self.rollout.replica_versions().values())

@@ -38,8 +38,10 @@ def test_a_failed_run_prints_the_workers_message_as_its_one_last_line(capsys, mo
     exc = _worker_group_error(RewardBroke("reward for sample 3 raised KeyError: 'answer'"))
     assert report_run_failure(exc) == 1
     err = capsys.readouterr().err.splitlines()
-    assert err == ["error: RewardBroke: reward for sample 3 raised KeyError: 'answer' (the run failed in a Ray worker; "
-                   f"{TRACEBACK_ENV}=1 shows the whole traceback)"]
+    assert err == ["error: train worker rank 0 failed (RewardBroke: reward for sample 3 raised KeyError: 'answer') and "
+                   "trainer.max_failures=0 stops the run at a worker's first failure; set trainer.max_failures "
+                   "(worker-group restarts) and trainer.save_freq (the checkpoints a restart resumes from) to let the "
+                   f"run resume ({TRACEBACK_ENV}=1 shows the whole traceback)"]
 
 
 def test_the_environment_variable_keeps_the_whole_traceback(monkeypatch):

@@ -47,8 +47,9 @@ def test_a_batch_of_mistakes_leaves_no_ray_process(tiny_model_dir, small_arith_d
                        cwd=tmp_path, env={"RAY_TMPDIR": str(temp)}, timeout=600)
     assert failed.ray_init_called and failed.code == 1, failed.stderr_lines[-30:]
     last = failed.stderr_lines[-1]
-    assert last.startswith("error: RewardComputeError: ") and "answer_field" in last, failed.stderr_lines[-30:]
-    assert "the run failed in a Ray worker; RAYRL_TRACEBACK=1 shows the whole traceback" in last
+    assert last.startswith("error: train worker rank 0 failed (RewardComputeError: ") and "answer_field" in last, \
+        failed.stderr_lines[-30:]
+    assert "set trainer.max_failures" in last and last.endswith("(RAYRL_TRACEBACK=1 shows the whole traceback)")
     runs.append(failed)
 
     assert [tagged_ray_processes(run.tag) for run in runs] == [[] for _ in runs]

@@ -132,6 +132,9 @@ class YesNoRollout:
     def replica_versions(self):
         return {"replica-0": self.version}
 
+    def take_faults(self):
+        return set(), 0
+
 
 @pytest.fixture(scope="module")
 def arith_data(tmp_path_factory) -> Path:
