@@ -28,7 +28,7 @@ def test_the_lowest_failing_rank_and_its_users_exception_are_named_after_the_res
 
     line = failure_line(WorkerGroupError("...", failures), max_failures=2)
 
-    assert line == ("train worker rank 0 failed (ValueError: reward function returned None) after "
+    assert line == ("train worker rank 0 failed (ValueError: reward function returned None row 7) after "
                     "trainer.max_failures=2 restarts of the worker group")
 
 
