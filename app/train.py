@@ -61,6 +61,9 @@ def exit_on_sigterm() -> None:
 
 @hydra.main(config_path="../configs", config_name="ppo_trainer", version_base=None)
 def main(cfg: DictConfig) -> None:
+    from app.logs import setup_logging
+
+    setup_logging()
     exit_on_sigterm()
     code = run(cfg)
     if code:

@@ -260,7 +260,10 @@ def deploy_rollout(
     """
     from serve.deployment import build_rollout_app
 
-    serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)})
+    from serve.log_config import serve_logging_config
+
+    serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)},
+                logging_config=serve_logging_config())
     app = build_rollout_app(rollout, str(model_path), trust_remote_code=trust_remote_code, max_lora_rank=max_lora_rank,
                             nccl_weight_transfer=nccl_weight_transfer, seed=seed,
                             served_model_name=app_name, ray_actor_options=ray_actor_options)

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from serve import openai_api
+from serve.log_config import serve_logging_config
 from serve.memory import release_free_heap
 from serve.payload import remove_quietly, stage_dir, write_full_weights, write_peft_adapter
 from serve.policy_store import POLICY_STORE, PolicyStore
@@ -416,6 +417,7 @@ def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool,
         ray_actor_options=options,
         max_ongoing_requests=256,  # generate chunks queue inside the engine, which batches them
         health_check_period_s=5,
+        logging_config=serve_logging_config(),  # access lines and INFO only with RAYRL_VERBOSE
         deployment_actors=[DeploymentActorConfig(name=POLICY_STORE, actor_class=ray.remote(PolicyStore),
                                                  actor_options={"num_cpus": 0})],
     )

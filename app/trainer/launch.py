@@ -30,7 +30,9 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
         check_cluster_resources(cfg, ray.cluster_resources())
         return
     address = cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS")
-    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
+    from app.logs import quiet_env
+
+    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", **quiet_env()}}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         check_cluster_resources(cfg, ray.cluster_resources())
@@ -103,6 +105,9 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
     from app.engine.onednn_cache import bound_primitive_cache
 
     bound_primitive_cache()  # before this process's first matmul, which is when oneDNN reads it
+    from app.logs import quiet_train_reports
+
+    quiet_train_reports()
     import ray.train
     import torch
 
@@ -130,11 +135,13 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
     `route_prefix`: the HTTP route of the chat-completions endpoint of the deployed application; only one
     application can hold a route, so concurrent runs (sweep trials) pass their own or None (no HTTP).
     """
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from ray import serve
 
+    from app.logs import train_log_level
+    from app.trainer.progress import follow_progress
     from serve import deploy_rollout
 
     ensure_ray(cfg)
@@ -159,10 +166,12 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
         run_config=RunConfig(name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
                              storage_path=str(out_dir / "ray_train"),
                              # a restarted worker group runs worker_entry again, which resumes from the newest checkpoint
-                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures)),
+                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
+                             logging_config=LoggingConfig(log_level=train_log_level())),
     )
     try:
-        trainer.fit()
+        with follow_progress(out_dir):
+            trainer.fit()
     finally:
         if rollout_app is None:
             serve.delete(app_name)
