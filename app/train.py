@@ -23,6 +23,9 @@ def run(cfg: DictConfig) -> int:
 
     try:
         run_cfg = load_config(cfg)
+        from app.job_paths import check_job_paths
+
+        check_job_paths(run_cfg)  # under `ray job submit`: paths the job's working directory lacks
         from app.trainer.tracking import check_loggers
 
         check_loggers(run_cfg.trainer.logger)  # rank 0 builds the loggers: a missing package would fail there
