@@ -63,8 +63,8 @@ MEANINGS = {
     ("ActorConfig", "loss_agg_mode"): "how token losses become one loss (docs/algorithms.md)",
     ("ActorConfig", "entropy_coeff"): "weight of the entropy bonus in the loss",
     ("ActorConfig", "kl_loss_coef"): "weight of the KL-to-reference loss (use_kl_loss)",
-    ("ActorConfig", "kl_loss_type"): "KL estimator of the KL loss: kl (k1), abs, mse (k2), low_var_kl (k3), full; "
-                                     "a + suffix takes k2's gradient",
+    ("ActorConfig", "kl_loss_type"): "KL estimator of the KL loss: kl (k1), abs, mse (k2), low_var_kl (k3); a + "
+                                     "suffix takes k2's gradient",
     ("ActorConfig", "ppo_epochs"): "passes over each batch per step",
     ("ActorConfig", "shuffle"): "reshuffle the samples into mini-batches each epoch",
     ("CriticConfig", "strategy"): "fsdp / fsdp2 (both FSDP2) or deepspeed",
