@@ -43,8 +43,9 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas
-    from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions
+    from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas  # noqa: F401
+    from serve.types import (FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch,  # noqa: F401
+                             RolloutSample, SamplingOptions)
 
 
 def __getattr__(name: str):

@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import time
 import uuid
 from typing import Any, Optional
 
@@ -235,7 +234,8 @@ class RolloutServer:
             try:
                 prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             except Exception as err:  # e.g. a role the model's chat template does not know
-                raise openai_api.ApiError(f"'messages' do not fit the model's chat template: {err}", "messages")
+                raise openai_api.ApiError(f"'messages' do not fit the model's chat template: {err}",
+                                          "messages") from err
             prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
         except openai_api.ApiError as err:
             return JSONResponse(status_code=err.status, content=err.body())

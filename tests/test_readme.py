@@ -55,8 +55,8 @@ def test_the_job_submit_command_gives_paths_a_job_can_read(tmp_path, monkeypatch
 
 
 def test_the_data_row_shown_loads(tmp_path, tiny_model_dir):
-    from transformers import AutoTokenizer
     from support import prompt_options
+    from transformers import AutoTokenizer
 
     from app.data import load_prompt_dataset
 

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from app.config.loader import ConfigError
 from app.trainer.progress import PROGRESS_FILE, ProgressWriter
 
+
 class MetricSink(Protocol):
     def log(self, metrics: dict[str, float], step: int) -> None: ...
     def close(self) -> None: ...

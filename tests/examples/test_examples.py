@@ -2,8 +2,6 @@
 loader, sweep parser, argparse), and the custom reward and loss do what their docstrings say."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from command_check import REPO, check_call, load_train_config, record_calls
