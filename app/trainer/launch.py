@@ -105,16 +105,15 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
     from app.engine.onednn_cache import bound_primitive_cache
 
     bound_primitive_cache()  # before this process's first matmul, which is when oneDNN reads it
-    from app.logs import quiet_train_reports
-
-    quiet_train_reports()
     import ray.train
     import torch
 
     from app.config import load_config
+    from app.logs import quiet_train_reports
     from app.trainer.setup import build_trainer
     from serve import get_rollout_client
 
+    quiet_train_reports()
     cfg = load_config(loop_config["config"])
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
     rollout = get_rollout_client(loop_config["rollout_app"], cfg.actor_rollout_ref.rollout)
@@ -140,10 +139,11 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
 
     from ray import serve
 
-    from app.logs import train_log_level
+    from app.logs import quiet_loggers, train_log_level
     from app.trainer.progress import follow_progress
     from serve import deploy_rollout
 
+    quiet_loggers()
     ensure_ray(cfg)
     cfg = with_absolute_paths(cfg)
     out_dir = Path(cfg.trainer.default_local_dir)

@@ -12,11 +12,13 @@ from serve.log_config import serve_logging_config
 @pytest.fixture
 def quiet(monkeypatch):
     monkeypatch.delenv(logs.VERBOSE_ENV, raising=False)
-    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    for name in logs.QUIET_ENV:
+        monkeypatch.delenv(name, raising=False)
 
 
 def test_a_quiet_run_silences_vllm_serve_access_lines_and_ray_train_info(quiet):
-    assert logs.quiet_env() == {"VLLM_LOGGING_LEVEL": "WARNING"}
+    assert logs.quiet_env() == {"VLLM_LOGGING_LEVEL": "WARNING", "TQDM_DISABLE": "1",
+                                "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning"}
     assert logs.train_log_level() == "WARNING"
     config = serve_logging_config()
     assert config.enable_access_log is False and config.log_level == "WARNING"
@@ -25,7 +27,7 @@ def test_a_quiet_run_silences_vllm_serve_access_lines_and_ray_train_info(quiet):
 @pytest.mark.parametrize("value", ["1", "true", "yes"])
 def test_rayrl_verbose_turns_them_back_on(quiet, monkeypatch, value):
     monkeypatch.setenv(logs.VERBOSE_ENV, value)
-    assert logs.quiet_env() == {} and logs.train_log_level() == "INFO"
+    assert logs.quiet_env() == {logs.VERBOSE_ENV: "1"} and logs.train_log_level() == "INFO"
     config = serve_logging_config()
     assert config.enable_access_log is True and config.log_level == "INFO"
 
@@ -43,10 +45,12 @@ def test_a_level_the_user_exported_wins(quiet, monkeypatch):
 def test_ray_trains_per_report_line_is_dropped_unless_verbose(quiet, monkeypatch):
     from ray.train.v2._internal.execution import context
 
-    reports = logging.getLogger(context.__file__)
+    reports, serve_logger = logging.getLogger(context.__file__), logging.getLogger("ray.serve")
     monkeypatch.setattr(reports, "level", logging.NOTSET)
+    monkeypatch.setattr(serve_logger, "level", logging.INFO)
     logs.quiet_train_reports()
     assert not reports.isEnabledFor(logging.INFO) and reports.isEnabledFor(logging.WARNING)
+    assert serve_logger.level == logging.WARNING  # "Started <SharedRouterLongPollClient ...>" and the like
     monkeypatch.setenv(logs.VERBOSE_ENV, "1")
     reports.setLevel(logging.NOTSET)
     logs.quiet_train_reports()
@@ -57,6 +61,7 @@ def test_app_notices_reach_stderr_at_info_and_other_libraries_only_from_warning(
     app_logger = logging.getLogger("app")
     for name in ("handlers", "level", "propagate"):  # restored after the test
         monkeypatch.setattr(app_logger, name, getattr(app_logger, name))
+    monkeypatch.setattr(logging.getLogger("ray.serve"), "level", logging.getLogger("ray.serve").level)
     logs.setup_logging()
     logging.getLogger("app.config.verl_compat").info("data.val_batch_size=8 has no effect here")
     logging.getLogger("app.x").debug("hidden unless verbose")
