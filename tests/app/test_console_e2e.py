@@ -11,7 +11,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from support import kill_ray_under, tiny_run_overrides
 
 pytestmark = pytest.mark.slow
