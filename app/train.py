@@ -32,6 +32,9 @@ def run(cfg: DictConfig, preflight_skip: tuple[str, ...] = ()) -> int:
 
     try:
         run_cfg = load_config(cfg)
+        from app.job_paths import check_job_paths
+
+        check_job_paths(run_cfg)  # under `ray job submit`: paths the job's working directory lacks
         from app.trainer.tracking import check_loggers
 
         check_loggers(run_cfg.trainer.logger)  # rank 0 builds the loggers: a missing package would fail there
@@ -92,6 +95,9 @@ def main() -> None:
 
 @hydra.main(config_path="../configs", config_name="ppo_trainer", version_base=None)
 def hydra_main(cfg: DictConfig) -> None:
+    from app.logs import setup_logging
+
+    setup_logging()
     exit_on_sigterm()
     code = run(cfg)
     if code:

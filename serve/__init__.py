@@ -49,11 +49,12 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas
-    from serve.deployment import ReplicaPlacement
-    from serve.replica_gate import RolloutAsleep
-    from serve.replica_retry import ReplicaRetryExhausted
-    from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions
+    from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas  # noqa: F401
+    from serve.deployment import ReplicaPlacement  # noqa: F401
+    from serve.replica_gate import RolloutAsleep  # noqa: F401
+    from serve.replica_retry import ReplicaRetryExhausted  # noqa: F401
+    from serve.types import (FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch,  # noqa: F401
+                             RolloutSample, SamplingOptions)
 
 
 def __getattr__(name: str):

@@ -291,8 +291,11 @@ def deploy_rollout(
     """
     from serve.deployment import build_rollout_app
 
+    from serve.log_config import serve_logging_config
+
     RetryPolicy.from_rollout_config(rollout)  # a bad retry bound fails here, before any replica starts
-    serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)})
+    serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)},
+                logging_config=serve_logging_config())
     app = build_rollout_app(rollout, str(model_path), trust_remote_code=trust_remote_code, max_lora_rank=max_lora_rank,
                             seed=seed, served_model_name=app_name, placement=placement)
     serve.run(app, name=app_name, route_prefix=route_prefix)

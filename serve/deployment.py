@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import time
 import uuid
 from typing import Any, Optional
 
@@ -30,6 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from serve import openai_api
+from serve.log_config import serve_logging_config
 from serve.memory import release_free_heap
 from serve.payload import (disk_twin, full_weights_path, remove_quietly, stage_dir, staging_folder, write_chunk,
                            write_peft_adapter)
@@ -201,7 +201,8 @@ class RolloutServer:
             try:
                 prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             except Exception as err:  # e.g. a role the model's chat template does not know
-                raise openai_api.ApiError(f"'messages' do not fit the model's chat template: {err}", "messages")
+                raise openai_api.ApiError(f"'messages' do not fit the model's chat template: {err}",
+                                          "messages") from err
             prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
         except openai_api.ApiError as err:
             return JSONResponse(status_code=err.status, content=err.body())
@@ -435,6 +436,7 @@ def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool,
         num_replicas=int(rollout.replicas),
         max_ongoing_requests=256,  # generate chunks queue inside the engine, which batches them
         health_check_period_s=5,
+        logging_config=serve_logging_config(),  # access lines and INFO only with RAYRL_VERBOSE
         deployment_actors=[DeploymentActorConfig(name=POLICY_STORE, actor_class=ray.remote(PolicyStore),
                                                  actor_options={"num_cpus": 0})],
         **placement.deployment_options(),

@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Collection, Iterator, Mapping
+from typing import TYPE_CHECKING, Collection, Iterator, Mapping
+
+if TYPE_CHECKING:  # torch is imported where the tensors are made
+    import torch
 
 PEFT_PREFIX = "base_model.model."
 _HALVES = {".lora_A.weight": "A", ".lora_B.weight": "B"}

@@ -13,9 +13,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
 
 import numpy as np
+
+if TYPE_CHECKING:  # torch is imported where the tensors are made
+    import torch
 
 DEFAULT_CHUNK_BYTES = 1 << 30  # bounds the trainer's extra host memory during one sync to about this much
 SHM_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator, Optional
 
 from serve.engine_thread import EngineThread
+from serve.log_config import verbose
 from serve.types import SamplingOptions
 
 WORKER_EXTENSION = "serve.vllm_engine.WeightSyncWorkerExtension"
@@ -164,6 +165,7 @@ class VLLMRolloutEngine:
             seed=spec.seed,
             trust_remote_code=spec.trust_remote_code,
             disable_log_stats=True,
+            use_tqdm_on_load=verbose(),  # a bar drawn inside a replica reaches the console as separate lines
         )
         if spec.max_model_len:
             kwargs["max_model_len"] = spec.max_model_len

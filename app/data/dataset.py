@@ -94,7 +94,7 @@ def load_prompt_dataset(
     pending: list[tuple[TableSource, int, list[dict[str, str]]]] = []
     for source in sources:
         _check_columns(source, options)
-        for i, row in enumerate(source.rows):
+        for i in range(len(source.rows)):
             if max_samples is not None and len(pending) >= max_samples:
                 break
             value = _row_field(source, i, options.prompt_key, "data.prompt_key")

@@ -14,7 +14,7 @@ def cards() -> dict[str, ModuleType]:
 
 
 def card_module(card: str) -> ModuleType:
-    from app.pipeline.params import PipelineError, nearest_key
+    from app.pipeline.params import PipelineError
 
     known = cards()
     if card not in known:

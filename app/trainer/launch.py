@@ -35,7 +35,9 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
         check_cluster_fits(plan)
         return
     given = cluster_address(cfg)
-    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
+    from app.logs import quiet_env
+
+    runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", **quiet_env()}}
     if given:
         check_cluster_answers(cfg)
         ray.init(address=given[0], runtime_env=runtime_env, log_to_driver=True)
@@ -132,9 +134,11 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
     import torch
 
     from app.config import load_config
+    from app.logs import quiet_train_reports
     from app.trainer.setup import build_trainer
     from serve import get_rollout_client
 
+    quiet_train_reports()
     cfg = load_config(loop_config["config"])
     record_placement(Path(cfg.trainer.default_local_dir), cfg.trainer.device)
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
@@ -177,14 +181,17 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
     `route_prefix`: the HTTP route of the chat-completions endpoint of the deployed application; only one
     application can hold a route, so concurrent runs (sweep trials) pass their own or None (no HTTP).
     """
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from ray import serve
 
     from app.config.placement import plan_resources
+    from app.logs import quiet_loggers, train_log_level
+    from app.trainer.progress import follow_progress
     from serve import deploy_rollout
 
+    quiet_loggers()
     ensure_ray(cfg)
     cfg = with_absolute_paths(cfg)
     out_dir = Path(cfg.trainer.default_local_dir)
@@ -207,10 +214,12 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
         run_config=RunConfig(name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
                              storage_path=str(out_dir / "ray_train"),
                              # a restarted worker group runs worker_entry again, which resumes from the newest checkpoint
-                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures)),
+                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
+                             logging_config=LoggingConfig(log_level=train_log_level())),
     )
     try:
-        trainer.fit()
+        with follow_progress(out_dir):
+            trainer.fit()
     finally:
         if rollout_app is None:
             serve.delete(app_name)

@@ -1,4 +1,5 @@
-"""Where step metrics go: the console (with a progress bar), a JSONL file, and TensorBoard / MLflow / W&B when installed.
+"""Where step metrics go: the console (one line per step, printed by the driver: app/trainer/progress.py), a JSONL
+file, and TensorBoard / MLflow / W&B when installed.
 
 The JSONL file (`<default_local_dir>/metrics.jsonl`, one object per step with a `step` key) is the run's own record:
 plots and sweeps read it, and it survives whatever the Ray Train result object keeps.
@@ -9,16 +10,12 @@ import json
 import math
 import netrc
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 from urllib.parse import urlparse
 
 from app.config.loader import ConfigError
-
-# critic/score is the trained batch; reward/score every sample generated (they differ under dynamic sampling)
-_CONSOLE_KEYS = ("critic/score/mean", "reward/score/mean", "val-core/reward/mean", "actor/pg_loss", "actor/kl_loss",
-                 "actor/entropy", "response_length/mean", "timing_s/step")
+from app.trainer.progress import PROGRESS_FILE, ProgressWriter
 
 
 class MetricSink(Protocol):
@@ -46,26 +43,6 @@ class JsonlSink:
 
     def close(self) -> None:
         self._file.close()
-
-
-class ConsoleSink:
-    """A progress bar over the steps plus one short line of the metrics people watch."""
-
-    def __init__(self, total_steps: int, start_step: int) -> None:
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", file=sys.stdout,
-                         dynamic_ncols=True, leave=True)
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        shown = {k.split("/", 1)[-1] if k.startswith("critic/") else k: metrics[k] for k in _CONSOLE_KEYS if k in metrics}
-        line = " ".join(f"{k}={v:.4g}" for k, v in shown.items())
-        if step > self._bar.n:
-            self._bar.update(step - self._bar.n)
-        self._bar.write(f"step {step}: {line}")
-
-    def close(self) -> None:
-        self._bar.close()
 
 
 class ConsoleSamplesSink:
@@ -222,7 +199,7 @@ class Tracking:
         self.sinks: list[MetricSink] = []
         for name in loggers:
             if name == "console":
-                self.sinks.append(ConsoleSink(total_steps, start_step))
+                self.sinks.append(ProgressWriter(out_dir / PROGRESS_FILE, total_steps, start_step))
             elif name == "jsonl":
                 self.sinks.append(JsonlSink(out_dir / "metrics.jsonl", start_step))
             elif name == "console_samples":

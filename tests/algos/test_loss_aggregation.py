@@ -51,10 +51,10 @@ def test_per_micro_batch_normalisation_would_be_wrong():
     # (1+2)/2 + 4/1 = 5.5, not the mini-batch mean 7/3. With the global normalizer the sum is right.
     rows = [LOSS[:1], LOSS[1:2]]
     masks = [MASK[:1], MASK[1:2]]
-    naive = sum(agg_loss(l, m, "token-mean") for l, m in zip(rows, masks))
+    naive = sum(agg_loss(loss, m, "token-mean") for loss, m in zip(rows, masks))
     assert naive.item() == pytest.approx(5.5)
     n = loss_normalizer(MASK, "token-mean")
-    assert sum(agg_loss(l, m, "token-mean", n) for l, m in zip(rows, masks)).item() == pytest.approx(7 / 3)
+    assert sum(agg_loss(loss, m, "token-mean", n) for loss, m in zip(rows, masks)).item() == pytest.approx(7 / 3)
 
 
 @st.composite

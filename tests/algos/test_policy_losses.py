@@ -115,7 +115,7 @@ def test_cispo_clips_the_weight_which_carries_no_gradient():
     log_prob = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
     ratios = torch.tensor([[1.5, 0.5, 1.1]])
     adv = torch.tensor([[1.0, 1.0, -1.0]])
-    loss, m = cispo(log_prob.detach() - ratios.log(), log_prob, adv, torch.ones(1, 3), loss_agg_mode="token-mean", 
+    loss, m = cispo(log_prob.detach() - ratios.log(), log_prob, adv, torch.ones(1, 3), loss_agg_mode="token-mean",
                     config=policy_loss_config())
     # Weights clip(r, 0.8, 1.2) = [1.2, 0.8, 1.1]; per token -w * A * logp = [1.2, 1.6, -0.55], mean 2.25 / 3.
     assert loss.item() == pytest.approx(0.75, rel=1e-6)
@@ -286,5 +286,5 @@ def test_policy_loss_config_defaults_and_validation():
     del nested["policy_loss"]["ppo_kl_coef"]
     with pytest.raises(ValueError, match=r"actor\.policy_loss\.ppo_kl_coef is missing"):
         PolicyLossConfig.from_mapping(nested)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.clip_ratio = 0.5  # frozen

@@ -85,9 +85,9 @@ def test_a_stopped_run_leaves_no_process_and_frees_its_port(sig, tiny_model_dir,
         for line in driver.stdout:  # returns when the driver prints; bounded by the deadline and the driver's exit
             seen.append(line)
             started |= _descendants(driver.pid)
-            if "step 1:" in line or time.monotonic() > deadline:
+            if "step 1/" in line or time.monotonic() > deadline:
                 break
-        assert any("step 1:" in line for line in seen), "".join(seen[-40:])
+        assert any("step 1/" in line for line in seen), "".join(seen[-40:])
         started |= _descendants(driver.pid) | set(_under(temp_dir))
         assert len(started) >= 3  # the cluster, the replica and the train worker at least
         driver.send_signal(sig)

@@ -79,7 +79,7 @@ def _grouped_rows(prompt_len=6, response_len=5, seed=0):
     prompts = [(torch.tensor([0, 0, 5, 6, 7, 8]), torch.tensor([0, 0, 1, 1, 1, 1])),
                (torch.tensor([0, 9, 10, 11, 12, 13]), torch.tensor([0, 1, 1, 1, 1, 1]))]
     rows, masks = [], []
-    for i, length in enumerate((5, 2, 1)):
+    for length in (5, 2, 1):
         for prompt, prompt_mask in prompts:
             response_mask = (torch.arange(response_len) < length).long()
             rows.append(torch.cat([prompt, torch.randint(1, 128, (response_len,), generator=g) * response_mask]))

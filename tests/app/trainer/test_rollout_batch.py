@@ -1,6 +1,5 @@
 """Rollout samples become the training batch with the layout the roles expect."""
 import pytest
-import torch
 
 from app.trainer.rollout_batch import build_rollout_batch, repeat_per_sample
 

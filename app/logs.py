@@ -1,0 +1,77 @@
+"""How loud a run is: this package's messages through `logging`, and the chatter of Ray, Ray Serve and vLLM off
+unless asked for.
+
+`RAYRL_VERBOSE=1` turns everything back on: Ray Train's per-report dumps, Serve's access lines, vLLM's INFO lines and
+this package's DEBUG messages. Without it the console holds the driver's one line per step (app.trainer.progress),
+warnings and errors from every library, and this package's INFO notices (such as a verl key that has no effect).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from serve.log_config import VERBOSE_ENV, verbose  # one reading of RAYRL_VERBOSE for both sides
+
+__all__ = ["VERBOSE_ENV", "verbose", "setup_logging", "quiet_env", "quiet_loggers", "train_log_level",
+           "quiet_train_reports"]
+
+# Environment of every Ray process of a quiet run (set in the runtime env, so workers on other nodes get it too). A
+# value the user exported wins.
+QUIET_ENV = {
+    "VLLM_LOGGING_LEVEL": "WARNING",  # vLLM's engine arguments, model loading, per-request INFO lines
+    "TQDM_DISABLE": "1",  # loading bars inside Ray processes, which Ray's line-based log streaming breaks up
+    # libraries' deprecation notices about their own internals, printed by every replica and worker
+    "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
+}
+# loggers that print INFO lines about the machinery on the driver and in the workers (Serve's app start, handles)
+CHATTY_LOGGERS = ("ray.serve",)
+
+
+def setup_logging() -> None:
+    """On the driver: `app.*` messages at INFO (DEBUG when verbose) to stderr, other libraries' at WARNING."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    app_logger = logging.getLogger("app")
+    app_logger.handlers[:] = [handler]
+    app_logger.setLevel(logging.DEBUG if verbose() else logging.INFO)
+    app_logger.propagate = False
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def quiet_loggers() -> None:
+    """CHATTY_LOGGERS at WARNING unless verbose (on the driver, and in each train worker). Ray Serve sets its logger
+    to INFO when it is imported, so this imports it first (the callers use it anyway)."""
+    if verbose():
+        return
+    import ray.serve  # noqa: F401
+
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def quiet_env() -> dict[str, str]:
+    """Environment variables for the run's Ray processes: QUIET_ENV unless verbose, without those the user set;
+    when verbose, RAYRL_VERBOSE itself, so that processes on other nodes see it too."""
+    if verbose():
+        return {VERBOSE_ENV: "1"}
+    return {name: value for name, value in QUIET_ENV.items() if name not in os.environ}
+
+
+def train_log_level() -> str:
+    """Ray Train's `LoggingConfig(log_level=...)`: its controller's and workers' `ray.train` INFO lines (worker group
+    started, ...) only when verbose."""
+    return "INFO" if verbose() else "WARNING"
+
+
+def quiet_train_reports() -> None:
+    """In a Ray Train worker: drop the INFO line Ray Train logs for every `ray.train.report` call, which prints the
+    whole metrics dict ("Reporting training result N: TrainingReport(...)"). Its logger is named after the file that
+    logs it, not `ray.train`, so LoggingConfig(log_level=...) does not reach it. Also CHATTY_LOGGERS."""
+    if verbose():
+        return
+    from ray.train.v2._internal.execution import context
+
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
+    quiet_loggers()

@@ -1,0 +1,112 @@
+"""Checking shell commands the way a user runs them, without running them: bash expands each script or README block
+with `python`, `ray` and the installers replaced by recorders, and every recorded `python -m app.<verb>` call is
+checked with the loader the verb itself uses (Hydra compose + load_config for app.train, the sweep file's parser
+for app.sweep, argparse for the others). Nothing starts Ray, reads a model or writes data."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+FIELD, RECORD = "\x1f", "\x1e"
+
+# functions that stand in for the programs; `ray job submit ... -- CMD` records CMD
+RECORDERS = r"""
+record() { for a in "$@"; do printf '%s\x1f' "$a" >> "$RECORD_FILE"; done; printf '\x1e' >> "$RECORD_FILE"; }
+python() { record python "$@"; }
+ray() { while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done; [ $# -gt 0 ] && shift && "$@"; return 0; }
+make() { :; }
+pip() { :; }
+"""
+
+
+def record_calls(script_text: str, record_file: Path, args: tuple[str, ...] = (), cwd: Path = REPO) -> list[list[str]]:
+    """The argument lists of every `python` call `script_text` makes when bash runs it (with `args` as $@)."""
+    record_file.write_text("")
+    env = {**os.environ, "RECORD_FILE": str(record_file)}
+    done = subprocess.run(["bash", "-c", RECORDERS + script_text, "script", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [call.split(FIELD)[:-1] for call in record_file.read_text().split(RECORD)[:-1]]
+
+
+def hydra_config_args(args: list[str], default_name: str) -> tuple[str, list[str]]:
+    """(--config-name, the overrides) of an app.train / app.sweep command line."""
+    name, overrides, i = default_name, [], 0
+    while i < len(args):
+        if args[i] == "--config-name":
+            name, i = args[i + 1], i + 2
+        elif args[i].startswith("--config-name="):
+            name, i = args[i].split("=", 1)[1], i + 1
+        else:
+            overrides.append(args[i])
+            i += 1
+    return name, overrides
+
+
+def load_train_config(args: list[str]):
+    """What `python -m app.train ARGS` validates before anything starts."""
+    from hydra import compose, initialize_config_dir
+
+    from app.config import load_config
+
+    name, overrides = hydra_config_args(args, "ppo_trainer")
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+        return load_config(compose(config_name=name, overrides=overrides))
+
+
+def load_sweep(args: list[str]):
+    """What `python -m app.sweep ARGS` validates before the data check: the sweep file and its base config."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import app.tuning.spec  # noqa: F401  registers the sweep file's defaults
+    from app.config import load_config, to_container
+    from app.sweep import compose_base
+    from app.tuning.spec import parse_sweep, resolve_params
+
+    name, overrides = hydra_config_args(args, "sweep/grpo_small")
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+        spec = parse_sweep(to_container(compose(config_name=name, overrides=overrides)))
+        base = load_config(OmegaConf.create(compose_base(spec.base_config, list(spec.base_overrides))))
+    return resolve_params(spec, base)
+
+
+class _Parsed(Exception):
+    pass
+
+
+def parse_cli(module: str, args: list[str], monkeypatch) -> argparse.Namespace:
+    """The namespace `python -m MODULE ARGS` parses (argparse exits on a bad argument), stopping before any work."""
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, argv=None, namespace=None):
+        raise _Parsed(original(self, argv, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    try:
+        importlib.import_module(module).main(args)
+    except _Parsed as parsed:
+        return parsed.args[0]
+    finally:
+        monkeypatch.setattr(argparse.ArgumentParser, "parse_args", original)
+    raise AssertionError(f"python -m {module} {' '.join(args)} did not parse its arguments")
+
+
+def check_call(call: list[str], monkeypatch) -> str:
+    """Check one recorded `python -m app.<verb> ...` call; returns the verb."""
+    assert call[:2] == ["python", "-m"], call
+    module, args = call[2], call[3:]
+    if module == "app.train":
+        load_train_config(args)
+    elif module == "app.sweep":
+        load_sweep(args)
+    elif module in ("app.prepare", "app.import_model", "app.plot", "app.pipeline"):
+        parse_cli(module, args, monkeypatch)
+    else:
+        raise AssertionError(f"no check for python -m {module}")
+    return module
