@@ -1,5 +1,6 @@
 """Every key of the typed schema is read by the code, or is one verl_compat documents as having no effect here, or
-is accepted only at verl's default (DEFAULT_ONLY, the multi-turn section); a key nothing reads would silently ignore what a user sets.
+is accepted only at verl's default (DEFAULT_ONLY, the multi-turn section); a key nothing reads would silently ignore
+what a user sets.
 
 "Read" is checked in the source text: the key's name as an attribute (`.name`) or a string (`"name"`) somewhere in
 app/, serve/ or algos/ outside the schema itself. A name shared by several sections counts for all of them, so this
