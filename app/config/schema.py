@@ -15,6 +15,7 @@ StrList = Union[str, list[str]]
 
 CPU_NUM_WORKERS = 2  # trainer.num_workers on CPU when unset: two FSDP ranks
 
+
 def verl_profiler() -> dict[str, Any]:
     """verl's per-role `profiler` section at its defaults (nsys / npu / torch profilers). Kept as plain data so that
     verl's keys under it override as they do in verl; none of it has an effect here."""

@@ -69,7 +69,7 @@ PARAMS: tuple[Param, ...] = (
     ),
     *param_rows(
         "Rollout",
-        ("rollout_name", "vllm", "choice", f"{R}.name", {"choices": ("vllm", "hf")}),
+        ("rollout_name", "vllm", "choice", f"{R}.name", {"choices": ("vllm", "hf", "sglang")}),
         ("rollout_dtype", "float16", "choice", f"{R}.dtype",
          {"choices": ("auto", "bfloat16", "float16", "float32")}),
         ("rollout_tensor_model_parallel_size", 2, "int",

@@ -68,11 +68,12 @@ def test_the_published_table_with_every_default_is_accepted_and_the_machine_wins
     assert plan.warnings == ["number_of_gpu_to_use_finetuning=1 and trainer_n_gpus_per_node=8 name the same setting; "
                              "number_of_gpu_to_use_finetuning describes the machine, so it wins "
                              "(trainer_n_gpus_per_node is not applied)"]
-    # the same for the node counts; agreeing GPU counts say nothing
+    # the same for the node counts; agreeing GPU counts say nothing; verl's sglang rollout is served by vLLM
     plan, cfg, _ = plan_card("verl_finetune", {**params, "trainer_n_gpus_per_node": 1, "num_nodes_finetune": 1,
-                                               "trainer_nnodes": 2}, dry_run=True)
+                                               "trainer_nnodes": 2, "rollout_name": "sglang"}, dry_run=True)
     assert cfg.trainer.nnodes == 1 and len(plan.warnings) == 1 and "num_nodes_finetune=1 and trainer_nnodes=2" in \
         plan.warnings[0]
+    assert cfg.actor_rollout_ref.rollout.name == "vllm"
 
 
 def test_exactly_one_model_key(tiny_model_dir, small_arith_data, tmp_path):
