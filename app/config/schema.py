@@ -15,6 +15,31 @@ StrList = Union[str, list[str]]
 
 CPU_NUM_WORKERS = 2  # trainer.num_workers on CPU when unset: two FSDP ranks
 
+
+def verl_profiler() -> dict[str, Any]:
+    """verl's per-role `profiler` section at its defaults (nsys / npu / torch profilers). Kept as plain data so that
+    verl's keys under it override as they do in verl; none of it has an effect here."""
+    return {"tool": None, "enable": False, "all_ranks": False, "ranks": [], "save_path": None,
+            "tool_config": {"nsys": {"discrete": False},
+                            "npu": {"contents": [], "level": "level1", "analysis": True, "discrete": False},
+                            "torch": {"step_start": 0, "step_end": None},
+                            "torch_memory": {"trace_alloc_max_entries": 100000, "stack_depth": 32}}}
+
+
+@dataclass
+class ClassRefConfig:
+    """verl's pointer to user code: a .py file and a name in it (custom dataset, data generator, async server)."""
+    path: Optional[str] = None
+    name: Optional[str] = None
+
+
+@dataclass
+class SamplerRefConfig:
+    """verl's custom curriculum sampler (a .py file and a class in it)."""
+    class_path: Optional[str] = None
+    class_name: Optional[str] = None
+
+
 @dataclass
 class DataConfig:
     train_files: StrList = ""  # parquet / JSONL file(s) or a `save_to_disk` folder
@@ -41,6 +66,23 @@ class DataConfig:
     train_max_samples: Optional[int] = None  # cap on training prompts (None: all)
     # verl: also hand the rollout the chat messages. Batches here always carry them (raw_prompt): no effect
     return_raw_chat: bool = False
+    # verl keys with no effect here, at any value (app/config/verl_compat.py NO_EFFECT says why for each)
+    use_shm: bool = False
+    return_raw_input_ids: bool = False
+    return_full_prompt: bool = False
+    dataloader_num_workers: int = 8
+    validation_shuffle: bool = False
+    filter_overlong_prompts_workers: int = 1
+    image_key: str = "images"
+    video_key: str = "videos"
+    trust_remote_code: bool = False
+    return_multi_modal_inputs: bool = True
+    # verl keys accepted at verl's default only (app/config/verl_compat.py DEFAULT_ONLY says why for each)
+    tokenizer: Optional[str] = None
+    custom_cls: ClassRefConfig = field(default_factory=ClassRefConfig)
+    sampler: SamplerRefConfig = field(default_factory=SamplerRefConfig)
+    datagen: ClassRefConfig = field(default_factory=ClassRefConfig)
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- model
@@ -58,6 +100,18 @@ class ModelConfig:
     trust_remote_code: bool = False
     # verl: Hugging Face config fields to override at load. Only {} here: trainer and rollout load model.path as is
     override_config: dict[str, Any] = field(default_factory=dict)
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): config, tokenizer and chat template all
+    # come from model.path here
+    hf_config_path: Optional[str] = None
+    tokenizer_path: Optional[str] = None
+    custom_chat_template: Optional[str] = None
+    external_lib: Optional[str] = None
+    # verl keys with no effect here (verl_compat.NO_EFFECT)
+    use_shm: bool = False
+    enable_activation_offload: bool = False
+    use_liger: bool = False
+    use_fused_kernels: bool = False
+    fused_kernel_options: dict[str, Any] = field(default_factory=lambda: {"impl_backend": "torch"})
 
 
 # ---------------------------------------------------------------- optimiser and FSDP
@@ -72,6 +126,8 @@ class OptimConfig:
     lr_scheduler_type: Optional[Literal["constant", "cosine", "linear"]] = None  # newer verl's name for warmup_style
     min_lr_ratio: float = 0.0  # where cosine / linear decay ends, as a fraction of lr
     total_training_steps: int = -1  # filled in by the trainer from the data size
+    clip_grad: float = 1.0  # verl's engine-level copy of grad_clip: its default only (the role's grad_clip is read)
+    num_cycles: float = 0.5  # cosine cycles: the cosine schedule here is a half cycle, verl's default only
 
 
 @dataclass
@@ -92,6 +148,19 @@ class FSDPConfig:
     # ranks one copy of the model is sharded over; -1: all trainer.num_workers (the only layout here: no HSDP)
     fsdp_size: int = -1
     ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): FSDP2 here shards each decoder layer and
+    # reshards after the forward, and offloads only by param_offload / optimizer_offload
+    wrap_policy: dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
+    offload_policy: bool = False
+    reshard_after_forward: bool = True
+    # verl keys with no effect here (verl_compat.NO_EFFECT): FSDP1 knobs and verl's engine-level copies of role keys
+    forward_prefetch: bool = False
+    use_orig_params: bool = False
+    entropy_from_logits_with_chunking: bool = False
+    use_torch_compile: bool = True
+    entropy_checkpointing: bool = False
+    forward_only: bool = False
+    strategy: str = "fsdp"
 
 
 @dataclass
@@ -112,6 +181,7 @@ class CheckpointConfig:
     RNG, data position), so only that set is accepted (any order)."""
     save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     load_contents: Optional[list[str]] = None  # None: save_contents
+    async_save: bool = False  # verl's default only: checkpoints are written before the step returns here
 
 
 @dataclass
@@ -158,6 +228,14 @@ class ActorConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed (the ref's too)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # verl: truncated importance sampling cap; -1 (off) only: algorithm.rollout_correction is the setting here
+    tis_imp_ratio_cap: float = -1.0
+    # verl keys with no effect here (verl_compat.NO_EFFECT)
+    freeze_vision_tower: bool = False
+    use_fused_kernels: bool = False
+    entropy_from_logits_with_chunking: bool = False
+    use_remove_padding: Optional[bool] = None  # verl's copy of model.use_remove_padding, which is the one read
+    profiler: dict[str, Any] = field(default_factory=verl_profiler)
 
 
 @dataclass
@@ -169,6 +247,14 @@ class RefConfig:
     log_prob_max_token_len_per_gpu: Optional[int] = None  # that budget; None: actor.ppo_max_token_len_per_gpu
     ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    # verl: the reference's engine; None or the actor's (the reference runs on the actor's strategy here)
+    strategy: Optional[Literal["fsdp", "fsdp2", "deepspeed"]] = None
+    model: Optional[dict[str, Any]] = None  # verl's separate reference model: None only (the actor's initial weights)
+    # verl keys with no effect here (verl_compat.NO_EFFECT)
+    use_torch_compile: Optional[bool] = None
+    entropy_from_logits_with_chunking: bool = False
+    entropy_checkpointing: bool = False
+    profiler: dict[str, Any] = field(default_factory=verl_profiler)
 
 
 # ---------------------------------------------------------------- rollout
@@ -199,8 +285,31 @@ class ValKwargs:
 
 
 @dataclass
+class EngineKwargsConfig:
+    """Extra keyword arguments for the rollout engine, by engine."""
+    vllm: dict[str, Any] = field(default_factory=dict)  # verl's default {} only: not passed to vLLM yet
+    sglang: dict[str, Any] = field(default_factory=dict)  # no effect: SGLang does not run here
+
+
+@dataclass
+class AgentLoopConfig:
+    """verl's agent loop (multi-turn tool use on the async server)."""
+    num_workers: int = 8  # no effect: the rollout here is one Serve deployment
+    agent_loop_config_path: Optional[str] = None  # verl's default only: agent loops are not supported
+    custom_async_server: ClassRefConfig = field(default_factory=ClassRefConfig)  # verl's default only
+
+
+@dataclass
+class TraceConfig:
+    """verl's rollout tracing (weave / mlflow spans). No effect here."""
+    backend: Optional[str] = None
+    token2text: bool = False
+
+
+@dataclass
 class RolloutConfig:
-    name: Literal["vllm", "hf"] = "vllm"  # hf: transformers.generate, for machines without vLLM
+    # hf: transformers.generate, for machines without vLLM; sglang: verl's other engine, served by vLLM here (notice)
+    name: Literal["vllm", "hf", "sglang"] = "vllm"
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"  # auto: bfloat16 where bf16 is native, else float32
     # share of each GPU's memory vLLM takes (weights, activations, KV cache); None: 0.5 colocated (the trainer keeps
     # the rest while vLLM is awake), 0.9 on GPUs vLLM has to itself (trainer.placement=split)
@@ -257,6 +366,24 @@ class RolloutConfig:
     # verl: gather LoRA-run weights for the sync layer by layer (memory); here they are gathered tensor by tensor
     # to CPU whatever the value: no effect
     layered_summon: bool = False
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
+    data_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    over_sample_rate: float = 0.0
+    skip_rollout: bool = False
+    engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
+    agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+    # verl keys with no effect here (verl_compat.NO_EFFECT)
+    cudagraph_capture_sizes: Optional[list[int]] = None
+    enable_prefix_caching: bool = True
+    disable_log_stats: bool = True
+    multi_stage_wake_up: bool = False
+    calculate_log_probs: bool = False
+    update_weights_bucket_megabytes: int = 512
+    skip_dump_dir: str = "/tmp/rollout_dump"
+    skip_tokenizer_init: bool = True
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    profiler: dict[str, Any] = field(default_factory=verl_profiler)
     # vLLM's context cap; None or at least prompt_length + response_length (what the engine is sized to)
     max_model_len: Optional[int] = None
     # verl: sync (deprecated: batch inference inside the workers) or async (inference servers). The rollout here is
@@ -271,6 +398,8 @@ class ActorRolloutRefConfig:
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    hybrid_engine: bool = True  # verl's default only (verl has no other mode); the layout is trainer.placement
+    nccl_timeout: int = 600  # no effect (verl_compat.NO_EFFECT)
 
 
 # ---------------------------------------------------------------- critic
@@ -283,6 +412,15 @@ class CriticModelConfig:
     trust_remote_code: bool = False
     override_config: dict[str, Any] = field(default_factory=dict)  # as actor_rollout_ref.model.override_config
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)  # the critic's FSDP settings (verl's location)
+    # verl: the critic's tokenizer; None or the policy's model path (the critic reads the policy's tokens here)
+    tokenizer_path: Optional[str] = None
+    external_lib: Optional[str] = None  # verl's default only, as actor_rollout_ref.model.external_lib
+    lora_rank: int = 0  # verl's default only: the critic trains all its weights here
+    # verl keys with no effect here (verl_compat.NO_EFFECT)
+    use_shm: bool = False
+    enable_activation_offload: bool = False
+    lora_alpha: int = 16
+    target_modules: StrList = "all-linear"
 
 
 @dataclass
@@ -304,6 +442,14 @@ class CriticConfig:
     use_torch_compile: bool = False
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # verl: run a critic; None: when algorithm.adv_estimator needs one (gae), as in verl; a value must agree
+    enable: Optional[bool] = None
+    # verl keys with no effect here (verl_compat.NO_EFFECT)
+    rollout_n: Optional[int] = None
+    forward_micro_batch_size: Optional[int] = None
+    forward_micro_batch_size_per_gpu: Optional[int] = None
+    forward_max_token_len_per_gpu: Optional[int] = None
+    profiler: dict[str, Any] = field(default_factory=verl_profiler)
 
 
 # ---------------------------------------------------------------- rewards
@@ -312,6 +458,22 @@ class RewardModelPathConfig:
     path: Optional[str] = None
     input_tokenizer: Optional[str] = None  # None: the policy's tokenizer
     trust_remote_code: bool = False
+    external_lib: Optional[str] = None  # verl's default only (verl_compat.DEFAULT_ONLY)
+    # verl keys with no effect here (verl_compat.NO_EFFECT): the reward model is not sharded
+    use_shm: bool = False
+    use_remove_padding: bool = False
+    use_fused_kernels: bool = False
+    fsdp_config: dict[str, Any] = field(default_factory=lambda: {
+        "wrap_policy": {"min_num_params": 0}, "param_offload": False, "reshard_after_forward": True, "fsdp_size": -1,
+        "forward_prefetch": False})
+
+
+@dataclass
+class SandboxFusionConfig:
+    """verl's code-execution reward service."""
+    url: Optional[str] = None  # verl's default only: no sandbox rewards here
+    max_concurrent: int = 64  # no effect (only with url)
+    memory_limit_mb: int = 1024  # no effect (only with url)
 
 
 @dataclass
@@ -323,11 +485,15 @@ class OverlongBufferConfig:
     log: bool = False  # also write each sample's penalty into trainer.rollout_data_dir dumps
 
 
+RM_MICRO_BATCH_PER_GPU = 8  # reward_model.micro_batch_size_per_gpu when neither it nor micro_batch_size is set
+
+
 @dataclass
 class RewardModelConfig:
     enable: bool = False  # score with AutoModelForSequenceClassification as well as / instead of rules
     model: RewardModelPathConfig = field(default_factory=RewardModelPathConfig)
-    micro_batch_size_per_gpu: int = 8
+    micro_batch_size_per_gpu: Optional[int] = None  # None: RM_MICRO_BATCH_PER_GPU
+    micro_batch_size: Optional[int] = None  # verl's older global name, divided by trainer.num_workers
     max_length: Optional[int] = None
     num_workers: int = 2  # processes that run rule/custom rewards
     timeout_s: float = 10.0  # per sample; a hung reward never hangs the run
@@ -346,6 +512,17 @@ class RewardModelConfig:
     # the response budget, actor_rollout_ref.rollout.response_length)
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
     ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
+    enable_resource_pool: bool = False
+    n_gpus_per_node: int = 0
+    nnodes: int = 0
+    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
+    # verl keys with no effect here (verl_compat.NO_EFFECT)
+    strategy: str = "fsdp"
+    use_dynamic_bsz: bool = False
+    forward_max_token_len_per_gpu: Optional[int] = None
+    launch_reward_fn_async: bool = False
+    profiler: dict[str, Any] = field(default_factory=verl_profiler)
 
 
 @dataclass
@@ -393,6 +570,13 @@ class RolloutCorrectionConfig:
 
 
 @dataclass
+class PFPPOConfig:
+    """verl's PF-PPO sample reweighting. No effect here (use_pf_ppo is refused)."""
+    reweight_method: str = "pow"
+    weight_pow: float = 2.0
+
+
+@dataclass
 class AlgorithmConfig:
     adv_estimator: str = "gae"  # a name in algos.advantages.ADV_ESTIMATORS, or `module:function`
     gamma: float = 1.0
@@ -403,6 +587,8 @@ class AlgorithmConfig:
     kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    use_pf_ppo: bool = False  # verl's default only: PF-PPO reweighting is not supported
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
 
 
 # ---------------------------------------------------------------- async training
@@ -464,6 +650,32 @@ class TrainerConfig:
     seed: int = 1
     rollout_data_dir: Optional[str] = None  # if set: <dir>/<step>.jsonl with every sample's prompt, response, score
     ray_address: Optional[str] = None  # None: a running cluster if there is one, else a local one
+    # verl: the checkpoint to resume from with resume_mode=resume_path (which then becomes that path here)
+    resume_from_path: Optional[str] = None
+    # verl's per-role limits: here one limit covers the whole checkpoint, so they must agree; they set max_ckpt_to_keep
+    max_actor_ckpt_to_keep: Optional[int] = None
+    max_critic_ckpt_to_keep: Optional[int] = None
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
+    validation_data_dir: Optional[str] = None
+    val_only: bool = False
+    default_hdfs_dir: Optional[str] = None
+    del_local_ckpt_after_load: bool = False
+    # verl keys with no effect here (verl_compat.NO_EFFECT)
+    balance_batch: bool = True
+    esi_redundant_time: float = 0.0
+    ray_wait_register_center_timeout: int = 300
+
+
+def verl_global_profiler() -> dict[str, Any]:
+    """verl's top-level `global_profiler` section at its defaults (plain data, no effect here)."""
+    nsight = {"trace": "cuda,nvtx,cublas,ucx", "cuda-memory-usage": "true", "cuda-graph-trace": "graph"}
+    return {"tool": None, "steps": None, "profile_continuous_steps": False, "save_path": "outputs/profile",
+            "global_tool_config": {
+                "nsys": {"discrete": False, "controller_nsight_options": dict(nsight),
+                         "worker_nsight_options": {**nsight, "capture-range": "cudaProfilerApi",
+                                                   "capture-range-end": None, "kill": "none"}},
+                "torch_memory": {"trace_alloc_max_entries": 100000, "stack_depth": 32, "context": "all",
+                                 "stacks": "all", "kw_args": {}}}}
 
 
 @dataclass
@@ -477,3 +689,8 @@ class TrainerRunConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # verl sections with no effect here (verl_compat.NO_EFFECT): its profiler, and ray.init arguments (the Ray cluster
+    # here is trainer.ray_address or a local one Ray sizes itself)
+    global_profiler: dict[str, Any] = field(default_factory=verl_global_profiler)
+    ray_kwargs: dict[str, Any] = field(default_factory=lambda: {"ray_init": {"num_cpus": None},
+                                                                "timeline_json_file": None})

@@ -10,7 +10,8 @@ from typing import Any, Iterator
 
 from app.config.loader import ConfigError, _build, _coerce
 from app.config.ranks import ranks_named
-from app.config.schema import CheckpointConfig, FSDPConfig, OptimConfig, OverlongBufferConfig, TrainerRunConfig
+from app.config.schema import (RM_MICRO_BATCH_PER_GPU, CheckpointConfig, FSDPConfig, OptimConfig, OverlongBufferConfig,
+                               TrainerRunConfig)
 
 # (section, verl's older global micro-batch key, the per-rank key it becomes)
 _GLOBAL_MICRO_BATCHES = (
@@ -18,11 +19,27 @@ _GLOBAL_MICRO_BATCHES = (
     ("actor_rollout_ref.rollout", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"),
     ("actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu"),
     ("critic", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu"),
+    ("reward_model", "micro_batch_size", "micro_batch_size_per_gpu"),
 )
 _DAPO_REWARD_KWARGS = ("max_resp_len", "overlong_buffer_cfg")
 
 
-# verl keys accepted at any value that change nothing here, and why (the README's "Coming from verl" lists them too)
+# Sections verl repeats per role: the same key under each gets the same treatment
+_FSDP = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.model.fsdp_config")
+_OPTIM = ("actor_rollout_ref.actor.optim", "critic.optim")
+_CHECKPOINT = ("actor_rollout_ref.actor.checkpoint", "critic.checkpoint")
+_PROFILED = ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "actor_rollout_ref.rollout", "critic", "reward_model")
+
+
+def _each(sections: tuple[str, ...], name: str, why: str) -> dict[str, str]:
+    return {f"{section}.{name}": why for section in sections}
+
+
+_PROFILER = ("verl's nsys / npu / torch profiler hooks are not built in; profile the Ray workers with Ray's or "
+             "PyTorch's own tools")
+_ENGINE_COPY = "verl's engine-level copy of the role's key of the same name, which is the one read here"
+
+# verl keys accepted at any value that change nothing here, and why (docs/verl_keys.md lists every verl key)
 NO_EFFECT = {
     "data.val_batch_size": "validation prompts go to the rollout service in one request, which batches them itself "
                            "(verl deprecated the key for the same reason)",
@@ -33,6 +50,159 @@ NO_EFFECT = {
     "actor_rollout_ref.rollout.layered_summon": "LoRA syncs send the adapter alone, or the merged weights",
     "actor_rollout_ref.rollout.mode": "the rollout is always a Ray Serve deployment answering requests",
     "trainer.use_legacy_worker_impl": "there is one worker implementation here",
+    # data
+    "data.use_shm": "data files are read where they are",
+    "data.return_raw_input_ids": "reward models re-tokenise from each sample's chat messages with their own tokenizer",
+    "data.return_full_prompt": "each sample keeps its prompt's chat messages and token ids whatever the value",
+    "data.dataloader_num_workers": "the prompts are read into memory once; batches are cut from them in the driver",
+    "data.validation_shuffle": "validation scores are means over the whole validation set: the order does not "
+                               "change them",
+    "data.filter_overlong_prompts_workers": "data.filter_overlong_prompts runs in the driver",
+    "data.image_key": "models here are text-only: image columns are not read",
+    "data.video_key": "models here are text-only: video columns are not read",
+    "data.trust_remote_code": "the tokenizer loads with actor_rollout_ref.model.trust_remote_code",
+    "data.return_multi_modal_inputs": "models here are text-only: there are no multi-modal inputs",
+    # model
+    "actor_rollout_ref.model.use_shm": "models load from model.path where it is",
+    "actor_rollout_ref.model.enable_activation_offload": "activations stay on the device (enable_gradient_checkpointing"
+                                                        " is the memory setting for them here)",
+    "actor_rollout_ref.model.use_liger": "the engine runs the model's own Hugging Face modules: same numbers",
+    "actor_rollout_ref.model.use_fused_kernels": "log-probs and entropy are computed in chunks "
+                                                 "(actor.logits_chunk_size) by the engine itself",
+    "actor_rollout_ref.model.fused_kernel_options": "used only with use_fused_kernels, which has no effect here",
+    "actor_rollout_ref.nccl_timeout": "process groups are set up by Ray Train with its own timeout",
+    # actor / reference
+    "actor_rollout_ref.actor.freeze_vision_tower": "models here are text-only: there is no vision tower",
+    "actor_rollout_ref.actor.use_fused_kernels": "verl's copy of model.use_fused_kernels, which has no effect here",
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking": "the entropy is always computed in chunks "
+                                                                 "(actor.logits_chunk_size)",
+    "actor_rollout_ref.actor.use_remove_padding": "verl's copy of actor_rollout_ref.model.use_remove_padding, which is "
+                                                  "the one read here",
+    "actor_rollout_ref.ref.use_torch_compile": "the reference's forward compiles as actor.use_torch_compile says",
+    "actor_rollout_ref.ref.entropy_from_logits_with_chunking": "the reference computes log-probs only, in chunks",
+    "actor_rollout_ref.ref.entropy_checkpointing": "the reference computes no entropy and runs no backward pass",
+    **_each(_FSDP, "forward_prefetch", "FSDP2's own prefetch schedule is used: the same numbers either way"),
+    **_each(_FSDP, "use_orig_params", "an FSDP1 setting; the engine here is FSDP2, which keeps the original "
+                                      "parameters"),
+    **_each(_FSDP, "entropy_from_logits_with_chunking", _ENGINE_COPY),
+    **_each(_FSDP, "use_torch_compile", _ENGINE_COPY),
+    **_each(_FSDP, "entropy_checkpointing", _ENGINE_COPY),
+    **_each(_FSDP, "forward_only", "verl's internal flag for inference-only engines; each role here knows whether "
+                                   "it trains"),
+    **_each(_FSDP, "strategy", _ENGINE_COPY),
+    # rollout
+    "actor_rollout_ref.rollout.cudagraph_capture_sizes": "vLLM picks its CUDA-graph batch sizes (enforce_eager "
+                                                         "turns graphs off): the same samples either way",
+    "actor_rollout_ref.rollout.enable_prefix_caching": "vLLM's own prefix-caching default is used: the same samples "
+                                                       "either way",
+    "actor_rollout_ref.rollout.disable_log_stats": "vLLM's statistics logging is not part of the run's metrics",
+    "actor_rollout_ref.rollout.multi_stage_wake_up": "a memory schedule of verl's wake-up; the replicas here wake "
+                                                     "in one step",
+    "actor_rollout_ref.rollout.calculate_log_probs": "the rollout here always returns the sampler's log-probs "
+                                                     "(algorithm.rollout_correction uses them)",
+    "actor_rollout_ref.rollout.update_weights_bucket_megabytes": "weight syncs here are staged chunk by chunk at a "
+                                                                 "size of their own",
+    "actor_rollout_ref.rollout.skip_dump_dir": "used only with skip_rollout, which is refused",
+    "actor_rollout_ref.rollout.skip_tokenizer_init": "vLLM here takes and returns token ids; its tokenizer serves "
+                                                     "only the OpenAI routes",
+    "actor_rollout_ref.rollout.engine_kwargs.sglang": "SGLang does not run here (rollout.name=sglang is served by "
+                                                      "vLLM)",
+    "actor_rollout_ref.rollout.agent.num_workers": "the rollout here is one Ray Serve deployment, not agent-loop "
+                                                   "workers",
+    "actor_rollout_ref.rollout.trace.backend": "rollout traces (weave, mlflow spans) are not recorded here",
+    "actor_rollout_ref.rollout.trace.token2text": "rollout traces are not recorded here",
+    **_each(_PROFILED, "profiler", _PROFILER),
+    "global_profiler": _PROFILER,
+    # critic
+    "critic.rollout_n": "verl's copy of actor_rollout_ref.rollout.n, which is the one read here",
+    "critic.forward_micro_batch_size": "the critic's value pass here batches as its update "
+                                       "(ppo_micro_batch_size_per_gpu, use_dynamic_bsz)",
+    "critic.forward_micro_batch_size_per_gpu": "the critic's value pass here batches as its update "
+                                               "(ppo_micro_batch_size_per_gpu, use_dynamic_bsz)",
+    "critic.forward_max_token_len_per_gpu": "the critic's value pass here batches as its update "
+                                            "(ppo_max_token_len_per_gpu)",
+    "critic.model.use_shm": "models load from model.path where it is",
+    "critic.model.enable_activation_offload": "activations stay on the device (enable_gradient_checkpointing is the "
+                                              "memory setting for them here)",
+    "critic.model.lora_alpha": "used only with critic.model.lora_rank > 0, which is refused",
+    "critic.model.target_modules": "used only with critic.model.lora_rank > 0, which is refused",
+    # reward model
+    "reward_model.strategy": "the reward model runs plain PyTorch inference in one process, not an FSDP engine",
+    "reward_model.use_dynamic_bsz": "the reward model batches by micro_batch_size_per_gpu",
+    "reward_model.forward_max_token_len_per_gpu": "the reward model batches by micro_batch_size_per_gpu",
+    "reward_model.launch_reward_fn_async": "rule and custom rewards already run in their own processes "
+                                           "(reward_model.num_workers)",
+    "reward_model.model.use_shm": "models load from their path where it is",
+    "reward_model.model.use_remove_padding": "the reward model runs plain PyTorch inference",
+    "reward_model.model.use_fused_kernels": "the reward model runs plain PyTorch inference",
+    "reward_model.model.fsdp_config": "the reward model runs plain PyTorch inference in one process, not sharded",
+    "reward_model.sandbox_fusion.max_concurrent": "used only with sandbox_fusion.url, which is refused",
+    "reward_model.sandbox_fusion.memory_limit_mb": "used only with sandbox_fusion.url, which is refused",
+    # algorithm
+    "algorithm.pf_ppo.reweight_method": "used only with algorithm.use_pf_ppo, which is refused",
+    "algorithm.pf_ppo.weight_pow": "used only with algorithm.use_pf_ppo, which is refused",
+    # trainer
+    "trainer.balance_batch": "samples are split over the ranks in order here; the update is the same, only the "
+                             "ranks' loads differ",
+    "trainer.esi_redundant_time": "no checkpoint is planned around a cloud instance's expiry; trainer.save_freq "
+                                  "decides when checkpoints are written",
+    "trainer.ray_wait_register_center_timeout": "there is no register center: Ray Train starts the workers",
+    "ray_kwargs": "the Ray cluster is trainer.ray_address or a local one that Ray sizes itself",
+}
+
+# verl keys accepted at verl's default (the schema's default) and refused at any other value, and why
+DEFAULT_ONLY = {
+    "data.tokenizer": "the tokenizer is the one in actor_rollout_ref.model.path",
+    "data.custom_cls.path": "custom dataset classes are not supported; rows come from parquet / JSONL / "
+                            "save_to_disk files",
+    "data.custom_cls.name": "custom dataset classes are not supported",
+    "data.sampler.class_path": "custom samplers are not supported; data.shuffle and data.seed order the prompts",
+    "data.sampler.class_name": "custom samplers are not supported",
+    "data.datagen.path": "dynamic data generation is not supported",
+    "data.datagen.name": "dynamic data generation is not supported",
+    "data.apply_chat_template_kwargs": "extra chat-template arguments are not passed to the template yet; the "
+                                       "tokenizer's template runs with its defaults",
+    "actor_rollout_ref.model.hf_config_path": "the model's config is read from model.path",
+    "actor_rollout_ref.model.tokenizer_path": "the tokenizer is read from model.path",
+    "actor_rollout_ref.model.custom_chat_template": "the chat template is the tokenizer's, in model.path",
+    "actor_rollout_ref.model.external_lib": "importing a module to register model classes is not supported",
+    "actor_rollout_ref.hybrid_engine": "verl supports only true; the layout here is trainer.placement",
+    "actor_rollout_ref.actor.tis_imp_ratio_cap": "truncated importance sampling is "
+                                                 "algorithm.rollout_correction.rollout_is=token with "
+                                                 "rollout_is_threshold=<the cap> here (the same weight)",
+    "actor_rollout_ref.ref.model": "the reference is the actor's initial model (actor_rollout_ref.model.path)",
+    **_each(_OPTIM, "clip_grad", "gradients are clipped by the role's grad_clip here (actor.grad_clip, "
+                                 "critic.grad_clip); set that"),
+    **_each(_OPTIM, "num_cycles", "the cosine schedule here is a half cosine from lr to min_lr_ratio x lr"),
+    **_each(_CHECKPOINT, "async_save", "checkpoints are written before the step returns here"),
+    **_each(_FSDP, "wrap_policy", "FSDP2 here shards each decoder layer and the rest of the model as one unit"),
+    **_each(_FSDP, "offload_policy", "FSDP2's CPUOffloadPolicy is not used; param_offload and optimizer_offload are "
+                                     "the offload settings here"),
+    **_each(_FSDP, "reshard_after_forward", "parameters are always resharded after the forward here"),
+    "actor_rollout_ref.rollout.data_parallel_size": "data-parallel rollout here is actor_rollout_ref.rollout.replicas "
+                                                    "(Serve replicas), not vLLM's data parallelism",
+    "actor_rollout_ref.rollout.expert_parallel_size": "vLLM's expert parallelism is not set up here",
+    "actor_rollout_ref.rollout.over_sample_rate": "over-sampling (dropping the slowest rollouts) is not supported",
+    "actor_rollout_ref.rollout.skip_rollout": "dumping and replaying rollouts is not supported",
+    "actor_rollout_ref.rollout.engine_kwargs.vllm": "extra vLLM engine arguments are not passed through yet",
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "agent loops (multi-turn tool use) are not supported",
+    "actor_rollout_ref.rollout.agent.custom_async_server.path": "custom rollout servers are not supported",
+    "actor_rollout_ref.rollout.agent.custom_async_server.name": "custom rollout servers are not supported",
+    "critic.model.external_lib": "importing a module to register model classes is not supported",
+    "critic.model.lora_rank": "the critic trains all its weights here (LoRA is the actor's only)",
+    "reward_model.model.external_lib": "importing a module to register model classes is not supported",
+    "reward_model.enable_resource_pool": "a separate GPU pool for the reward model is not supported; it runs beside "
+                                         "the trainer",
+    "reward_model.n_gpus_per_node": "used only with enable_resource_pool, which is not supported",
+    "reward_model.nnodes": "used only with enable_resource_pool, which is not supported",
+    "reward_model.sandbox_fusion.url": "sandboxed code-execution rewards are not supported; a custom reward function "
+                                       "(custom_reward_function.path) can call a sandbox itself",
+    "algorithm.use_pf_ppo": "PF-PPO sample reweighting is not supported",
+    "trainer.validation_data_dir": "validation generations are not dumped to files; trainer.log_val_generations "
+                                   "logs samples of them",
+    "trainer.val_only": "a validation-only run is not supported",
+    "trainer.default_hdfs_dir": "checkpoints are not copied to HDFS; trainer.default_local_dir is where they go",
+    "trainer.del_local_ckpt_after_load": "local checkpoints are kept after resuming",
 }
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"  # accepted at verl's defaults only, each field of it
 
@@ -54,8 +224,48 @@ def apply_verl_names(cfg: TrainerRunConfig) -> None:
     for checkpoint in (arr.actor.checkpoint, cfg.critic.checkpoint):
         if checkpoint.load_contents is None:
             checkpoint.load_contents = list(checkpoint.save_contents)
+    rm = cfg.reward_model
+    if rm.micro_batch_size_per_gpu is None:
+        rm.micro_batch_size_per_gpu = RM_MICRO_BATCH_PER_GPU
     _map_dapo_reward_kwargs(cfg)
     _map_lr_scheduler_type(cfg)
+    _map_rollout_name(cfg)
+    _map_resume_path(cfg)
+    _map_checkpoint_limits(cfg)
+
+
+def _map_rollout_name(cfg: TrainerRunConfig) -> None:
+    """verl's SGLang rollout: the sampling keys mean the same to vLLM, which serves it here."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name == "sglang":
+        log.warning("actor_rollout_ref.rollout.name=sglang: vLLM is the rollout engine here and serves this run with "
+                    "the same sampling settings (samples differ from SGLang's only by the engines' numerics); set "
+                    "actor_rollout_ref.rollout.name=vllm to silence this")
+        rollout.name = "vllm"
+
+
+def _map_resume_path(cfg: TrainerRunConfig) -> None:
+    """verl: resume_mode=resume_path resumes from trainer.resume_from_path; here resume_mode takes the path itself."""
+    t = cfg.trainer
+    if t.resume_mode == "resume_path":
+        if not t.resume_from_path:
+            raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (the checkpoint folder)")
+        t.resume_mode = t.resume_from_path
+    elif t.resume_from_path:
+        log.info("trainer.resume_from_path=%r has no effect with trainer.resume_mode=%r: as in verl, it is read only "
+                 "with resume_mode=resume_path", t.resume_from_path, t.resume_mode)
+
+
+def _map_checkpoint_limits(cfg: TrainerRunConfig) -> None:
+    """verl limits actor and critic checkpoints apart; a checkpoint here holds both, under one limit."""
+    t = cfg.trainer
+    given = {f"trainer.{k}": getattr(t, k) for k in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep",
+                                                     "max_ckpt_to_keep") if getattr(t, k) is not None}
+    if len(set(given.values())) > 1:
+        raise ConfigError(f"{' and '.join(f'{k}={v}' for k, v in given.items())}: a checkpoint here holds the actor "
+                          "and the critic together, under one limit; give one value (trainer.max_ckpt_to_keep)")
+    if given:
+        t.max_ckpt_to_keep = next(iter(given.values()))
 
 
 def _map_lr_scheduler_type(cfg: TrainerRunConfig) -> None:
@@ -137,9 +347,13 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
     which set keys have no effect here."""
     default = TrainerRunConfig()
     for key, why in NO_EFFECT.items():
-        value = _section(cfg, key)
-        if value != _section(default, key):
-            log.info("%s=%r has no effect here: %s", key, value, why)
+        for where, value in _differences(_section(cfg, key), _section(default, key), key):
+            log.info("%s=%r has no effect here: %s", where, value, why)
+    for key, why in DEFAULT_ONLY.items():
+        value, verl_default = _section(cfg, key), _section(default, key)
+        if value != verl_default:
+            raise ConfigError(f"{key}={value!r}: {why}; only verl's default {verl_default!r} is accepted")
+    _check_role_copies(cfg)
     for path, size in _fields_named(cfg, "ulysses_sequence_parallel_size"):
         if size != 1:
             raise ConfigError(f"{path}={size}: sequence parallelism is not supported yet; set it to 1 (the default)")
@@ -178,6 +392,44 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
         raise ConfigError(
             f"actor_rollout_ref.rollout.max_model_len={rollout.max_model_len} is shorter than a prompt and its "
             f"response (rollout.prompt_length + response_length = {rollout.prompt_length + rollout.response_length})")
+
+
+def _differences(value: Any, default: Any, key: str) -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of each leaf where `value` differs from `default` (one pair for a non-mapping)."""
+    if isinstance(value, dict) and isinstance(default, dict):
+        for name in sorted(set(value) | set(default), key=str):
+            yield from _differences(value.get(name), default.get(name), f"{key}.{name}")
+    elif value != default:
+        yield key, value
+
+
+def _same_engine(a: str, b: str) -> bool:
+    """fsdp and fsdp2 both run FSDP2 here."""
+    return {a, b} <= {"fsdp", "fsdp2"} or a == b
+
+
+def _check_role_copies(cfg: TrainerRunConfig) -> None:
+    """verl keys that repeat a setting read elsewhere: accepted when they agree with it (verl's defaults are
+    interpolations of it), refused naming both keys when they do not."""
+    arr, critic = cfg.actor_rollout_ref, cfg.critic
+    if arr.ref.strategy is not None and not _same_engine(arr.ref.strategy, arr.actor.strategy):
+        raise ConfigError(
+            f"actor_rollout_ref.ref.strategy={arr.ref.strategy!r}: the reference runs on the actor's engine here "
+            f"(actor_rollout_ref.actor.strategy={arr.actor.strategy!r}); drop the key or give the actor's value")
+    tokenizer = critic.model.tokenizer_path
+    if tokenizer is not None and tokenizer not in (arr.model.path, critic.model.path):
+        raise ConfigError(
+            f"critic.model.tokenizer_path={tokenizer!r}: the critic reads the policy's tokens here, so its tokenizer "
+            f"is the policy's (actor_rollout_ref.model.path={arr.model.path!r}); drop the key or give that path")
+    if critic.enable is not None:
+        from algos.advantages import estimator_traits
+
+        needs = estimator_traits(cfg.algorithm.adv_estimator).needs_critic
+        if critic.enable != needs:
+            raise ConfigError(
+                f"critic.enable={critic.enable}: algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} "
+                f"{'needs' if needs else 'does not use'} a critic, which decides whether one runs here; drop the key "
+                f"or set it to {needs}")
 
 
 def _check_log_val_generations(cfg: TrainerRunConfig) -> None:

@@ -5,6 +5,7 @@ Most keys are verl keys with the dots replaced by underscores, so most rows copy
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from app.pipeline.common import (apply_table, apply_trainer_overrides, check_output_folder, infra_params,
@@ -16,6 +17,19 @@ CARD = "verl_finetune"
 BASE_CONFIG = "grpo_trainer"
 A, M, R = "actor_rollout_ref.actor", "actor_rollout_ref.model", "actor_rollout_ref.rollout"
 _VISION = "vision-language inputs are not supported here (text-only models)"
+# (infrastructure parameter, the card's trainer parameter naming the same thing): the published card defaults them to
+# 1 and 8 GPUs; the infrastructure one describes the machine, so it wins, as the managed pipeline would have it
+MACHINE_WINS = (("number_of_gpu_to_use_finetuning", "trainer_n_gpus_per_node"),
+                ("num_nodes_finetune", "trainer_nnodes"))
+
+
+def _infra_params() -> tuple[Param, ...]:
+    """The infrastructure rows at the published card's defaults (1 GPU), the GPU count's row saying it wins."""
+    mapping = ("`trainer.n_gpus_per_node`, a card default capped at the GPUs visible here (0 on a CPU machine: CPU "
+               "training with `trainer.num_workers` ranks); given with a different trainer_n_gpus_per_node, this "
+               "one wins, with a warning")
+    return tuple(dataclasses.replace(p, mapping=mapping) if p.name == "number_of_gpu_to_use_finetuning" else p
+                 for p in infra_params(gpu_default=1))
 
 
 PARAMS: tuple[Param, ...] = (
@@ -55,7 +69,7 @@ PARAMS: tuple[Param, ...] = (
     ),
     *param_rows(
         "Rollout",
-        ("rollout_name", "vllm", "choice", f"{R}.name", {"choices": ("vllm", "hf")}),
+        ("rollout_name", "vllm", "choice", f"{R}.name", {"choices": ("vllm", "hf", "sglang")}),
         ("rollout_dtype", "float16", "choice", f"{R}.dtype",
          {"choices": ("auto", "bfloat16", "float16", "float32")}),
         ("rollout_tensor_model_parallel_size", 2, "int",
@@ -99,7 +113,7 @@ PARAMS: tuple[Param, ...] = (
          "code: the trained model (LoRA merged) as a Hugging Face folder, moved there from "
          "`<trainer.default_local_dir>/hf_model` after the run"),
     ),
-    *infra_params(gpu_default=None),
+    *_infra_params(),
     *param_rows(
         "rayrl extensions (not on the card)",
         ("run_dir", None, "path",
@@ -107,6 +121,23 @@ PARAMS: tuple[Param, ...] = (
          "default `<model_output>.run`", {"optional": True}),
     ),
 )
+
+
+def _machine_wins(values: Values, plan: Plan) -> None:
+    """Where an infrastructure parameter and the card's trainer parameter both carry a value and disagree (the
+    published table with every default: 1 GPU and 8), the infrastructure one is the machine's: it is used and the
+    other dropped, with a warning naming both. A tensor-parallel size at the card's default is treated as that default
+    (capped at the GPUs per node, with a note), whether the table named it or not."""
+    for infra, card_key in MACHINE_WINS:
+        if infra in values.given and card_key in values.given and values[infra] != values[card_key]:
+            plan.warnings.append(f"{infra}={values[infra]} and {card_key}={values[card_key]} name the same setting; "
+                                 f"{infra} describes the machine, so it wins ({card_key} is not applied)")
+            values.given.discard(card_key)
+            values.values[card_key] = values[infra]
+    # the table submitted whole gives the tensor-parallel size at its card default: capped like the default it is
+    tp = next(p for p in PARAMS if p.name == "rollout_tensor_model_parallel_size")
+    if values[tp.name] == tp.default:
+        values.given.discard(tp.name)
 
 
 def build_plan(values: Values, dry_run: bool) -> Plan:
@@ -117,8 +148,9 @@ def build_plan(values: Values, dry_run: bool) -> Plan:
     run_dir = Path(values["run_dir"] or f"{model_output}.run").expanduser()
     plan.overrides["trainer.default_local_dir"] = str(run_dir.resolve())
     plan.overrides["trainer.experiment_name"] = CARD
-    map_gpu_layout(values, plan, gpu_keys=("trainer_n_gpus_per_node", "number_of_gpu_to_use_finetuning"),
-                   node_keys=("trainer_nnodes", "num_nodes_finetune"), tp_keys=("rollout_tensor_model_parallel_size",))
+    _machine_wins(values, plan)
+    map_gpu_layout(values, plan, gpu_keys=("number_of_gpu_to_use_finetuning", "trainer_n_gpus_per_node"),
+                   node_keys=("num_nodes_finetune", "trainer_nnodes"), tp_keys=("rollout_tensor_model_parallel_size",))
     key, source = model_source(values)
     plan.overrides[f"{M}.path"] = resolve_model(key, source, run_dir, dry_run)
     apply_trainer_overrides(values, plan)

@@ -34,6 +34,9 @@ DAPO = "dapo_test_dapo_7b_math"  # the DAPO recipe: reward_manager=dapo with rew
 DAPO_AS_PUBLISHED = dict(sp_size=4, fsdp_size=32,
                          override="+actor_rollout_ref.model.override_config.max_position_embeddings=32768")
 DAPO_SUPPORTED = dict(sp_size=1, fsdp_size=-1, override="")
+GMPO = "gmpo_test_dapo_7b_math"  # the DAPO recipe with GMPO's geometric-mean loss; the same three refused settings
+PPO_SP2 = "ppo_run_deepseek7b_llm_sp2"  # PPO with Ulysses sequence parallelism 2 (actor and critic)
+GRPO_SGLANG = "grpo_run_qwen2-7b_seq_balance"  # rollout.name=sglang, token-budget micro-batches
 
 
 @pytest.fixture
@@ -193,6 +196,51 @@ def test_dapo_script_as_published_is_refused_for_sequence_parallelism(paths):
     with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=4: sequence "
                                           r"parallelism is not supported yet"):
         run_script(DAPO, paths, **DAPO_AS_PUBLISHED)
+
+
+def test_gmpo_script_with_sequence_parallelism_off(paths):
+    cfg = run_script(GMPO, paths, **DAPO_SUPPORTED)
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.policy_loss.loss_mode == "geo_mean" and cfg.algorithm.adv_estimator == "grpo"
+    assert (arr.actor.clip_ratio_low, arr.actor.clip_ratio_high) == (0.4, 0.4)
+    assert arr.actor.checkpoint.save_contents == ["model", "optimizer", "extra"]  # the shell's quoted list
+    assert cfg.reward_model.overlong_buffer == OverlongBufferConfig(enable=True, len=4096, penalty_factor=1.0,
+                                                                    log=False)
+    assert cfg.trainer.num_workers == 64 and cfg.trainer.logger == ["console", "wandb"]
+
+
+def test_gmpo_script_as_published_is_refused_for_sequence_parallelism_then_hybrid_sharding_then_override(paths):
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=4: sequence "
+                                          r"parallelism is not supported yet; set it to 1"):
+        run_script(GMPO, paths, **DAPO_AS_PUBLISHED)
+    # without sequence parallelism, its fsdp_size=32 over 64 ranks is hybrid sharding: refused, naming the layout
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=32: hybrid sharding "
+                                          r".* over all 64 ranks \(trainer\.n_gpus_per_node=8 × trainer\.nnodes=8"):
+        run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "sp_size": 1})
+    # and its max_position_embeddings override: the trainer and vLLM load the model folder as it is
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.model\.override_config=\{'max_position_embeddings': "
+                                          r"32768\}: overriding the model's Hugging Face config is not supported yet"):
+        run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "sp_size": 1, "fsdp_size": -1})
+
+
+def test_ppo_sp2_script_loads_with_sequence_parallelism_off_and_is_refused_as_published(paths):
+    cfg = run_script(PPO_SP2, paths, sp_size=1)
+    assert cfg.algorithm.adv_estimator == "gae" and cfg.critic.model.path == paths["model"]
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 64
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 32
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2: sequence "
+                                          r"parallelism is not supported yet; set it to 1"):
+        run_script(PPO_SP2, paths, sp_size=2)
+
+
+def test_sglang_script_loads_as_published_and_vllm_serves_it(paths, caplog):
+    with caplog.at_level(logging.WARNING, logger="app.config.verl_compat"):
+        cfg = run_script(GRPO_SGLANG, paths)
+    arr = cfg.actor_rollout_ref
+    assert arr.rollout.name == "vllm" and "rollout.name=sglang: vLLM is the rollout engine here" in caplog.text
+    assert arr.actor.use_dynamic_bsz is True and arr.actor.ppo_max_token_len_per_gpu == 24000
+    assert arr.rollout.log_prob_use_dynamic_bsz is True and arr.rollout.log_prob_max_token_len_per_gpu == 24000
+    assert (arr.rollout.n, arr.rollout.tensor_model_parallel_size, arr.rollout.mode) == (5, 2, "async")
 
 
 def test_logger_given_as_one_name_becomes_a_list_and_unknown_names_are_named(paths, tmp_path):
@@ -359,7 +407,8 @@ def test_newer_verl_lr_scheduler_type_is_warmup_style(paths):
 # ---------------------------------------------------------------- --dry-run: each script's layout on the GPUs it names
 @pytest.mark.parametrize("script, extra", [(GRPO, {}), (GRPO_OLD_NAMES, {}), (PPO, {}), (RLOO, {}),
                                            (REINFORCE_PP, {}), (REMAX, {}), (GSPO, {}), (GRPO_LORA, {}),
-                                           (DAPO, DAPO_SUPPORTED)])
+                                           (DAPO, DAPO_SUPPORTED), (GMPO, DAPO_SUPPORTED),
+                                           (PPO_SP2, dict(sp_size=1)), (GRPO_SGLANG, {})])
 def test_dry_run_places_each_script_on_the_gpus_it_names(paths, script, extra):
     from app.dry_run import DryRun, run_dry
 

@@ -31,7 +31,8 @@ def test_card_defaults_land_on_the_trainer_keys(tiny_model_dir, small_arith_data
     assert (arr.rollout.log_prob_micro_batch_size_per_gpu, arr.ref.log_prob_micro_batch_size_per_gpu) == (20, 20)
     assert (cfg.trainer.save_freq, cfg.trainer.test_freq, cfg.trainer.total_epochs) == (20, 5, 15)
     assert cfg.trainer.default_local_dir == str((tmp_path / "model.run").resolve())
-    # the card's 8 GPUs and tensor-parallel 2 are capped at what this CPU machine has
+    # the card's 1 GPU (number_of_gpu_to_use_finetuning, which wins over trainer_n_gpus_per_node's 8) and
+    # tensor-parallel 2 are capped at what this CPU machine has
     assert cfg.trainer.n_gpus_per_node == 0 and arr.rollout.tensor_model_parallel_size == 1
     assert plan.outputs["model_output"] == str(tmp_path / "model")
 
@@ -46,11 +47,33 @@ def test_not_applicable_keys_are_accepted_and_listed_with_a_reason(tiny_model_di
     assert "vision" in listed["rollout_disable_mm_preprocessor_cache"] and "Ray cluster" in listed["compute_finetune"]
 
 
-def test_explicit_gpu_keys_must_agree(tiny_model_dir, small_arith_data, tmp_path):
-    params = card_params(tiny_model_dir, small_arith_data, tmp_path, trainer_n_gpus_per_node="4",
-                         number_of_gpu_to_use_finetuning="2")
-    with pytest.raises(PipelineError, match="trainer_n_gpus_per_node=4 and number_of_gpu_to_use_finetuning=2"):
-        plan_card("verl_finetune", params, dry_run=True)
+def published_defaults() -> dict:
+    """Every parameter of the published card that has a default, at that default, as a user submits the table."""
+    from app.pipeline.params import REQUIRED
+    from app.pipeline.verl_finetune import PARAMS
+
+    return {p.name: p.default for p in PARAMS if not p.is_prefix and p.default not in (None, REQUIRED)}
+
+
+def test_the_published_table_with_every_default_is_accepted_and_the_machine_wins(tiny_model_dir, small_arith_data,
+                                                                                  tmp_path):
+    params = {**published_defaults(), **card_params(tiny_model_dir, small_arith_data, tmp_path)}
+    assert (params["number_of_gpu_to_use_finetuning"], params["trainer_n_gpus_per_node"]) == (1, 8)  # as published
+    plan, cfg, _ = plan_card("verl_finetune", params, dry_run=True)
+    # the infrastructure parameter describes the machine: its 1 GPU is used, the card's 8 dropped with a warning
+    assert cfg.trainer.n_gpus_per_node == 1 and cfg.trainer.nnodes == 1 and cfg.trainer.num_workers == 1
+    # the table's rollout_tensor_model_parallel_size=2 is the card default: capped at the 1 GPU, as a default is
+    assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
+    assert "rollout_tensor_model_parallel_size: card default 2 capped to 1 (GPUs per node)" in plan.notes
+    assert plan.warnings == ["number_of_gpu_to_use_finetuning=1 and trainer_n_gpus_per_node=8 name the same setting; "
+                             "number_of_gpu_to_use_finetuning describes the machine, so it wins "
+                             "(trainer_n_gpus_per_node is not applied)"]
+    # the same for the node counts; agreeing GPU counts say nothing; verl's sglang rollout is served by vLLM
+    plan, cfg, _ = plan_card("verl_finetune", {**params, "trainer_n_gpus_per_node": 1, "num_nodes_finetune": 1,
+                                               "trainer_nnodes": 2, "rollout_name": "sglang"}, dry_run=True)
+    assert cfg.trainer.nnodes == 1 and len(plan.warnings) == 1 and "num_nodes_finetune=1 and trainer_nnodes=2" in \
+        plan.warnings[0]
+    assert cfg.actor_rollout_ref.rollout.name == "vllm"
 
 
 def test_exactly_one_model_key(tiny_model_dir, small_arith_data, tmp_path):

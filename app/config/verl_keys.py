@@ -1,0 +1,155 @@
+"""What each key of verl's trainer config does here: read with verl's meaning, accepted with no effect (logged), or
+accepted at verl's default only (refused otherwise, naming the key and why).
+
+The lists that decide it live in app/config/verl_compat.py (NO_EFFECT, DEFAULT_ONLY, MULTI_TURN) and below (keys read
+with a mapping or a limit); `classify` puts them together for docs/verl_keys.md and its test. A verl key list is a
+text file of `dotted.key = <JSON default>` lines (tests/app/config/verl_keys_<commit>.txt names the verl commit);
+`python -m app.config.verl_keys <that file>` prints the docs page.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Iterator
+
+from app.config.schema import TrainerRunConfig
+from app.config.verl_compat import DEFAULT_ONLY, MULTI_TURN, NO_EFFECT
+
+READ, NO_EFFECT_CLASS, DEFAULT_ONLY_CLASS = "read", "no effect", "verl's default only"
+
+_SP = "sequence parallelism is not supported yet: 1 only"
+_FSDP_SIZE = "hybrid sharding is not supported: -1 only (or the rank count, the same layout)"
+_CKPT = "checkpoints always hold model, optimizer and extra: that set only (any order)"
+
+# read here, with a mapping onto this framework's keys or a check that they agree
+READ_NOTES = {
+    "actor_rollout_ref.rollout.name": "vllm or hf; sglang is served by vLLM, with a warning saying so",
+    "actor_rollout_ref.ref.strategy": "must be the actor's (the reference runs on the actor's engine)",
+    "critic.model.tokenizer_path": "must be the policy's model path (the critic reads the policy's tokens)",
+    "critic.enable": "must agree with algorithm.adv_estimator (gae runs a critic)",
+    "trainer.resume_from_path": "with resume_mode=resume_path, becomes resume_mode (the path)",
+    "trainer.resume_mode": "auto, disable, resume_path (with resume_from_path) or a checkpoint path",
+    "trainer.max_actor_ckpt_to_keep": "one limit covers actor and critic: sets trainer.max_ckpt_to_keep",
+    "trainer.max_critic_ckpt_to_keep": "one limit covers actor and critic: sets trainer.max_ckpt_to_keep",
+    "reward_model.micro_batch_size": "verl's older global name, divided by the ranks",
+    "actor_rollout_ref.actor.optim.warmup_style": "also spelled optim.lr_scheduler_type (newer verl)",
+    "critic.optim.warmup_style": "also spelled optim.lr_scheduler_type (newer verl)",
+}
+
+# accepted at verl's default only, by checks of their own in verl_compat.check_unsupported
+LIMITED = {
+    "actor_rollout_ref.model.override_config": "the trainer and vLLM load model.path as it is: {} only",
+    "critic.model.override_config": "the critic loads its model path as it is: {} only",
+    "actor_rollout_ref.actor.checkpoint.save_contents": _CKPT,
+    "actor_rollout_ref.actor.checkpoint.load_contents": _CKPT,
+    "critic.checkpoint.save_contents": _CKPT,
+    "critic.checkpoint.load_contents": _CKPT,
+}
+
+
+def classify(key: str) -> tuple[str, str]:
+    """(class, why) of one dotted verl key; KeyError for a key nothing here accounts for."""
+    for table, kind in ((DEFAULT_ONLY, DEFAULT_ONLY_CLASS), (LIMITED, DEFAULT_ONLY_CLASS),
+                        (NO_EFFECT, NO_EFFECT_CLASS)):
+        for prefix, why in table.items():
+            if key == prefix or key.startswith(prefix + "."):  # a key inside a section kept as plain data
+                return kind, why
+    if key.startswith(MULTI_TURN + "."):
+        return DEFAULT_ONLY_CLASS, "multi-turn rollout (tool calls, interactions) is not supported yet"
+    name = key.rsplit(".", 1)[-1]
+    if name == "ulysses_sequence_parallel_size":
+        return DEFAULT_ONLY_CLASS, _SP
+    if name == "fsdp_size":
+        return DEFAULT_ONLY_CLASS, _FSDP_SIZE
+    if key in schema_leaf_keys():
+        return READ, READ_NOTES.get(key, "")
+    raise KeyError(key)
+
+
+def schema_leaf_keys(cls: type = TrainerRunConfig, prefix: str = "") -> set[str]:
+    """Every dotted key of the schema whose value is not a section."""
+    hints = typing.get_type_hints(cls)
+    out = set()
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out |= schema_leaf_keys(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            out.add(f"{prefix}{f.name}")
+    return out
+
+
+def read_key_list(path: Path) -> list[tuple[str, Any]]:
+    """(dotted key, verl's default) from a key-list file; `#` lines are its header."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.split(" = ", 1)
+            out.append((key, json.loads(value)))
+    return out
+
+
+def ours_only(verl_keys: list[str]) -> list[str]:
+    """Schema keys verl does not have (nor holds inside one of its plain-data sections)."""
+    covered = set(verl_keys)
+    prefixes = {k.rsplit(".", i)[0] for k in verl_keys for i in range(1, k.count(".") + 1)}
+    return sorted(k for k in schema_leaf_keys() if k not in covered and k not in prefixes)
+
+
+def _rows(keys: list[tuple[str, Any]]) -> Iterator[str]:
+    for key, default in keys:
+        kind, why = classify(key)
+        yield f"| `{key}` | `{json.dumps(default)}` | {kind} | {why} |"
+
+
+def docs_page(keys: list[tuple[str, Any]], source: str) -> str:
+    """docs/verl_keys.md: every verl key with its class and why, then the schema keys that are ours only."""
+    names = [k for k, _ in keys]
+    counts = {kind: sum(classify(k)[0] == kind for k in names) for kind in (READ, NO_EFFECT_CLASS, DEFAULT_ONLY_CLASS)}
+    lines = [
+        "# verl's config keys here",
+        "",
+        f"Every key of verl's PPO trainer config ({source}), {len(names)} keys, and what it does here. Any of them "
+        "can be given on the command line as in verl (`key=value`, no `+`), and each is one of:",
+        "",
+        f"- **{READ}** ({counts[READ]}): the schema has it with verl's meaning (app/config/schema.py documents it); "
+        "a note says where it maps onto another key or must agree with one;",
+        f"- **{NO_EFFECT_CLASS}** ({counts[NO_EFFECT_CLASS]}): accepted at any value; a value other than the default "
+        "is logged once at load, naming the key and why it changes nothing here;",
+        f"- **{DEFAULT_ONLY_CLASS}** ({counts[DEFAULT_ONLY_CLASS]}): accepted at verl's default, refused at any other "
+        "value with a message that names the key and why.",
+        "",
+        "Sequence parallelism (`*.ulysses_sequence_parallel_size` > 1) is refused with \"sequence parallelism is not "
+        "supported yet\" until the engine has it. `actor_rollout_ref.rollout.name=sglang` is accepted: vLLM serves "
+        "the run with the same sampling keys and a warning says so (refusing would stop verl scripts whose only "
+        "difference is the engine, and SGLang's sampling parameters mean the same as vLLM's).",
+        "",
+        "Generated by `python -m app.config.verl_keys tests/app/config/verl_keys_b2df6f8.txt`; "
+        "tests/app/config/test_verl_keys.py checks that this page, the key list and the schema agree.",
+        "",
+        "| key | verl default | here | why |",
+        "|---|---|---|---|",
+        *_rows(keys),
+        "",
+        "## Keys of this framework that this verl config does not have",
+        "",
+        "Some are verl's from other releases or recipes (DAPO's `algorithm.filter_groups`, `data.gen_batch_size`, "
+        "`reward_model.overlong_buffer`); the rest are this framework's own.",
+        "",
+        ", ".join(f"`{k}`" for k in ours_only(names)),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    path = Path(argv[0])
+    header = [line for line in path.read_text().splitlines() if line.startswith("#")]
+    commit = next((w for line in header for w in line.split() if len(w.strip(".,")) == 40), "?").strip(".,")
+    sys.stdout.write(docs_page(read_key_list(path), f"github.com/volcengine/verl at {commit}"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
