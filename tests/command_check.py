@@ -49,14 +49,20 @@ def hydra_config_args(args: list[str], default_name: str) -> tuple[str, list[str
 
 
 def load_train_config(args: list[str]):
-    """What `python -m app.train ARGS` validates before anything starts."""
+    """What `python -m app.train ARGS` validates before anything starts; with --dry-run and a described cluster, the
+    plan must fit it too."""
     from hydra import compose, initialize_config_dir
 
     from app.config import load_config
+    from app.dry_run import run_dry, split_argv
 
+    dry_run, args = split_argv(args)
     name, overrides = hydra_config_args(args, "ppo_trainer")
     with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        return load_config(compose(config_name=name, overrides=overrides))
+        cfg = load_config(compose(config_name=name, overrides=overrides))
+    if dry_run is not None and dry_run.describes_cluster:
+        run_dry(cfg, dry_run)
+    return cfg
 
 
 def load_sweep(args: list[str]):

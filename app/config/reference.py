@@ -84,11 +84,8 @@ MEANINGS = {
     ("FSDPConfig", "optimizer_offload"): "keep the optimizer state on the CPU (GPU)",
     ("MixedPrecisionConfig", "buffer_dtype"): "dtype of the model's buffers",
     ("CheckpointConfig", "save_contents"): "what a checkpoint holds: model, optimizer and extra, always",
-    ("RolloutConfig", "gpu_memory_utilization"): "vLLM's share of the GPU memory",
-    ("RolloutConfig", "tensor_model_parallel_size"): "GPUs (or CPU workers) per vLLM replica",
     ("RolloutConfig", "max_num_batched_tokens"): "vLLM: tokens per scheduler step",
     ("RolloutConfig", "max_num_seqs"): "vLLM: sequences per scheduler step",
-    ("RolloutConfig", "enforce_eager"): "vLLM without graph capture / compilation",
     ("RolloutConfig", "enable_chunked_prefill"): "vLLM: split long prefills over steps",
     ("RolloutConfig", "temperature"): "sampling temperature of training rollouts",
     ("RolloutConfig", "top_p"): "nucleus sampling; 1: off",
@@ -100,7 +97,6 @@ MEANINGS = {
     ("ValKwargs", "top_k"): "validation top-k; -1: off",
     ("ValKwargs", "n"): "samples per validation prompt",
     ("ValKwargs", "do_sample"): "false: greedy validation",
-    ("RewardModelConfig", "micro_batch_size_per_gpu"): "reward model: samples per forward",
     ("RewardModelConfig", "max_length"): "reward model: longest input in tokens; None: no limit",
     ("RewardModelPathConfig", "path"): "a sequence-classification model folder",
     ("RewardModelPathConfig", "trust_remote_code"): "let transformers run the folder's own code",
@@ -214,13 +210,20 @@ def value_text(value: Any) -> str:
 
 
 # ---------------------------------------------------------------- the table
+def verl_reason(key: str) -> str:
+    """Why a verl key does nothing here, or only at verl's default (app.config.verl_compat); empty for other keys."""
+    from app.config.verl_compat import DEFAULT_ONLY, NO_EFFECT
+
+    return NO_EFFECT.get(key) or DEFAULT_ONLY.get(key) or ""
+
+
 def verl_status(key: str, meaning: str) -> str:
-    from app.config.verl_compat import MULTI_TURN, NO_EFFECT
+    from app.config.verl_compat import DEFAULT_ONLY, MULTI_TURN, NO_EFFECT
 
     name = key.rsplit(".", 1)[-1]
     if key in NO_EFFECT:
         return VERL_NO_EFFECT
-    if key.startswith(MULTI_TURN + ".") or name in DEFAULT_ONLY_NAMES:
+    if key in DEFAULT_ONLY or key.startswith(MULTI_TURN + ".") or name in DEFAULT_ONLY_NAMES:
         return VERL_DEFAULT_ONLY
     if "ours, not verl's" in meaning or any(key == k or key.startswith(k + ".") for k in OURS):
         return VERL_OURS
@@ -238,7 +241,7 @@ def sections(root: Any = None, path: str = "", doc: str = "") -> Iterator[Sectio
         key = f"{path}.{f.name}" if path else f.name
         value = getattr(root, f.name)
         cls_name = type(root).__name__
-        meaning = comments.get((cls_name, f.name)) or MEANINGS.get((cls_name, f.name)) or \
+        meaning = comments.get((cls_name, f.name)) or MEANINGS.get((cls_name, f.name)) or verl_reason(key) or \
             SECTION_MEANINGS.get(cls_name, "")
         if dataclasses.is_dataclass(value):
             children.append((value, key, meaning))

@@ -654,7 +654,7 @@ class TrainerConfig:
     resume_from_path: Optional[str] = None
     # verl's per-role limits: here one limit covers the whole checkpoint, so they must agree; they set max_ckpt_to_keep
     max_actor_ckpt_to_keep: Optional[int] = None
-    max_critic_ckpt_to_keep: Optional[int] = None
+    max_critic_ckpt_to_keep: Optional[int] = None  # the critic's, as max_actor_ckpt_to_keep
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
     validation_data_dir: Optional[str] = None
     val_only: bool = False

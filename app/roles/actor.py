@@ -43,7 +43,8 @@ class Actor:
 
     def __init__(self, engine: BaseEngine, config: Any, *, rollout_n: int = 1,
                  log_prob_micro_batch_size: Optional[int] = None, log_prob_use_dynamic_bsz: Optional[bool] = None,
-                 log_prob_max_token_len: Optional[int] = None, seed: int = 0,
+                 log_prob_max_token_len: Optional[int] = None, log_prob_max_token_len_key: Optional[str] = None,
+                 seed: int = 0,
                  rollout_correction: Optional[Any] = None) -> None:
         self.engine = engine
         self.config = config
@@ -51,6 +52,7 @@ class Actor:
         self.log_prob_micro_batch_size = log_prob_micro_batch_size
         self.log_prob_use_dynamic_bsz = log_prob_use_dynamic_bsz
         self.log_prob_max_token_len = log_prob_max_token_len
+        self.log_prob_max_token_len_key = log_prob_max_token_len_key
         self.seed = seed
         self._updates = 0
         loss_mode = config.policy_loss.loss_mode
@@ -69,7 +71,8 @@ class Actor:
         inputs = _present(batch, _MODEL_INPUTS, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
         ctx = StepContext(temperature=float(batch.meta.get("temperature", 1.0)), compute_entropy=calculate_entropy,
                           micro_batch_size=self.log_prob_micro_batch_size,
-                          use_dynamic_bsz=self.log_prob_use_dynamic_bsz, max_token_len=self.log_prob_max_token_len)
+                          use_dynamic_bsz=self.log_prob_use_dynamic_bsz, max_token_len=self.log_prob_max_token_len,
+                          max_token_len_key=self.log_prob_max_token_len_key if self.log_prob_max_token_len else None)
         with torch.no_grad(), self.engine.eval_mode():
             result = self.engine.forward_backward_step(inputs, ctx, forward_only=True)
         out = TensorBatch({"old_log_probs": result.outputs["log_probs"]})

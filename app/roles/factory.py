@@ -15,6 +15,8 @@ from app.roles.critic import Critic
 from app.roles.reference import Reference
 
 
+ACTOR_TOKEN_BUDGET = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"  # named in a too-small budget's error
+
 def _precision(fsdp_config: FSDPConfig) -> dict[str, Any]:
     mp = fsdp_config.mixed_precision
     return dict(model_dtype=fsdp_config.model_dtype, param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype,
@@ -60,7 +62,7 @@ def actor_engine_spec(model_cfg: ModelConfig, actor_cfg: ActorConfig, *, device:
                       rollout_n: int) -> EngineSpec:
     return _trained_engine_spec(model_cfg, actor_cfg, actor_cfg.fsdp_config, model_kind="causal_lm", device=device,
                                 seed=seed, rollout_n=rollout_n, logits_chunk_size=actor_cfg.logits_chunk_size,
-                                **_lora(model_cfg))
+                                max_token_len_key=ACTOR_TOKEN_BUDGET, **_lora(model_cfg))
 
 
 def ref_engine_spec(model_cfg: ModelConfig, ref_cfg: RefConfig, actor_cfg: ActorConfig, *,
@@ -73,7 +75,8 @@ def ref_engine_spec(model_cfg: ModelConfig, ref_cfg: RefConfig, actor_cfg: Actor
         micro_batch_size_per_gpu=ref_cfg.log_prob_micro_batch_size_per_gpu,
         use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
         logits_chunk_size=actor_cfg.logits_chunk_size, device=device, compile_layers=actor_cfg.use_torch_compile,
-        deepspeed=_deepspeed(actor_cfg.deepspeed_config, None), **_NO_LORA, **_precision(ref_cfg.fsdp_config))
+        max_token_len_key=ACTOR_TOKEN_BUDGET, deepspeed=_deepspeed(actor_cfg.deepspeed_config, None), **_NO_LORA,
+        **_precision(ref_cfg.fsdp_config))
 
 
 def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: int = 0,
@@ -81,7 +84,8 @@ def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: 
     if not critic_cfg.model.path:
         raise ValueError("critic.model.path is empty (validate() fills it from actor_rollout_ref.model.path)")
     return _trained_engine_spec(critic_cfg.model, critic_cfg, critic_cfg.model.fsdp_config, model_kind="value",
-                                device=device, seed=seed, rollout_n=rollout_n, logits_chunk_size=None, **_NO_LORA)
+                                device=device, seed=seed, rollout_n=rollout_n, logits_chunk_size=None,
+                                max_token_len_key="critic.ppo_max_token_len_per_gpu", **_NO_LORA)
 
 
 def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: int = 0,
@@ -93,12 +97,12 @@ def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: i
                                                                rollout_n=arr_cfg.rollout.n))
     engine.init_model()
     return Actor(engine, actor_cfg, rollout_n=arr_cfg.rollout.n, seed=seed, rollout_correction=rollout_correction,
-                 **_log_prob_batching(arr_cfg.rollout))
+                 **_log_prob_batching(arr_cfg.rollout, "actor_rollout_ref.rollout"))
 
 
 def build_reference(arr_cfg: ActorRolloutRefConfig, actor_engine: Optional[BaseEngine] = None, *, device: str = "auto") -> Reference:
     """LoRA: the actor's engine with the adapter disabled. Otherwise a new inference-only engine."""
-    batching = _log_prob_batching(arr_cfg.ref)
+    batching = _log_prob_batching(arr_cfg.ref, "actor_rollout_ref.ref")
     if actor_engine is not None and actor_engine.has_adapter:
         return Reference(actor_engine, disable_adapter=True, **batching)
     engine = make_engine(arr_cfg.actor.strategy, ref_engine_spec(arr_cfg.model, arr_cfg.ref, arr_cfg.actor,
@@ -107,11 +111,13 @@ def build_reference(arr_cfg: ActorRolloutRefConfig, actor_engine: Optional[BaseE
     return Reference(engine, **batching)
 
 
-def _log_prob_batching(section: Union[RolloutConfig, RefConfig]) -> dict[str, Any]:
-    """A log-prob pass's micro-batching from verl's ``rollout`` / ``ref`` keys (None: the actor engine's)."""
+def _log_prob_batching(section: Union[RolloutConfig, RefConfig], name: str) -> dict[str, Any]:
+    """A log-prob pass's micro-batching from verl's ``rollout`` / ``ref`` keys (None: the actor engine's); ``name``:
+    the section's dotted key, for a token budget's error message."""
     return dict(log_prob_micro_batch_size=section.log_prob_micro_batch_size_per_gpu,
                 log_prob_use_dynamic_bsz=section.log_prob_use_dynamic_bsz,
-                log_prob_max_token_len=section.log_prob_max_token_len_per_gpu)
+                log_prob_max_token_len=section.log_prob_max_token_len_per_gpu,
+                log_prob_max_token_len_key=f"{name}.log_prob_max_token_len_per_gpu")
 
 
 def build_critic(critic_cfg: CriticConfig, *, rollout_n: int, device: str = "auto", seed: int = 0) -> Critic:

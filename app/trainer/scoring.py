@@ -10,7 +10,8 @@ from app.config.schema import TrainerRunConfig
 
 
 class Scorer:
-    def __init__(self, cfg: TrainerRunConfig, tokenizer: Any) -> None:
+    def __init__(self, cfg: TrainerRunConfig, tokenizer: Any, device: Any = "cpu") -> None:
+        """`device`: where a reward model runs, in that device's compute dtype (the rank's own device)."""
         from app.rewards import RewardFnSpec, RewardManager
 
         rm, custom = cfg.reward_model, cfg.custom_reward_function
@@ -20,7 +21,7 @@ class Scorer:
 
             self.model = RewardModelScorer(rm.model.path, policy_tokenizer=_input_tokenizer(rm.model, tokenizer),
                                            max_length=rm.max_length, batch_size=rm.micro_batch_size_per_gpu,
-                                           trust_remote_code=rm.model.trust_remote_code)
+                                           trust_remote_code=rm.model.trust_remote_code, device=device)
             self.rules = None
         else:
             spec = RewardFnSpec(path=custom.path, name=custom.name, reward_kwargs=dict(custom.reward_kwargs))
@@ -45,8 +46,8 @@ class Scorer:
             self.rules.close()
 
 
-def build_scorer(cfg: TrainerRunConfig, tokenizer: Any) -> Scorer:
-    return Scorer(cfg, tokenizer)
+def build_scorer(cfg: TrainerRunConfig, tokenizer: Any, device: Any = "cpu") -> Scorer:
+    return Scorer(cfg, tokenizer, device)
 
 
 def greedy_baselines(rollout: Any, scorer: Any, tokenizer: Any, prompts: Any, n: int, version: int):

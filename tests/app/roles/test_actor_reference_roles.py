@@ -163,3 +163,22 @@ def test_rollout_is_weights_each_token_loss_by_old_over_sampler(tiny_llama_dir, 
             assert metrics["rollout_corr/rollout_is_std"] == pytest.approx(0.0, abs=1e-3)
     assert losses["token"] == pytest.approx(2 * losses[None], rel=1e-5)
     assert losses["sequence"] == pytest.approx(2 * losses[None], rel=1e-5)
+
+
+def test_token_budget_errors_name_the_verl_key_of_each_pass():
+    """A sequence longer than a budget stops with the key to raise (app/engine/micro_batches.py): the actor's update
+    and the reference's engine name actor.ppo_max_token_len_per_gpu, the critic its own, each log-prob pass its own."""
+    from app.config.schema import ActorConfig, CriticConfig, ModelConfig, RefConfig, RolloutConfig
+    from app.roles.factory import _log_prob_batching, actor_engine_spec, critic_engine_spec, ref_engine_spec
+
+    model, actor = ModelConfig(path="/m"), ActorConfig()
+    assert actor_engine_spec(model, actor, rollout_n=2).max_token_len_key == \
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    assert ref_engine_spec(model, RefConfig(), actor).max_token_len_key == \
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    critic = CriticConfig()
+    critic.model.path = "/m"
+    critic.ppo_mini_batch_size = 4
+    assert critic_engine_spec(critic, rollout_n=2).max_token_len_key == "critic.ppo_max_token_len_per_gpu"
+    assert _log_prob_batching(RolloutConfig(), "actor_rollout_ref.rollout")["log_prob_max_token_len_key"] == \
+        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"
