@@ -11,8 +11,14 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from app.config.placement import (ProcessKind, ResourcePlan, check_fits, described_cluster, format_resources,
-                                  plan_resources)
+from app.config.placement import (
+    ProcessKind,
+    ResourcePlan,
+    check_fits,
+    described_cluster,
+    format_resources,
+    plan_resources,
+)
 from app.config.schema import TrainerRunConfig
 
 FLAGS = ("--dry-run", "--nodes", "--gpus-per-node", "--cpus-per-node")

@@ -7,7 +7,6 @@ A second run with the same source returns the first run's output without redoing
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os

@@ -68,13 +68,12 @@ def run(cfg: DictConfig) -> int:
     from omegaconf import OmegaConf
 
     from app.config import ConfigError, load_config, to_container
-    from app.data import DataError
-    from app.tuning.spec import parse_sweep, resolve_params
-
     from app.config.schema import TrainerRunConfig
+    from app.data import DataError
     from app.failure_report import print_error, report_run_failure
     from app.preflight import run_preflight
     from app.preflight.overrides import check_overrides
+    from app.tuning.spec import parse_sweep, resolve_params
 
     try:
         spec = parse_sweep(to_container(cfg))

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import engine_mfu  # noqa: E402  (bench/engine_mfu.py: shapes, batches, model folders)
+
 from app.engine import EngineSpec, OptimSpec, StepContext, make_engine  # noqa: E402
 
 PARTS = ("info", "engine", "flex")
@@ -202,7 +203,7 @@ def _layouts(tiny: bool, seed: int = 0):
 
 def _attention_runs(q, k, v, metadata, grad_out, kernel: str, compiled: bool, backward: bool):
     """Output and q/k/v gradients of one packed attention through ``kernel``."""
-    from app.engine.packed_attention import flex_packed_attention, packed_sdpa_attention, SHARED_PROMPT_LAYOUT
+    from app.engine.packed_attention import SHARED_PROMPT_LAYOUT, flex_packed_attention, packed_sdpa_attention
 
     inputs = [t.detach().clone().requires_grad_(backward) for t in (q, k, v)]
     if kernel == "flex":

@@ -53,8 +53,7 @@ if TYPE_CHECKING:
     from serve.deployment import ReplicaPlacement  # noqa: F401
     from serve.replica_gate import RolloutAsleep  # noqa: F401
     from serve.replica_retry import ReplicaRetryExhausted  # noqa: F401
-    from serve.types import (FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch,  # noqa: F401
-                             RolloutSample, SamplingOptions)
+    from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions  # noqa: F401
 
 
 def __getattr__(name: str):

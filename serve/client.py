@@ -18,8 +18,15 @@ from ray.serve.exceptions import DeploymentUnavailableError
 
 from serve.payload import DEFAULT_CHUNK_BYTES, encode_tensors, iter_encoded_chunks
 from serve.replica_retry import RETRY_KEYS, FaultCounts, ReplicaRetryExhausted, RetryPolicy, replica_death
-from serve.types import (FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample,
-                         SamplingOptions, WirePayload)
+from serve.types import (
+    FullWeights,
+    LoraAdapter,
+    MergedLora,
+    PolicyVersionMismatch,
+    RolloutSample,
+    SamplingOptions,
+    WirePayload,
+)
 
 if TYPE_CHECKING:
     from serve.deployment import ReplicaPlacement
@@ -290,7 +297,6 @@ def deploy_rollout(
     `ReplicaPlacement.on_cpu`). Requires `ray.init` first.
     """
     from serve.deployment import build_rollout_app
-
     from serve.log_config import serve_logging_config
 
     RetryPolicy.from_rollout_config(rollout)  # a bad retry bound fails here, before any replica starts

@@ -31,8 +31,15 @@ from ray import serve
 from serve import openai_api
 from serve.log_config import serve_logging_config
 from serve.memory import release_free_heap
-from serve.payload import (disk_twin, full_weights_path, remove_quietly, stage_dir, staging_folder, write_chunk,
-                           write_peft_adapter)
+from serve.payload import (
+    disk_twin,
+    full_weights_path,
+    remove_quietly,
+    stage_dir,
+    staging_folder,
+    write_chunk,
+    write_peft_adapter,
+)
 from serve.policy_store import POLICY_STORE, PolicyStore
 from serve.replica_gate import ReplicaGate, RolloutAsleep
 from serve.shm import reap_dead_replicas, record_engine_segments

@@ -1,7 +1,7 @@
 """One typed configuration schema (verl key names), loaded from Hydra/OmegaConf and validated before Ray starts."""
+from app.config.hydra_defaults import register_schema_defaults
 from app.config.loader import ConfigError, load_config, to_container
 from app.config.schema import TrainerRunConfig
-from app.config.hydra_defaults import register_schema_defaults
 
 register_schema_defaults()  # Hydra's base config: the schema's defaults (configs/ppo_trainer.yaml starts from it)
 

@@ -22,8 +22,13 @@ def _deepspeed_roles(cfg: TrainerRunConfig, needs_critic: bool) -> Iterator[tupl
 
 
 def check_deepspeed(cfg: TrainerRunConfig, needs_critic: bool) -> None:
-    from app.engine.deepspeed_config import (DeepSpeedConfigError, batch_keys, derived_config, load_user_config,
-                                             merge_user_config)
+    from app.engine.deepspeed_config import (
+        DeepSpeedConfigError,
+        batch_keys,
+        derived_config,
+        load_user_config,
+        merge_user_config,
+    )
 
     n, workers = cfg.actor_rollout_ref.rollout.n, cfg.trainer.num_workers
     for path, role, fsdp, fsdp_path in _deepspeed_roles(cfg, needs_critic):

@@ -10,8 +10,14 @@ from typing import Any, Iterator
 
 from app.config.loader import ConfigError, _build, _coerce
 from app.config.ranks import ranks_named
-from app.config.schema import (RM_MICRO_BATCH_PER_GPU, CheckpointConfig, FSDPConfig, OptimConfig, OverlongBufferConfig,
-                               TrainerRunConfig)
+from app.config.schema import (
+    RM_MICRO_BATCH_PER_GPU,
+    CheckpointConfig,
+    FSDPConfig,
+    OptimConfig,
+    OverlongBufferConfig,
+    TrainerRunConfig,
+)
 
 # (section, verl's older global micro-batch key, the per-rank key it becomes)
 _GLOBAL_MICRO_BATCHES = (

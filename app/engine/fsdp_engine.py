@@ -19,8 +19,13 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_model_state_dict, set_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -28,8 +33,8 @@ from torch.distributed.tensor import DTensor
 from app.engine import hf_model
 from app.engine.base import WeightSyncPayload
 from app.engine.distributed import ensure_process_group, pick_device
-from app.engine.lr_schedule import build_lr_scheduler
 from app.engine.lora_fast_path import use_fused_lora_forward
+from app.engine.lr_schedule import build_lr_scheduler
 from app.engine.sharded import ShardedEngine, resolve_auto_param_dtype
 from app.engine.spec import EngineSpec, to_dtype
 

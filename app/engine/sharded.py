@@ -14,12 +14,16 @@ import torch.distributed as dist
 
 from app.batch import TensorBatch
 from app.engine import hf_model
-from app.engine.base import BaseEngine, LossFn, PostprocessFn, PreprocessFn, StepContext, StepResult, \
-    WeightSyncPayload
+from app.engine.base import BaseEngine, LossFn, PostprocessFn, PreprocessFn, StepContext, StepResult, WeightSyncPayload
 from app.engine.distributed import reduce_op
 from app.engine.forward import response_outputs
-from app.engine.micro_batches import (check_budget, fixed_size_groups, num_bins_for_budget, restore_order,
-                                      token_budget_groups)
+from app.engine.micro_batches import (
+    check_budget,
+    fixed_size_groups,
+    num_bins_for_budget,
+    restore_order,
+    token_budget_groups,
+)
 from app.engine.packed_attention import PACKED_SDPA
 from app.engine.spec import EngineSpec
 from app.engine.weight_stream import stream_sync_tensors

@@ -25,9 +25,9 @@ def choose_best(history: list[tuple[int, float]], available: set[int]) -> tuple[
 
 
 def save_best_model(run_cfg: Any, cfg: Any, out: Path) -> Path:
+    from app.pipeline.common import move_folder
     from app.trainer.checkpoints import list_checkpoints
     from app.trainer.launch import validation_history
-    from app.pipeline.common import move_folder
 
     run_dir = Path(run_cfg.trainer.default_local_dir).resolve()
     history = [(step, m[REWARD]) for step, m in validation_history(run_dir)]

@@ -16,8 +16,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from app.pipeline.common import (apply_table, apply_trainer_overrides, check_output_folder, infra_params,
-                                 map_gpu_layout, model_params, model_source, resolve_model)
+from app.pipeline.common import (
+    apply_table,
+    apply_trainer_overrides,
+    check_output_folder,
+    infra_params,
+    map_gpu_layout,
+    model_params,
+    model_source,
+    resolve_model,
+)
 from app.pipeline.params import Param, PipelineError, Values, param_rows
 from app.pipeline.plan import Plan
 

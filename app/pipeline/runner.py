@@ -60,10 +60,9 @@ def run_card(card: str, raw: dict[str, Any], dry_run: bool = False) -> int:
     """The whole command: 0 on success, 2 for a wrong parameter (printed naming it), else the trainer's code."""
     from app.config import ConfigError
     from app.data import DataError
+    from app.failure_report import print_error
     from app.pipeline.params import PipelineError
     from app.pipeline.plan import dry_run_text
-
-    from app.failure_report import print_error
 
     try:
         plan, run_cfg, cfg = plan_card(card, raw, dry_run)

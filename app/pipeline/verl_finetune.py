@@ -8,8 +8,17 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from app.pipeline.common import (apply_table, apply_trainer_overrides, check_output_folder, infra_params,
-                                 map_gpu_layout, model_params, model_source, move_folder, resolve_model)
+from app.pipeline.common import (
+    apply_table,
+    apply_trainer_overrides,
+    check_output_folder,
+    infra_params,
+    map_gpu_layout,
+    model_params,
+    model_source,
+    move_folder,
+    resolve_model,
+)
 from app.pipeline.params import REQUIRED, Param, Values, param_rows
 from app.pipeline.plan import Plan
 

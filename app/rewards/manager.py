@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from traceback import format_exc
 from dataclasses import dataclass, field
+from traceback import format_exc
 from typing import Any, Callable, Sequence
 
 import torch

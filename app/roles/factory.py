@@ -7,13 +7,22 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from app.config.schema import (ActorConfig, ActorRolloutRefConfig, CriticConfig, CriticModelConfig, DeepSpeedConfig,
-                               FSDPConfig, ModelConfig, RefConfig, RolloutConfig, RolloutCorrectionConfig)
+from app.config.schema import (
+    ActorConfig,
+    ActorRolloutRefConfig,
+    CriticConfig,
+    CriticModelConfig,
+    DeepSpeedConfig,
+    FSDPConfig,
+    ModelConfig,
+    RefConfig,
+    RolloutConfig,
+    RolloutCorrectionConfig,
+)
 from app.engine import BaseEngine, DeepSpeedSpec, EngineSpec, OptimSpec, make_engine
 from app.roles.actor import Actor
 from app.roles.critic import Critic
 from app.roles.reference import Reference
-
 
 ACTOR_TOKEN_BUDGET = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"  # named in a too-small budget's error
 

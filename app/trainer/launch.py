@@ -181,10 +181,9 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
     `route_prefix`: the HTTP route of the chat-completions endpoint of the deployed application; only one
     application can hold a route, so concurrent runs (sweep trials) pass their own or None (no HTTP).
     """
+    from ray import serve
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
-
-    from ray import serve
 
     from app.config.placement import plan_resources
     from app.logs import quiet_loggers, train_log_level

@@ -22,7 +22,7 @@ from app.config.schema import TrainerRunConfig
 from app.data import PromptBatch
 from app.trainer.bad_steps import BadStepGuard
 from app.trainer.collectives import RankGroup
-from app.trainer.dynamic_sampling import FILTER_COUNTS, filter_metric, fill_with_informative_groups
+from app.trainer.dynamic_sampling import FILTER_COUNTS, fill_with_informative_groups, filter_metric
 from app.trainer.ray_metrics import publish_step_metrics
 from app.trainer.rollout_ahead import RolloutAhead, running_ahead, staleness_metrics
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch

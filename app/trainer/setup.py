@@ -97,7 +97,7 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
                             start_step=start, project=cfg.trainer.project_name,
                             experiment=cfg.trainer.experiment_name, config=_loggable(cfg))
     return RLTrainer(cfg, tokenizer=tokenizer, train_loader=loader, val_dataset=val, actor=actor,
-                     reference=reference, critic=critic, rollout=rollout, 
+                     reference=reference, critic=critic, rollout=rollout,
                      scorer=build_scorer(cfg, tokenizer, actor.engine.device),
                      report=report, tracking=tracking)
 

@@ -8,8 +8,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algos.advantages import ADV_ESTIMATORS, compute_advantages, gae, grpo, opo, reinforce_plus_plus, remax, rloo
-from algos.advantages import reinforce_plus_plus_baseline
+from algos.advantages import (
+    ADV_ESTIMATORS,
+    compute_advantages,
+    gae,
+    grpo,
+    opo,
+    reinforce_plus_plus,
+    reinforce_plus_plus_baseline,
+    remax,
+    rloo,
+)
 
 HYP = settings(max_examples=40, deadline=None)
 GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "reinforce_plus_plus_baseline")

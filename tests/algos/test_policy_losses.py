@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import policy_loss_config
 
 from algos.aggregation import LOSS_AGG_MODES, loss_normalizer
 from algos.policy_loss import (
@@ -22,7 +23,6 @@ from algos.policy_loss import (
     vanilla,
 )
 from app.config.schema import ActorConfig
-from support import policy_loss_config
 
 HYP = settings(max_examples=30, deadline=None)
 

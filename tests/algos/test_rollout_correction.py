@@ -3,10 +3,10 @@ import math
 
 import pytest
 import torch
+from support import policy_loss_config
 
 from algos.policy_loss import POLICY_LOSSES, policy_loss_traits, vanilla
 from algos.rollout_correction import rollout_is_weights
-from support import policy_loss_config
 
 LN2 = math.log(2.0)
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from support import kill_ray_under, tiny_run_overrides
 
 pytestmark = pytest.mark.slow

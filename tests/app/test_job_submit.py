@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from support import free_port, kill_ray_under, tiny_run_overrides
 
 pytestmark = pytest.mark.slow

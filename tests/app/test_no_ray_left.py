@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from entry_run import run_entry, tagged_ray_processes
 from support import free_port, tiny_run_overrides
 

@@ -6,12 +6,12 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+from support import prompt_options
 
 from algos.rewards import default_compute_score
 from app.data import DataError, PromptDataLoader, load_prompt_dataset, pad_token_id_of
 from app.data.gsm8k_task import gsm8k_final_answer
 from app.prepare import main, prepare_gsm8k
-from support import prompt_options
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,6 @@
 """`python -m app.sweep` with one mistake each: exit 2, one line naming the nearest valid key, no Ray started."""
 from __future__ import annotations
 
-import pytest
-
 from entry_run import run_entry
 
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-from pathlib import Path
 
 import pytest
-
 from entry_run import run_entry
 from support import free_port
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import load_bench_script
 
 from app.batch import TensorBatch
-from support import load_bench_script
 
 mfu = load_bench_script("engine_mfu")
 

@@ -3,7 +3,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from support import load_bench_script
 
 

@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from support import assert_replicas_loaded
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from app.engine.lora_merge import merge_lora_state_dict
-from serve.lora_fold import (adapter_pairs, checkpoint_files, iter_folded, iter_folded_adapter, lora_scaling)
+from serve.lora_fold import adapter_pairs, checkpoint_files, iter_folded, iter_folded_adapter, lora_scaling
 
 PEFT = "base_model.model."
 LINEARS = ("model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj")  # (out, in) = (8, 6), (6, 10)

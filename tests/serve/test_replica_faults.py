@@ -17,7 +17,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from support import assert_replicas_loaded
 
 pytestmark = pytest.mark.slow

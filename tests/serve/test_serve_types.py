@@ -5,15 +5,22 @@ No Ray cluster and no vLLM engine: these run in milliseconds.
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from serve.payload import (SafetensorsChunk, decode_tensors, encode_tensors, iter_encoded_chunks, iter_safetensors, write_full_weights,
-                           write_peft_adapter)
+from serve.payload import (
+    SafetensorsChunk,
+    decode_tensors,
+    encode_tensors,
+    iter_encoded_chunks,
+    iter_safetensors,
+    write_full_weights,
+    write_peft_adapter,
+)
 from serve.types import PolicyVersionMismatch, SamplingOptions
 
 
@@ -128,7 +135,6 @@ def test_lora_payload_is_staged_as_a_peft_folder(tmp_path):
 
 def test_batches_are_split_for_every_replica_and_capped_by_engine_capacity():
     from app.config.schema import RolloutConfig
-
     from serve.client import RolloutClient
 
     client = RolloutClient("unused", replace(RolloutConfig(), replicas=2, max_num_seqs=4))

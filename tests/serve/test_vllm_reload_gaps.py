@@ -3,8 +3,7 @@ import logging
 
 import torch
 
-from serve.vllm_engine import (LAYERWISE_RELOAD_LOGGER, ExpectedReloadGaps, _tied_followers,
-                               expected_reload_gaps)
+from serve.vllm_engine import LAYERWISE_RELOAD_LOGGER, ExpectedReloadGaps, _tied_followers, expected_reload_gaps
 
 
 class Rotary(torch.nn.Module):  # like vLLM's RotaryEmbedding: a cache buffer, no parameters

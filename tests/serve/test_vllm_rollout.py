@@ -17,9 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-
 from support import assert_replicas_loaded
-
 
 pytestmark = pytest.mark.slow
 
@@ -317,13 +315,12 @@ def test_replica_runs_vllm_in_its_own_process_bound_to_its_cores(rollout):
 
 
 def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, reference, ray_cluster):
+    from pathlib import Path
+
     import psutil
     import ray
 
     from serve import wait_for_replicas
-
-    from pathlib import Path
-
     from serve.shm import RECORD
 
     greedy_before = rollout.generate(PROMPTS, expect_version=policy.version, validation=True)

@@ -5,8 +5,13 @@ import json
 import pytest
 
 from app.config import ConfigError, load_config
-from app.engine.deepspeed_config import (DeepSpeedConfigError, batch_keys, derived_config, load_user_config,
-                                         merge_user_config)
+from app.engine.deepspeed_config import (
+    DeepSpeedConfigError,
+    batch_keys,
+    derived_config,
+    load_user_config,
+    merge_user_config,
+)
 
 A = "actor_rollout_ref.actor"
 # 4 prompts x rollout.n=2 = 8 samples per optimiser step, over 2 ranks = 4 each, in micro-batches of 2

@@ -1,11 +1,10 @@
 """GPU layouts worked out from the config alone: the device, colocated or split placement, the replicas, vLLM's memory
 settings, what each process holds, and whether a cluster can hold it all. No Ray here."""
 import pytest
+from support import with_dotted
 
 from app.config import ConfigError, load_config
-from app.config.placement import (ROLLOUT_GPU_SHARE, TRAIN_GPU_SHARE, check_fits, described_cluster,
-                                  plan_resources)
-from support import with_dotted
+from app.config.placement import ROLLOUT_GPU_SHARE, TRAIN_GPU_SHARE, check_fits, described_cluster, plan_resources
 
 BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 8},
         "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 8}},

@@ -1,8 +1,8 @@
 """The schema loader: wrong keys and values are named, derived defaults are filled."""
 import pytest
+from support import with_dotted
 
 from app.config import ConfigError, load_config
-from support import with_dotted
 
 BASE = {
     "data": {"train_files": "train.parquet", "train_batch_size": 8},

@@ -1,10 +1,10 @@
 """trainer.worker_resources and actor_rollout_ref.rollout.replica_resources: bad amounts are refused when the config
 loads, and resources the cluster lacks when the driver joins it, each before any worker starts."""
 import pytest
+from support import with_dotted
 
 from app.config import ConfigError, load_config
 from app.config.placement import check_fits, plan_resources
-from support import with_dotted
 
 BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
         "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},

@@ -58,7 +58,8 @@ def overrides(script: str, paths: dict[str, str], **extra: str) -> list[str]:
 
 
 def compose(args: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
         return hydra_compose(config_name="ppo_trainer", overrides=args)

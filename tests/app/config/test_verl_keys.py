@@ -20,8 +20,16 @@ import pytest
 from app.config import ConfigError, load_config
 from app.config.schema import TrainerRunConfig
 from app.config.verl_compat import DEFAULT_ONLY, NO_EFFECT
-from app.config.verl_keys import (DEFAULT_ONLY_CLASS, NO_EFFECT_CLASS, READ, classify, docs_page, ours_only,
-                                  read_key_list, schema_leaf_keys)
+from app.config.verl_keys import (
+    DEFAULT_ONLY_CLASS,
+    NO_EFFECT_CLASS,
+    READ,
+    classify,
+    docs_page,
+    ours_only,
+    read_key_list,
+    schema_leaf_keys,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "configs"
@@ -50,7 +58,8 @@ def hydra_override(key: str, value) -> str:
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
         return hydra_compose(config_name="ppo_trainer", overrides=overrides)

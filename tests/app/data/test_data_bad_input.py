@@ -3,9 +3,9 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support import prompt_options
 
 from app.data import DataError, load_prompt_dataset
-from support import prompt_options
 
 
 def test_data_error_is_a_value_error():

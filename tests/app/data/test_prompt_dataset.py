@@ -3,11 +3,11 @@
 import dataclasses
 
 import pytest
+from support import prompt_options
 
 from app.config.schema import DataConfig
 from app.data import DataError, PromptDataOptions, load_prompt_dataset
 from app.data.prompts import truncate_ids
-from support import prompt_options
 
 
 def _expected_ids(tokenizer, messages):

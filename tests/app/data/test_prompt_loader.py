@@ -1,10 +1,10 @@
 """Left-padded collation and the resumable loader."""
 
 import torch
+from support import prompt_options
 
 from app.data import PromptDataLoader, PromptRecord, collate_prompts, load_prompt_dataset, pad_token_id_of
 from app.data.dataset import PromptDataset
-from support import prompt_options
 
 
 def _record(ids, i):

@@ -12,10 +12,10 @@ from __future__ import annotations
 import collections
 
 import torch
+from support import engine_spec
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from app.engine import StepContext, make_engine
-from support import engine_spec
 
 FLOATS = {torch.float32, torch.bfloat16, torch.float16, torch.float64}
 

@@ -13,9 +13,8 @@ import contextlib
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
-
 from support import engine_spec, optim_spec
+from transformers import AutoModelForCausalLM
 
 from app.engine import DeepSpeedSpec, StepContext, make_engine
 

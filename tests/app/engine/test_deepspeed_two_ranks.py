@@ -9,7 +9,6 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
-
 from support import engine_spec, optim_spec
 
 from app.engine import DeepSpeedSpec, StepContext, make_engine

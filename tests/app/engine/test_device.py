@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from support import engine_spec
 
 from app.engine import StepContext, make_engine
 from app.engine.distributed import backend_for, ensure_process_group, pick_device
-from support import engine_spec
 
 
 def _no_cuda_calls(monkeypatch):

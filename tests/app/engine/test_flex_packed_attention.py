@@ -15,8 +15,15 @@ from torch.nn.attention.flex_attention import create_mask
 
 from app.engine import packed_attention
 from app.engine.forward import response_outputs
-from app.engine.packed_attention import (FLEX, PER_SEQUENCE, flex_packed_attention, packed_attention_kernel,
-                                         packed_mask_mod_for, packed_sdpa_attention, SHARED_PROMPT_LAYOUT)
+from app.engine.packed_attention import (
+    FLEX,
+    PER_SEQUENCE,
+    SHARED_PROMPT_LAYOUT,
+    flex_packed_attention,
+    packed_attention_kernel,
+    packed_mask_mod_for,
+    packed_sdpa_attention,
+)
 
 HEADS, KV_HEADS, DIM = 6, 2, 8
 LENGTHS = [5, 1, 7, 3]  # plain packing: four sequences
@@ -152,9 +159,9 @@ def test_engine_builds_one_block_mask_per_forward(monkeypatch, tiny_llama_dir, m
     """Through the FSDP engine (whose input casting rebuilds the layout tuple for every layer) the block mask is
     built once per forward, and the log-probs equal the per-sequence kernel's."""
     import torch.nn.attention.flex_attention as flex_module
+    from support import engine_spec
 
     from app.engine import StepContext, make_engine
-    from support import engine_spec
 
     engine = make_engine("fsdp2", engine_spec(tiny_llama_dir, param_dtype="fp32", device="cpu", optim=None,
                                               use_remove_padding=True, share_prompt_prefix=share_prompts))

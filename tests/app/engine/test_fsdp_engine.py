@@ -7,11 +7,11 @@ import os
 import pytest
 import torch
 from safetensors.torch import load_file
+from support import engine_spec, optim_spec
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
 from app.engine import StepContext, make_engine
-from support import engine_spec, optim_spec
 
 PROMPTS, RESPONSES = [6, 3, 5, 2], [4, 1, 3, 4]
 

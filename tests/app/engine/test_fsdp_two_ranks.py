@@ -6,9 +6,9 @@ import os
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from support import engine_spec, optim_spec
 
 from app.engine import StepContext, make_engine
-from support import engine_spec, optim_spec
 
 PROMPTS, RESPONSES = [6, 3, 5, 2], [4, 1, 3, 4]
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from support import engine_spec, optim_spec
 
 from app.engine import StepContext, make_engine
-from support import engine_spec, optim_spec
 
 
 @pytest.fixture(scope="module")

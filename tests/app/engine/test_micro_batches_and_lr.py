@@ -2,11 +2,16 @@ import math
 
 import pytest
 import torch
+from support import optim_spec
 
 from app.engine.lr_schedule import lr_factor
-from app.engine.micro_batches import (balanced_groups, fixed_size_groups, num_bins_for_budget, restore_order,
-                                      token_budget_groups)
-from support import optim_spec
+from app.engine.micro_batches import (
+    balanced_groups,
+    fixed_size_groups,
+    num_bins_for_budget,
+    restore_order,
+    token_budget_groups,
+)
 
 
 def test_fixed_size_groups_are_consecutive():

@@ -3,9 +3,9 @@ that cannot fit, naming the config key to raise."""
 from __future__ import annotations
 
 import pytest
+from support import engine_spec
 
 from app.engine import StepContext, make_engine
-from support import engine_spec
 
 KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 

@@ -3,12 +3,12 @@ import socket
 import time
 
 import pytest
+from support import free_port
 
 from app.config.schema import TrainerRunConfig
 from app.preflight import PreflightError
 from app.preflight.cluster_address import CONNECT_TIMEOUT_S, check_cluster_answers, cluster_address
 from app.preflight.http_port import check_http_port
-from support import free_port
 
 
 def _cfg(address=None) -> TrainerRunConfig:

@@ -10,7 +10,8 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 def _compose(overrides: list[str], config_name: str = "grpo_trainer"):
     """The typed config `python -m app.train --config-name <config_name> <overrides>` would run with."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from app.config import load_config
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import nan_policy_loss
 import pytest
 from recording_rollout import RecordingRollout
 
-import nan_policy_loss
 from app.trainer.bad_steps import BadStepGuard, BadStepLimitExceeded
 
 

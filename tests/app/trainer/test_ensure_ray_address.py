@@ -9,11 +9,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from entry_run import REPO, TAG_ENV, tagged_ray_processes
+from support import free_port
 
 from app.config.schema import TrainerRunConfig
 from app.preflight import PreflightError
-from entry_run import REPO, TAG_ENV, tagged_ray_processes
-from support import free_port
 
 
 class _RecordedInit:

@@ -2,9 +2,9 @@
 node of a local cluster is never drained), unless the user's environment says otherwise; a joined cluster is left as
 its owner configured it."""
 import pytest
+from support import with_dotted
 
 from app.config import load_config
-from support import with_dotted
 
 BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
         "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
@@ -46,9 +46,9 @@ def test_a_watcher_setting_the_user_exports_wins(monkeypatch, init_calls):
 
 
 def test_a_joined_cluster_keeps_its_watcher(monkeypatch, init_calls):
-    from app.trainer.launch import ensure_ray
-
     import socket
+
+    from app.trainer.launch import ensure_ray
 
     monkeypatch.delenv(WATCHER, raising=False)
     with socket.socket() as head:  # the address must answer (ensure_ray checks before joining)

@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from support import free_port, kill_ray_under
 
 pytestmark = pytest.mark.slow

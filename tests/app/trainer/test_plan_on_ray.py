@@ -4,10 +4,10 @@ bundle reports the GPU Ray gave it. No vLLM, no training: seconds."""
 from __future__ import annotations
 
 import pytest
+from support import with_dotted
 
 from app.config import load_config
 from app.config.placement import check_fits, plan_resources
-from support import with_dotted
 
 pytestmark = pytest.mark.slow
 BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 8},

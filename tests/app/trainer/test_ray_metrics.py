@@ -11,10 +11,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from support import free_port, kill_ray_under
 
 from app.trainer.ray_metrics import dashboard_values, publish_step_metrics
-
-from support import free_port, kill_ray_under
 
 REPO = Path(__file__).resolve().parents[3]
 

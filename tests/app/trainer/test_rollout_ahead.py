@@ -11,9 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from recording_rollout import RecordingRollout
 
 from app.trainer.rollout_ahead import RolloutAhead, staleness_metrics
-from recording_rollout import RecordingRollout
 
 
 class Prompts:

@@ -13,7 +13,6 @@ from pathlib import Path
 from recording_rollout import RecordingRollout
 
 
-
 def train_two_mini_batches(compose, tiny_model_dir, small_arith_data, out: Path, bypass: bool) -> list[dict]:
     """One step whose update takes two mini-batches (so it is not on-policy); its logged metrics."""
     from app.trainer.setup import build_trainer

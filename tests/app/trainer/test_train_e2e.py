@@ -27,9 +27,9 @@ def arith_data(tmp_path_factory) -> Path:
 def rollout_app(ray_cluster, tiny_model_dir, free_port):
     """fp32 vLLM so the actor (fp32 here) and the rollout agree to rounding; LoRA enabled for the LoRA runs."""
     from ray import serve
+    from support import cpu_rollout_config
 
     from serve import deploy_rollout
-    from support import cpu_rollout_config
 
     config = cpu_rollout_config(dtype="float32", max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.5,
                            response_length=16, prompt_length=256, http_port=free_port())

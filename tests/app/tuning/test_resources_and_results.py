@@ -94,7 +94,8 @@ def best_setup(tmp_path, compose):
 
 
 def test_best_yaml_composes_through_hydra_into_the_trial_config(tmp_path, compose, base_cfg):
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from app.config import load_config
 

@@ -9,9 +9,14 @@ from app.config import ConfigError
 from app.trainer.launch import rollout_app_name
 from app.tuning.runner import check_param_values, make_context
 from app.tuning.spec import parse_sweep, resolve_params
-from app.tuning.trial import (JsonlFollower, TuneRows, absolutize_paths, build_trial_config, seed_for_trial,
-                              trial_app_name)
-
+from app.tuning.trial import (
+    JsonlFollower,
+    TuneRows,
+    absolutize_paths,
+    build_trial_config,
+    seed_for_trial,
+    trial_app_name,
+)
 
 
 def context(tmp_path, compose, **kw):
