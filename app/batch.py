@@ -104,7 +104,8 @@ class TensorBatch:
         keys = batches[0].keys()
         for i, b in enumerate(batches):
             if sorted(b.keys()) != sorted(keys):
-                raise ValueError(f"TensorBatch.concat: batch {i} has keys {sorted(b.keys())}, batch 0 has {sorted(keys)}")
+                raise ValueError(f"TensorBatch.concat: batch {i} has keys {sorted(b.keys())}, "
+                                 f"batch 0 has {sorted(keys)}")
         return TensorBatch({k: torch.cat([b.tensors[k] for b in batches], dim=0) for k in keys},
                            dict(batches[0].meta))
 
@@ -112,5 +113,6 @@ class TensorBatch:
         return iter(self.tensors)
 
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}" for k, v in self.tensors.items())
+        shapes = ", ".join(f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
+                           for k, v in self.tensors.items())
         return f"TensorBatch({shapes}; meta={self.meta})"

@@ -136,7 +136,8 @@ def _hub_snapshot(repo_id: str) -> Path:
     except Exception as exc:
         raise ModelImportError(
             f"hub id {repo_id!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) and there is no "
-            f"network access here; download it elsewhere and copy the folder, then pass its path ({exc.__class__.__name__})"
+            f"network access here; download it elsewhere and copy the folder, then pass its path "
+            f"({exc.__class__.__name__})"
         ) from exc
 
 
@@ -157,7 +158,8 @@ def _write_model(source: str, out: Path, dtype: str) -> None:
         missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
         real_missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
         if real_missing or unexpected:
-            raise ModelImportError(f"{path}: weights do not match the config (missing {real_missing}, unexpected {unexpected})")
+            raise ModelImportError(f"{path}: weights do not match the config (missing {real_missing}, "
+                                   f"unexpected {unexpected})")
         del loaded
     else:
         model_dir = _mlflow_model_dir(path) if kind == "mlflow" else path
@@ -176,7 +178,8 @@ def _mlflow_model_dir(path: Path) -> Path:
     for candidate in (path / "model", path / "components" / "model", path):
         if (candidate / "config.json").is_file():
             return candidate
-    raise ModelImportError(f"MLflow model {path}: no Hugging Face weights (config.json) under model/ or components/model/")
+    raise ModelImportError(f"MLflow model {path}: no Hugging Face weights (config.json) under model/ or "
+                           "components/model/")
 
 
 def _mlflow_tokenizer_dir(path: Path) -> Path:

@@ -30,7 +30,8 @@ def find_runs(root: Path) -> dict[str, Path]:
         return {root.name: root / "metrics.jsonl"}
     runs = {str(p.parent.relative_to(root)): p for p in sorted(root.rglob("metrics.jsonl"))}
     if not runs:
-        raise FileNotFoundError(f"{root}: no metrics.jsonl in it or below it (is it a run's trainer.default_local_dir?)")
+        raise FileNotFoundError(f"{root}: no metrics.jsonl in it or below it "
+                                "(is it a run's trainer.default_local_dir?)")
     return runs
 
 

@@ -331,7 +331,8 @@ def profile_update(engine, shard: TensorBatch, ctx: StepContext, out: Path) -> N
     events = prof.key_averages()
     launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"kernel launches: {launches}\n" + events.table(sort_by=sort, row_limit=30, max_name_column_width=60))
+    out.write_text(f"kernel launches: {launches}\n"
+                   + events.table(sort_by=sort, row_limit=30, max_name_column_width=60))
 
 
 def main(argv=None) -> list[dict]:
@@ -368,7 +369,8 @@ def main(argv=None) -> list[dict]:
     peak_n = args.peak_size or (8192 if device.type == "cuda" else 2048)
     peaks = {d: matmul_peak(device, to_dtype(d), peak_n) for d in sorted(set(args.dtypes.split(",")) | {"bf16"})}
     if rank0:
-        print(f"device={device} threads={torch.get_num_threads()} world={dist.get_world_size() if dist.is_initialized() else 1}"
+        print(f"device={device} threads={torch.get_num_threads()}"
+              f" world={dist.get_world_size() if dist.is_initialized() else 1}"
               f" model={model_dir} batch={args.batch} real_tokens={int(batch['attention_mask'].sum())}"
               f" padded_tokens={batch['attention_mask'].numel()}")
         print("measured matmul peak GFLOP/s: " + ", ".join(f"{k}={v:.0f}" for k, v in peaks.items()))

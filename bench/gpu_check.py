@@ -53,7 +53,8 @@ def _sync(device: torch.device) -> None:
 
 # ---------------------------------------------------------------------------------------------------------- info
 def info(args) -> dict:
-    data = {"python": platform.python_version(), "torch": torch.__version__, "cuda_available": torch.cuda.is_available(),
+    data = {"python": platform.python_version(), "torch": torch.__version__,
+            "cuda_available": torch.cuda.is_available(),
             "cuda": torch.version.cuda, "host": platform.node(), "cpus": os.cpu_count()}
     import shutil
 
@@ -278,7 +279,8 @@ def flex(args) -> dict:
     # a second packed length, as the next micro-batch brings: FlexAttention must not fail or recompile for long
     if cuda:
         metadata, total = _layouts(args.tiny, seed=7)["plain"]
-        q, k, v, go = (torch.randn(1, h, total, dim, device=device, dtype=dtype) for h in (heads, kv_heads, kv_heads, heads))
+        q, k, v, go = (torch.randn(1, h, total, dim, device=device, dtype=dtype)
+                       for h in (heads, kv_heads, kv_heads, heads))
         start = time.perf_counter()
         _attention_runs(q, k, v, metadata.to(device), go, "flex", True, backward)
         _sync(device)
@@ -305,7 +307,8 @@ def summary(args) -> dict:
     lines += [f"| {s['step']} | {s['rc']} | {s['seconds']} |" for s in steps]
     if "engine" in parts:
         e = parts["engine"]
-        lines += ["", f"Engine ({e['shape']}, {e['parameters'] / 1e9:.2f}B, {e['backend']}, compute {e['param_dtype']}): "
+        lines += ["", f"Engine ({e['shape']}, {e['parameters'] / 1e9:.2f}B, {e['backend']}, "
+                  f"compute {e['param_dtype']}): "
                   f"ok={e['ok']}; log-prob max |diff| {e['log_prob_max_abs_diff']:.4f}, mean "
                   f"{e['log_prob_mean_abs_diff']:.5f} against fp32 eager; loss {e['loss']:.4f}, grad norm "
                   f"{e['grad_norm']:.4f}; " + ", ".join(f"{k} {v:.1f}" for k, v in e["timings"].items())]

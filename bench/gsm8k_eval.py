@@ -53,7 +53,8 @@ def evaluate(model: Path, data: Path, items: int, max_tokens: int, instruction: 
     strict = [compute_score(t, g, method="strict") for t, g in zip(texts, truth)]
     flexible = [compute_score(t, g, method="flexible") for t, g in zip(texts, truth)]
     return {
-        "model": str(model), "data": str(data), "items": len(rows), "max_tokens": max_tokens, "instruction": instruction,
+        "model": str(model), "data": str(data), "items": len(rows), "max_tokens": max_tokens,
+        "instruction": instruction,
         "strict": statistics.mean(strict), "flexible": statistics.mean(flexible),
         "cut_at_max_tokens": statistics.mean(o.outputs[0].finish_reason == "length" for o in outputs),
         "mean_response_tokens": statistics.mean(len(o.outputs[0].token_ids) for o in outputs),

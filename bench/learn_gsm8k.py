@@ -110,8 +110,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gsm8k-dir", type=Path, default=REPO.parent / "shared" / "data" / "gsm8k")
     parser.add_argument("--steps", type=int, default=42,
-                        help="GRPO steps (45-95 s each on a 2-core CPU with native bf16, several minutes on an AVX2-only "
-                             "one)")
+                        help="GRPO steps (45-95 s each on a 2-core CPU with native bf16, several minutes on an "
+                             "AVX2-only one)")
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=300)
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "learn_gsm8k")

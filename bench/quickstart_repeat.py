@@ -118,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         run = summarize_run(out / "metrics.jsonl")
         results.append({"run": i, "seed": first_seed + i, **asdict(run), "gain": run.gain, "wall_minutes": wall})
         curve = ", ".join(f"{v:.3f}" for v in run.curve)
-        print(f"run {i} (trainer.seed={first_seed + i}): validation reward {run.before:.3f} at step {run.first_step} -> {run.after:.3f} at step "
+        print(f"run {i} (trainer.seed={first_seed + i}): validation reward {run.before:.3f} at step {run.first_step} "
+              f"-> {run.after:.3f} at step "
               f"{run.last_step} ({run.gain:+.3f}); curve {curve}; {run.train_minutes:.1f} min of steps, "
               f"{wall:.1f} min in all", flush=True)
     gains = [r["gain"] for r in results]
     met = sum(g >= args.target for g in gains)
     minutes = ", ".join(f"{r['train_minutes']:.1f}" for r in results)
     print(f"{met} of {len(gains)} runs gained at least {args.target:+.2f}: gains "
-          f"{', '.join(f'{g:+.3f}' for g in gains)} (median {statistics.median(gains):+.3f}); minutes of steps {minutes}")
+          f"{', '.join(f'{g:+.3f}' for g in gains)} (median {statistics.median(gains):+.3f}); "
+          f"minutes of steps {minutes}")
     (args.output_root / "results.json").write_text(json.dumps({"overrides": overrides, "target": args.target,
                                                                 "runs": results}, indent=2))
     return 0

@@ -145,7 +145,8 @@ def main() -> None:
     if args.model is None:
         from app.import_model import import_model
 
-        args.model = str(import_model("smollm2-135m-instruct", REPO / ".cache" / "test-models" / "smollm2-135m-instruct"))
+        args.model = str(import_model("smollm2-135m-instruct",
+                                      REPO / ".cache" / "test-models" / "smollm2-135m-instruct"))
     cfg = replace(RolloutConfig(), dtype="bfloat16", prompt_length=args.prompt_len, response_length=args.tokens,
                   max_num_seqs=max(64, args.prompts), cpu_kv_cache_gib=1.0, cpus_per_replica=1.0,
                   omp_threads=args.threads, replicas=1, temperature=1.0, ignore_eos=True,

@@ -131,8 +131,9 @@ class RolloutClient:
 
         Full fine-tuning: `FullWeights(state_dict)` with HF names. LoRA: `LoraAdapter(adapter_config, adapter
         state dict)` in peft format; each version becomes a new adapter in vLLM. `MergedLora(...)`: the same adapter,
-        which each replica folds into its model folder's base weights (vLLM then runs no LoRA kernels). Returns {replica: version} for
-        every replica (all equal to `version`); a replica that dies meanwhile is replaced, and its replacement serves
+        which each replica folds into its model folder's base weights (vLLM then runs no LoRA kernels). Returns
+        {replica: version} for every replica (all equal to `version`); a replica that dies meanwhile is replaced, and
+        its replacement serves
         `version` before this returns (`_broadcast_version`).
         """
         wire = to_wire(payload, chunk_bytes)
@@ -235,7 +236,8 @@ def to_wire(payload: Union[FullWeights, LoraAdapter, MergedLora], chunk_bytes: i
         return WirePayload("merged_lora" if merged else "lora", [ray.put(c) for c in chunks],
                            sum(c.nbytes for c in chunks), adapter_config=_jsonable(dict(payload.adapter_config)),
                            dtype=payload.dtype if merged else None, source_node=node)
-    raise TypeError(f"update_weights payload must be FullWeights, LoraAdapter or MergedLora, got {type(payload).__name__}")
+    raise TypeError(f"update_weights payload must be FullWeights, LoraAdapter or MergedLora, "
+                    f"got {type(payload).__name__}")
 
 
 def _jsonable(config: dict) -> dict:

@@ -54,7 +54,8 @@ def adapter_pairs(adapter: Mapping[str, "torch.Tensor"]) -> dict[str, dict[str, 
 
 def fold(weight: "torch.Tensor", lora_a: "torch.Tensor", lora_b: "torch.Tensor", scaling: float,
          dtype: "torch.dtype") -> "torch.Tensor":
-    """`weight + scaling * lora_b @ lora_a`, computed in float32, in `dtype`. weight (out, in), A (r, in), B (out, r)."""
+    """`weight + scaling * lora_b @ lora_a`, computed in float32, in `dtype`. weight (out, in), A (r, in),
+    B (out, r)."""
     return (weight.float() + scaling * (lora_b.float() @ lora_a.float())).to(dtype)
 
 

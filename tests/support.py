@@ -166,7 +166,8 @@ def wandb_run_records(wandb_dir: Path) -> tuple[Path, list]:
 def wandb_records(path: Path):
     """The protobuf records of a W&B `run-<id>.wandb` file. wandb has no Python reader for it (`wandb sync` is Go), so
     this is its LevelDB log layout: a 7-byte file header, then in 32 KiB blocks records of [crc32 u32, length u16,
-    type u8] + data; type 1 is a whole record, 2/3/4 its first/middle/last piece; a block's last < 7 bytes are padding."""
+    type u8] + data; type 1 is a whole record, 2/3/4 its first/middle/last piece; a block's last < 7 bytes are
+    padding."""
     from wandb.proto import wandb_internal_pb2
 
     data = path.read_bytes()

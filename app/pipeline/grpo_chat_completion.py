@@ -59,7 +59,8 @@ PARAMS: tuple[Param, ...] = (
          "code: `trainer.test_freq`: no -> -1 and no step-0 validation (the trainer still validates after the "
          "last step); steps -> eval_steps; epoch -> the steps of one epoch. The card names no default; steps here",
          {"choices": ("no", "steps", "epoch")}),
-        ("do_eval", None, "bool", "code: follows eval_strategy when unset; false turns evaluation off as eval_strategy=no",
+        ("do_eval", None, "bool",
+         "code: follows eval_strategy when unset; false turns evaluation off as eval_strategy=no",
          {"optional": True}),
         ("num_iterations", 5, "int", f"{A}.ppo_epochs"),
         ("epsilon", 0.5, "float", f"{A}.clip_ratio"),
@@ -69,7 +70,8 @@ PARAMS: tuple[Param, ...] = (
          "`actor.ppo_mini_batch_size` (prompts)"),
         ("per_device_eval_batch_size", 8, "int",
          "n/a: validation prompts go to the rollout server in one request, which batches them itself"),
-        ("gradient_accumulation_steps", 1, "int", "code: micro-batches per optimizer step (see per_device_train_batch_size)"),
+        ("gradient_accumulation_steps", 1, "int",
+         "code: micro-batches per optimizer step (see per_device_train_batch_size)"),
         ("learning_rate", 1e-6, "float", f"{A}.optim.lr"),
         ("logging_steps", 5, "int", "n/a: metrics are logged at every step"),
         ("lr_scheduler_type", "linear", "choice",
@@ -91,7 +93,8 @@ PARAMS: tuple[Param, ...] = (
                                            f"`{A}.deepspeed_config.config_path` (its values win, \"auto\" takes "
                                            "the card's; batch keys that disagree with the card's are refused)",
          {"optional": True}),
-        ("beta", 0.04, "float", f"code: `{A}.kl_loss_coef`, with `{A}.use_kl_loss` = beta > 0 (no reference model at 0)"),
+        ("beta", 0.04, "float",
+         f"code: `{A}.kl_loss_coef`, with `{A}.use_kl_loss` = beta > 0 (no reference model at 0)"),
     ),
     *param_rows(
         "Generation",
@@ -189,7 +192,8 @@ def _refuse_what_cannot_run(values: Values, plan: Plan) -> None:
         plan.notes.append("optim=adamw_torch_fused: the same AdamW update; torch picks the kernel")
     if values["lr_scheduler_type"] not in _SCHEDULE_HERE:
         raise PipelineError(f"lr_scheduler_type={values['lr_scheduler_type']!r}: the trainer's schedules are a "
-                            f"linear warm-up then constant, cosine or linear decay; use one of {', '.join(_SCHEDULE_HERE)}")
+                            f"linear warm-up then constant, cosine or linear decay; use one of "
+                            f"{', '.join(_SCHEDULE_HERE)}")
     if values["use_liger_kernel"]:
         plan.warnings.append("use_liger_kernel=true: Liger kernels are not wired into the FSDP engine here; "
                              "training runs the standard kernels")

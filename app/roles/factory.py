@@ -109,7 +109,8 @@ def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: i
                  **_log_prob_batching(arr_cfg.rollout, "actor_rollout_ref.rollout"))
 
 
-def build_reference(arr_cfg: ActorRolloutRefConfig, actor_engine: Optional[BaseEngine] = None, *, device: str = "auto") -> Reference:
+def build_reference(arr_cfg: ActorRolloutRefConfig, actor_engine: Optional[BaseEngine] = None, *,
+                    device: str = "auto") -> Reference:
     """LoRA: the actor's engine with the adapter disabled. Otherwise a new inference-only engine."""
     batching = _log_prob_batching(arr_cfg.ref, "actor_rollout_ref.ref")
     if actor_engine is not None and actor_engine.has_adapter:

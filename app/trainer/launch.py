@@ -212,7 +212,8 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
                                      resources_per_worker=dict(worker)),
         run_config=RunConfig(name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
                              storage_path=str(out_dir / "ray_train"),
-                             # a restarted worker group runs worker_entry again, which resumes from the newest checkpoint
+                             # a restarted worker group runs worker_entry again, which resumes from the newest
+                             # checkpoint
                              failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
                              logging_config=LoggingConfig(log_level=train_log_level())),
     )

@@ -1,8 +1,9 @@
 """How many trials fit on the cluster at once.
 
 A trial's Tune actor only waits on its training job, so it holds a token CPU share (Tune refuses an empty
-request); what a trial really takes is its Ray Train workers plus its rollout replicas. Tune cannot see those (they are requested later, from inside the
-trial), so the sweep caps `max_concurrent_trials` at what the cluster can hold side by side.
+request); what a trial really takes is its Ray Train workers plus its rollout replicas. Tune cannot see those (they
+are requested later, from inside the trial), so the sweep caps `max_concurrent_trials` at what the cluster can hold
+side by side.
 """
 from __future__ import annotations
 

@@ -74,7 +74,8 @@ class SweepFile:
     `rayrl_sweep_schema`) and `parse_sweep` reads a tree with the trainer config's loader."""
     name: str = ""  # required
     base: SweepBase = field(default_factory=SweepBase)
-    output_dir: Optional[str] = None  # the sweep folder (Tune state, trial folders, results); None: outputs/sweeps/<name>
+    # the sweep folder (Tune state, trial folders, results); None: outputs/sweeps/<name>
+    output_dir: Optional[str] = None
     search: SearchConfig = field(default_factory=SearchConfig)
     params: dict[str, Any] = field(default_factory=dict)  # trainer-config key -> space (see the module doc)
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)

@@ -45,7 +45,8 @@ def test_dry_run_prints_a_gpu_plan_and_refuses_a_cluster_too_small(tiny_model_di
             f"data.val_files={small_arith_data / 'test.parquet'}", "data.train_batch_size=4",
             "data.max_prompt_length=256", f"actor_rollout_ref.model.path={tiny_model_dir}",
             "actor_rollout_ref.actor.ppo_mini_batch_size=4", "algorithm.adv_estimator=grpo",
-            "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=4", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=4",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
             f"trainer.default_local_dir={tmp_path / 'run'}"]
     done, seconds = _train(["--dry-run", "--gpus-per-node", "4", *base])
     assert done.returncode == 0, done.stderr[-3000:]

@@ -61,7 +61,8 @@ def test_hf_folder_and_mlflow_folder_import(tiny_model_dir, tmp_path):
 
 def test_hub_id_not_cached_names_id_and_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelImportError, match=r"hub id 'nobody/not-a-model' is not in the local Hugging Face cache \("):
+    with pytest.raises(ModelImportError,
+                       match=r"hub id 'nobody/not-a-model' is not in the local Hugging Face cache \("):
         import_model("nobody/not-a-model", tmp_path / "out")
 
 

@@ -57,7 +57,8 @@ def test_test_items_are_copied_whole_whatever_the_training_filter(tmp_path):
 def test_a_filter_that_keeps_no_training_problem_is_refused_naming_the_file(tmp_path):
     bench = load_bench()
     gsm8k = write_gsm8k(tmp_path / "gsm8k", [line("t", "<<1+1=2>>2\n#### 2")], [line("test", "#### 1")])
-    with pytest.raises(ValueError, match=r"--max-calc-steps 0 leaves none of the 1 training problems of .*train\.jsonl"):
+    with pytest.raises(ValueError,
+                       match=r"--max-calc-steps 0 leaves none of the 1 training problems of .*train\.jsonl"):
         bench.write_gsm8k_source(gsm8k, tmp_path / "source", "test", 200, max_calc_steps=0)
 
 

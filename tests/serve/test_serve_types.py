@@ -78,7 +78,8 @@ def test_a_chunk_is_a_safetensors_file_for_every_dtype_shape_and_layout():
     from safetensors.torch import load
 
     tensors = {
-        "f64": torch.tensor([1.0 / 3.0], dtype=torch.float64), "f32": torch.arange(12, dtype=torch.float32).reshape(3, 4),
+        "f64": torch.tensor([1.0 / 3.0], dtype=torch.float64),
+        "f32": torch.arange(12, dtype=torch.float32).reshape(3, 4),
         "bf16": torch.tensor([[0.5, -3.0]], dtype=torch.bfloat16), "i64": torch.tensor([-(2 ** 40)]),
         "i8": torch.tensor([-7, 7], dtype=torch.int8), "u8": torch.tensor([255], dtype=torch.uint8),
         "bool": torch.tensor([True, False, True]),

@@ -78,7 +78,8 @@ def test_samples_have_shapes_and_logprobs_of_the_policy(rollout, policy, referen
     # Validation sampling (val_kwargs: greedy) equals transformers' argmax decoding.
     greedy = rollout.generate(PROMPTS, expect_version=0, validation=True)
     for s in greedy:
-        assert s.response_token_ids == reference.greedy(policy.model, PROMPTS[s.prompt_index], len(s.response_token_ids))
+        assert s.response_token_ids == reference.greedy(policy.model, PROMPTS[s.prompt_index],
+                                                        len(s.response_token_ids))
     _assert_logprobs_match(reference, greedy, policy.model, PROMPTS, temperature=1.0)
 
 
@@ -189,7 +190,8 @@ def test_client_found_by_name_inside_a_ray_task(rollout, rollout_config, policy)
         return get_rollout_client(app, cfg).generate([[1, 5, 9]], expect_version=version, validation=True)
 
     (sample,) = ray.get(sample_remotely.remote(APP, rollout_config, policy.version))
-    assert sample.policy_version == policy.version and 1 <= len(sample.response_token_ids) <= rollout_config.response_length
+    assert (sample.policy_version == policy.version
+            and 1 <= len(sample.response_token_ids) <= rollout_config.response_length)
 
 
 def test_chat_completions_over_http_on_localhost(rollout, rollout_config, policy):

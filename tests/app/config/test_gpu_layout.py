@@ -100,7 +100,8 @@ def test_a_layout_on_fewer_gpus_than_it_needs_is_refused_naming_the_numbers():
     plan = plan_resources(gpu_cfg(gpus=4, tp=2))
     with pytest.raises(ConfigError, match=r"the run needs 6 CPU, 4 GPU \(2 rollout replicas of \{1 CPU\} \+ \{0\.51 "
                                           r"GPU\} \+ \{0\.51 GPU\} and 4 train workers of \{1 CPU, 0\.49 GPU\}\), but "
-                                          r"the Ray cluster has 8 CPU, 2 GPU: GPU is short by 2; give the run more GPUs"):
+                                          r"the Ray cluster has 8 CPU, 2 GPU: GPU is short by 2; "
+                                          r"give the run more GPUs"):
         check_fits(plan, described_cluster(1, 8, 2))
 
 

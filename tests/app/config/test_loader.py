@@ -85,7 +85,8 @@ def test_unknown_estimator_lists_known_ones():
 
 def test_unknown_kl_type_is_named():
     with pytest.raises(ConfigError, match=r"kl_loss_type='k9'"):
-        load_config(with_(**{"actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_type": "k9"}))
+        load_config(with_(**{"actor_rollout_ref.actor.use_kl_loss": True,
+                             "actor_rollout_ref.actor.kl_loss_type": "k9"}))
 
 
 def test_bypass_mode_refuses_truncated_sampling():

@@ -15,7 +15,8 @@ def with_(**overrides):
     return with_dotted(BASE, **overrides)
 
 
-PINNED = {"trainer.worker_resources": {"train_node": 1}, "actor_rollout_ref.rollout.replica_resources": {"rollout_node": 1}}
+PINNED = {"trainer.worker_resources": {"train_node": 1},
+          "actor_rollout_ref.rollout.replica_resources": {"rollout_node": 1}}
 
 
 def test_resources_default_to_empty_and_reach_the_config_as_numbers():
@@ -36,7 +37,8 @@ def test_resources_default_to_empty_and_reach_the_config_as_numbers():
      r"trainer\.worker_resources\.train_node=1e-05: Ray counts resources in steps of 0\.0001"),
     ("trainer.worker_resources", {"CPU": 2},
      r"trainer\.worker_resources\.CPU=2\.0: CPU is one of Ray's built-in resources.*trainer\.cpus_per_worker"),
-    ("trainer.worker_resources", ["train_node"], r"trainer\.worker_resources: expected a mapping, got \['train_node'\]"),
+    ("trainer.worker_resources", ["train_node"],
+     r"trainer\.worker_resources: expected a mapping, got \['train_node'\]"),
 ])
 def test_bad_amounts_are_named_with_key_and_value(key, resources, message):
     with pytest.raises(ConfigError, match=message):

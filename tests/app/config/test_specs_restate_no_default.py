@@ -44,7 +44,8 @@ def _trained(model: str, role: str) -> dict[str, str]:
 
 OPTIM = _same_names("optim", "lr", "weight_decay", "betas", "lr_warmup_steps", "lr_warmup_steps_ratio", "warmup_style",
                     "min_lr_ratio", "total_training_steps")  # under the role's section
-DEEPSPEED = _same_names("deepspeed_config", "zero_stage", "offload_optimizer", "config_path")  # under the role's section
+# under the role's section
+DEEPSPEED = _same_names("deepspeed_config", "zero_stage", "offload_optimizer", "config_path")
 ACTOR_ENGINE = {**_loaded(MODEL, f"{ACTOR}.fsdp_config"), **_trained(MODEL, ACTOR),
                 **_same_names(MODEL, "lora_rank", "lora_alpha", "target_modules", "exclude_modules"),
                 **_same_names(ACTOR, "logits_chunk_size")}

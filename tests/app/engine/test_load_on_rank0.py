@@ -94,7 +94,8 @@ def _worker(rank, world, init_file, path, warm_up_path, out_dir, load_on_rank0=N
 def test_two_ranks_read_the_weights_once(mid_llama_dir, tiny_llama_dir, tmp_path):
     model_bytes = sum(t.numel() * t.element_size() for t in _file_weights(mid_llama_dir).values())
     assert model_bytes > 150e6  # large enough that a whole copy stands out from the noise of the allocator
-    mp.spawn(_worker, args=(2, str(tmp_path / "pg_init"), str(mid_llama_dir), str(tiny_llama_dir), str(tmp_path)), nprocs=2)
+    mp.spawn(_worker, args=(2, str(tmp_path / "pg_init"), str(mid_llama_dir), str(tiny_llama_dir), str(tmp_path)),
+             nprocs=2)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r in ranks:
         assert r["mismatched"] == [] and r["compared"] > 100  # every shard is the file's tensor, bit for bit

@@ -16,7 +16,8 @@ def test_the_card_command_prints_it_as_one_line(tiny_model_dir, small_arith_data
     from app.pipeline.__main__ import main
 
     args = ["verl_finetune", f"pytorch_model_path={tiny_model_dir}",
-            f"data_train_files={small_arith_data / 'train.parquet'}", f"data_val_files={small_arith_data / 'test.parquet'}",
+            f"data_train_files={small_arith_data / 'train.parquet'}",
+            f"data_val_files={small_arith_data / 'test.parquet'}",
             f"model_output={tmp_path / 'model'}", "trainer.total_training_step=3", "--dry-run"]
     assert main(args) == 2
     assert capfd.readouterr().err.splitlines() == [

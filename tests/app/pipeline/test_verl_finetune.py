@@ -22,7 +22,8 @@ def test_card_defaults_land_on_the_trainer_keys(tiny_model_dir, small_arith_data
     # each value is the card's default (issue 15), not the schema's or configs/grpo_trainer.yaml's where they differ
     assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.data.max_response_length) == (512, 1024, 2048)
     assert cfg.data.filter_overlong_prompts is True
-    assert (arr.actor.optim.lr, arr.actor.ppo_mini_batch_size, arr.actor.ppo_micro_batch_size_per_gpu) == (3e-6, 128, 10)
+    assert (arr.actor.optim.lr, arr.actor.ppo_mini_batch_size,
+            arr.actor.ppo_micro_batch_size_per_gpu) == (3e-6, 128, 10)
     assert (arr.model.lora_rank, arr.model.lora_alpha, arr.model.exclude_modules) == (64, 32, ".*visual.*")
     assert arr.model.enable_gradient_checkpointing is True and arr.ref.fsdp_config.param_offload is True
     assert (arr.actor.use_kl_loss, arr.actor.kl_loss_coef) == (True, 0.01)
@@ -42,7 +43,8 @@ def test_not_applicable_keys_are_accepted_and_listed_with_a_reason(tiny_model_di
                          compute_finetune="gpu-cluster", shm_size_finetune="5g", ENGINE="vllm")
     plan, _, _ = plan_card("verl_finetune", params, dry_run=True)
     listed = {name: why for name, _, why in plan.not_applicable}
-    assert set(listed) == {"data_image_key", "actor_fsdp_config_offload_policy", "rollout_disable_mm_preprocessor_cache",
+    assert set(listed) == {"data_image_key", "actor_fsdp_config_offload_policy",
+                           "rollout_disable_mm_preprocessor_cache",
                            "ENGINE", "shm_size_finetune", "instance_type_finetune", "compute_finetune"}
     assert "vision" in listed["rollout_disable_mm_preprocessor_cache"] and "Ray cluster" in listed["compute_finetune"]
 

@@ -57,7 +57,8 @@ def _complete(root):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1, "pol'), r"trainer_state\.json cannot be read as JSON"),
+    (lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1, "pol'),
+     r"trainer_state\.json cannot be read as JSON"),
     (lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1}'), r"lacks \['policy_version', 'kl_coef', 'data'\]"),
     (lambda c: (c / "actor" / "engine_state.pt").write_bytes(b""), r"actor/engine_state\.pt is empty"),
     (lambda c: (c / "actor" / ".metadata").unlink(), r"actor/\.metadata is missing"),

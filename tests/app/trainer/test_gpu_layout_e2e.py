@@ -28,7 +28,8 @@ def overrides(model, data: Path, out: Path, port: int) -> list[str]:
         "data.train_batch_size=4", "data.max_prompt_length=256", "data.max_response_length=8",
         "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32", "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+        "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.max_num_seqs=16", "actor_rollout_ref.rollout.cpu_kv_cache_gib=0.25",
         f"actor_rollout_ref.rollout.http_port={port}",
         # the layout under test: a verl GPU script's keys, computed on the CPU

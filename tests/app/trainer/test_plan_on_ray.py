@@ -37,8 +37,9 @@ def _reserve(plan):
                     return None
                 for index, bundle in enumerate(kind.bundles):
                     if "GPU" in bundle:
-                        probe = Probe.options(num_gpus=bundle["GPU"], scheduling_strategy=PlacementGroupSchedulingStrategy(
-                            group, placement_group_bundle_index=index)).remote()
+                        probe = Probe.options(num_gpus=bundle["GPU"],
+                                              scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                                  group, placement_group_bundle_index=index)).remote()
                         seen[name] += ray.get(probe.gpu_ids.remote(), timeout=60)
                         ray.kill(probe)
         return seen, ray.available_resources().get("GPU", 0.0)
@@ -74,7 +75,8 @@ def test_split_places_with_the_extra_gpus_and_is_refused_without_them(ray_cluste
 
     fits = load_config(with_dotted(BASE, **{"trainer.n_gpus_per_node": 2, "trainer.placement": "split",
                                             "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
-                                            "data.train_batch_size": 4, "actor_rollout_ref.actor.ppo_mini_batch_size": 4}))
+                                            "data.train_batch_size": 4,
+                                            "actor_rollout_ref.actor.ppo_mini_batch_size": 4}))
     plan = plan_resources(fits)
     check_fits(plan, cluster_nodes())  # 2 ranks + one TP-2 replica = the cluster's 4 GPUs
     seen, free = _reserve(plan)

@@ -17,7 +17,8 @@ from app.trainer.ray_metrics import dashboard_values, publish_step_metrics
 
 REPO = Path(__file__).resolve().parents[3]
 
-STEP_METRICS = {"critic/score/mean": 0.5, "reward/score/mean": 0.625, "val-core/reward/mean": 0.75, "timing_s/step": 3.0, "timing_s/gen": 2.0,
+STEP_METRICS = {"critic/score/mean": 0.5, "reward/score/mean": 0.625, "val-core/reward/mean": 0.75,
+                "timing_s/step": 3.0, "timing_s/gen": 2.0,
                 "timing_s/sync": 0.25, "actor/kl_loss": 0.0125, "training/policy_version": 4.0,
                 "response_length/mean": 12.5}
 

@@ -59,11 +59,13 @@ def base_overrides(tiny_model_dir, arith_data, out: Path) -> list[str]:
 
 
 def dataset_indices(rollouts: Path, step: int) -> set[int]:
-    rows = [json.loads(line) for f in sorted(rollouts.glob(f"{step}-rank*.jsonl")) for line in f.read_text().splitlines()]
+    rows = [json.loads(line) for f in sorted(rollouts.glob(f"{step}-rank*.jsonl"))
+            for line in f.read_text().splitlines()]
     return {r["dataset_index"] for r in rows}
 
 
-def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(compose, rollout_app, tiny_model_dir, arith_data, tmp_path):
+def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(compose, rollout_app, tiny_model_dir, arith_data,
+                                                                 tmp_path):
     out = tmp_path / "grpo"
     overrides = base_overrides(tiny_model_dir, arith_data, out) + ["trainer.num_workers=2", "trainer.save_freq=3",
                                                                    "trainer.experiment_name=grpo-e2e"]
