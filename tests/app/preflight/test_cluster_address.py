@@ -11,6 +11,16 @@ from app.preflight.cluster_address import CONNECT_TIMEOUT_S, check_cluster_answe
 from app.preflight.http_port import check_http_port
 
 
+@pytest.fixture(autouse=True)
+def no_ray_yet(monkeypatch):
+    """As in a fresh `python -m app.train`: the suite's own Ray cluster, which the checks leave alone, is not this."""
+    import app.preflight.cluster_address
+    import app.preflight.http_port
+
+    for module in (app.preflight.cluster_address, app.preflight.http_port):
+        monkeypatch.setattr(module, "ray_already_up", lambda: False)
+
+
 def _cfg(address=None) -> TrainerRunConfig:
     cfg = TrainerRunConfig()
     cfg.trainer.ray_address = address
