@@ -30,16 +30,17 @@ def fake_ray(monkeypatch):
     init = _RecordedInit()
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0})
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 8.0}}])
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     return init
 
 
 def _cfg(address=None) -> TrainerRunConfig:
-    cfg = TrainerRunConfig()
-    cfg.trainer.num_workers = 1
-    cfg.trainer.ray_address = address
-    return cfg
+    """A validated config of one train worker (the layout filled in, as ensure_ray gets it)."""
+    from app.config import load_config
+
+    return load_config({"data": {"train_files": "unused.parquet"}, "actor_rollout_ref": {"model": {"path": "unused"}},
+                        "trainer": {"num_workers": 1, "ray_address": address}})
 
 
 def test_without_an_address_the_run_asks_for_a_new_local_cluster(fake_ray):
@@ -60,12 +61,12 @@ def test_an_address_that_does_not_answer_is_refused_before_ray_init(fake_ray):
 
 _START_LOCAL = """
 import os, sys
-from app.config.schema import TrainerRunConfig
+from app.config import load_config
 from app.trainer.launch import ensure_ray
 from entry_run import tagged_ray_processes
 import ray
-cfg = TrainerRunConfig()
-cfg.trainer.num_workers = 1
+cfg = load_config({"data": {"train_files": "unused.parquet"}, "actor_rollout_ref": {"model": {"path": "unused"}},
+                   "trainer": {"num_workers": 1}})
 ensure_ray(cfg)
 print("gcs", ray.get_runtime_context().gcs_address)
 print("tagged", len(tagged_ray_processes(os.environ["RAYRL_TEST_RUN_TAG"])))
