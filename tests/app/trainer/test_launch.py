@@ -31,7 +31,9 @@ def test_a_local_cluster_turns_the_preemption_watcher_off_and_keeps_the_tokenize
     monkeypatch.delenv(WATCHER, raising=False)
     ensure_ray(load_config(with_dotted(BASE)))
     (kwargs,) = init_calls
-    assert kwargs["runtime_env"]["env_vars"] == {WATCHER: "0", "TOKENIZERS_PARALLELISM": "false"}
+    from app.logs import quiet_env
+
+    assert kwargs["runtime_env"]["env_vars"] == {WATCHER: "0", "TOKENIZERS_PARALLELISM": "false", **quiet_env()}
     assert kwargs["address"] == "local"  # a new cluster, whatever Ray's temp folder names (test_ensure_ray_address)
 
 
@@ -59,4 +61,6 @@ def test_a_joined_cluster_keeps_its_watcher(monkeypatch, init_calls):
         ensure_ray(load_config(with_dotted(BASE)))
     (kwargs,) = init_calls
     assert kwargs["address"] == address
-    assert kwargs["runtime_env"]["env_vars"] == {"TOKENIZERS_PARALLELISM": "false"}
+    from app.logs import quiet_env
+
+    assert kwargs["runtime_env"]["env_vars"] == {"TOKENIZERS_PARALLELISM": "false", **quiet_env()}
