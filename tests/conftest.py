@@ -90,7 +90,9 @@ def ray_cluster(serve_http_port):
     if ray.is_initialized():
         yield ray
         return
-    ray.init(num_cpus=8, num_gpus=SESSION_GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # a worker group of 4 ranks on 2 busy cores can take longer to start than Ray Train's 60 s default allows
+    ray.init(num_cpus=8, num_gpus=SESSION_GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300"}})
     from ray import serve
 
     serve.start(http_options={"host": "127.0.0.1", "port": serve_http_port})
