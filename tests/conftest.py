@@ -66,36 +66,55 @@ def gsm8k_dir() -> Path:
     return GSM8K_DIR
 
 
+SESSION_GPUS = 4
+_SERVE_PORT: list[int] = []  # the port the session's Serve proxy bound, once it has
+
+
 @pytest.fixture(scope="session")
-def serve_http_port() -> int:
+def serve_http_port(ray_cluster) -> int:
     """The one port Serve's HTTP proxy listens on for the whole session (127.0.0.1, never the default 8000)."""
+    return _SERVE_PORT[0]
+
+
+def start_serve_on_free_port(attempts: int = 5) -> int:
+    """Start Serve's proxy on a port free at the moment it binds, trying another if something took it first.
+
+    A port picked before `ray.init` is not safe: Ray's own processes open ephemeral ports while starting, and one of
+    them took the picked port in a CI run, failing every Serve test of the session.
+    """
+    from ray import serve
     from support import free_port
 
-    return free_port()
-
-
-SESSION_GPUS = 4
+    for attempt in range(attempts):
+        port = free_port()
+        try:
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            return port
+        except Exception as err:
+            if "Failed to bind" not in str(err) or attempt == attempts - 1:
+                raise
+            serve.shutdown()
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(serve_http_port):
+def ray_cluster():
     """One local Ray cluster for the whole session; logical CPUs exceed the 2 cores so Serve and Train both fit.
     It declares 4 GPUs that do not exist: a GPU layout places by them while computing on the CPU
     (trainer.device=cpu), and a CPU config asks for none.
 
-    Serve starts here, on `serve_http_port`: its proxy binds once per cluster, so whichever test deployed first would
-    otherwise decide the port for all the others.
+    Serve starts here (its port is the `serve_http_port` fixture): its proxy binds once per cluster, so whichever
+    test deployed first would otherwise decide the port for all the others.
     """
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
+        _SERVE_PORT[:] = [start_serve_on_free_port()]
         yield ray
         return
     # a worker group of 4 ranks on 2 busy cores can take longer to start than Ray Train's 60 s default allows
     ray.init(num_cpus=8, num_gpus=SESSION_GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False,
              runtime_env={"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300"}})
-    from ray import serve
-
-    serve.start(http_options={"host": "127.0.0.1", "port": serve_http_port})
+    _SERVE_PORT[:] = [start_serve_on_free_port()]
     try:
         yield ray
     finally:
