@@ -37,7 +37,8 @@ OURS = frozenset({
     "reward_model.num_workers", "reward_model.timeout_s", "reward_model.on_error", "reward_model.max_failed_fraction",
     "async_training",
     "trainer.num_workers", "trainer.cpus_per_worker", "trainer.worker_resources", "trainer.placement",
-    "trainer.max_bad_steps", "trainer.max_failures", "trainer.seed", "trainer.ray_address",
+    "trainer.max_bad_steps", "trainer.no_signal_steps", "trainer.no_signal_share", "trainer.max_failures",
+    "trainer.seed", "trainer.ray_address",
 })
 # verl features this framework does not have: accepted at verl's default only (app/config/verl_compat.py)
 DEFAULT_ONLY_NAMES = ("ulysses_sequence_parallel_size", "fsdp_size", "override_config")

@@ -645,6 +645,10 @@ class TrainerConfig:
     critic_warmup: int = 0  # steps of critic-only updates
     # steps in a row whose update met NaN/Inf gradients (each skipped) before the run stops; 0: never stop
     max_bad_steps: int = 3
+    # steps in a row where at most no_signal_share of the groups had samples that scored unlike (a group-relative
+    # estimator then has nothing to learn from) before the console and the metrics say so; 0: never warn
+    no_signal_steps: int = 3
+    no_signal_share: float = 0.1  # share of prompt groups with unlike scores at or below which a step has no signal
     # restarts of the train workers after one fails (a killed process, a lost node), each resuming from the newest
     # checkpoint (so set save_freq); 0: the first failure ends the run, as in verl; -1: no limit
     max_failures: int = 0

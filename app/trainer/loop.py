@@ -8,6 +8,7 @@ of the next batch runs while this one trains (`app.trainer.rollout_ahead`).
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable, Optional
 
 import torch
@@ -30,11 +31,14 @@ from app.trainer.rollout_dump import dump_rollouts
 from app.trainer.run_state import RunStateMixin
 from app.trainer.scoring import greedy_baselines
 from app.trainer.services import RewardScorer, RolloutService
+from app.trainer.signal_guard import NoSignalGuard, group_counts
 from app.trainer.step_metrics import batch_metrics, max_min_metrics
 from app.trainer.timing import PhaseTimer
 from app.trainer.validation import validate
 from app.trainer.weight_payload import rollout_payload
 from serve.types import FullWeights
+
+log = logging.getLogger(__name__)
 
 
 class RLTrainer(RunStateMixin):
@@ -69,6 +73,7 @@ class RLTrainer(RunStateMixin):
         self.total_steps = self._total_steps()
         self.last_val: dict[str, float] = {}
         self.bad_steps = BadStepGuard(cfg.trainer.max_bad_steps)
+        self.no_signal = NoSignalGuard(cfg.trainer.no_signal_steps, cfg.trainer.no_signal_share)
         self.ahead: Optional[RolloutAhead] = None  # async_training: the generation running ahead, during fit
 
     # ------------------------------------------------------------------ the loop
@@ -91,6 +96,7 @@ class RLTrainer(RunStateMixin):
             timer = PhaseTimer()
             with timer.phase("step"):
                 group, metrics = self.collect_rollouts(timer)
+                metrics |= self.watch_signal(group)
                 if self.rollout_sleeps:
                     self._rollout_sleep()  # give the GPU memory back to the trainer until the next sync
                 if self.cfg.trainer.rollout_data_dir:
@@ -163,6 +169,14 @@ class RLTrainer(RunStateMixin):
         metrics |= {f"filter_groups/{k}_groups": float(v) for k, v in zip(FILTER_COUNTS, totals.tolist())}
         metrics["train/num_gen_batches"] = float(counts["rounds"])  # verl's name
         return group, metrics
+
+    def watch_signal(self, group: RolloutGroup) -> dict[str, float]:
+        """The share of groups whose samples scored unlike (all ranks); rank 0 warns after a stretch without any."""
+        informative, groups = group_counts(group.batch["token_level_scores"].sum(dim=-1), group.uid)
+        metrics, warning = self.no_signal.observe(self.step, self.ranks.sum(informative), self.ranks.sum(groups))
+        if warning and self.rank == 0:
+            log.warning(warning)
+        return metrics
 
     def generate(self, prompts: PromptBatch, version: int) -> RolloutGroup:
         """`n` samples for each prompt of this rank's share, all made by policy `version` (the service's)."""

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from yes_no_rollout import YesNoRollout
 
 from app.trainer.dynamic_sampling import fill_with_informative_groups, filter_metric
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch, concat_groups
-from serve.types import RolloutSample
 
 PAD = 0
 
@@ -102,40 +102,6 @@ def test_acc_metric_needs_the_reward_to_report_it():
 
 
 # ---------------------------------------------------------------------------------------------- in the real loop
-class YesNoRollout:
-    """Answers like `serve.RolloutClient`: in every call, even-numbered prompts get a mixed group ("yes" for the
-    first sample, "no" for the others), odd-numbered prompts an all-"no" group. "yes" answers are `long_len` tokens,
-    "no" answers 1 token."""
-
-    def __init__(self, yes_id: int, no_id: int, n: int, long_len: int) -> None:
-        self.yes_id, self.no_id, self.n, self.long_len = yes_id, no_id, n, long_len
-        self.version = 0
-        self.train_calls = 0
-
-    def generate(self, prompt_token_ids, *, expect_version, validation=False):
-        assert expect_version == self.version
-        self.train_calls += not validation
-        out = []
-        for i in range(len(prompt_token_ids)):
-            for j in range(1 if validation else self.n):
-                yes = i % 2 == 0 and j == 0
-                ids = [self.yes_id] * self.long_len if yes else [self.no_id]
-                out.append(RolloutSample(prompt_index=i, sample_index=j, response_token_ids=ids,
-                                         logprobs=[-1.0] * len(ids), finish_reason="stop",
-                                         policy_version=self.version))
-        return out
-
-    def update_weights(self, version, payload):
-        self.version = version
-        return version
-
-    def replica_versions(self):
-        return {"replica-0": self.version}
-
-    def take_faults(self):
-        return set(), 0
-
-
 @pytest.fixture(scope="module")
 def arith_data(tmp_path_factory) -> Path:
     from app.prepare import main as prepare
