@@ -19,13 +19,18 @@ __all__ = ["VERBOSE_ENV", "verbose", "setup_logging", "quiet_env", "quiet_logger
 # Environment of every Ray process of a quiet run (set in the runtime env, so workers on other nodes get it too). A
 # value the user exported wins.
 QUIET_ENV = {
-    "VLLM_LOGGING_LEVEL": "WARNING",  # vLLM's engine arguments, model loading, per-request INFO lines
+    # vLLM's engine arguments, model loading and per-request INFO lines, and its start-up warnings about the build
+    # (Triton, tcmalloc, eager mode) that a user of the run cannot act on
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10's start-up notices in each replica (NUMA binding)
     "TQDM_DISABLE": "1",  # loading bars inside Ray processes, which Ray's line-based log streaming breaks up
     # libraries' deprecation notices about their own internals, printed by every replica and worker
     "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
 }
 # loggers that print INFO lines about the machinery on the driver and in the workers (Serve's app start, handles)
 CHATTY_LOGGERS = ("ray.serve",)
+# loggers whose warnings are notices, not problems: Ray's "token authentication is enabled" at every local start
+NOTICE_LOGGERS = ("ray._private.authentication.authentication_token_setup",)
 
 
 def setup_logging() -> None:
@@ -41,14 +46,17 @@ def setup_logging() -> None:
 
 
 def quiet_loggers() -> None:
-    """CHATTY_LOGGERS at WARNING unless verbose (on the driver, and in each train worker). Ray Serve sets its logger
-    to INFO when it is imported, so this imports it first (the callers use it anyway)."""
+    """CHATTY_LOGGERS at WARNING and NOTICE_LOGGERS at ERROR unless verbose (on the driver, and in each train
+    worker). Ray Serve sets its logger to INFO when it is imported, so this imports it first (the callers use it
+    anyway)."""
     if verbose():
         return
     import ray.serve  # noqa: F401
 
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for name in NOTICE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def quiet_env() -> dict[str, str]:

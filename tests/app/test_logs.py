@@ -17,7 +17,7 @@ def quiet(monkeypatch):
 
 
 def test_a_quiet_run_silences_vllm_serve_access_lines_and_ray_train_info(quiet):
-    assert logs.quiet_env() == {"VLLM_LOGGING_LEVEL": "WARNING", "TQDM_DISABLE": "1",
+    assert logs.quiet_env() == {"VLLM_LOGGING_LEVEL": "ERROR", "TORCH_CPP_LOG_LEVEL": "ERROR", "TQDM_DISABLE": "1",
                                 "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning"}
     assert logs.train_log_level() == "WARNING"
     config = serve_logging_config()
@@ -48,9 +48,11 @@ def test_ray_trains_per_report_line_is_dropped_unless_verbose(quiet, monkeypatch
     reports, serve_logger = logging.getLogger(context.__file__), logging.getLogger("ray.serve")
     monkeypatch.setattr(reports, "level", logging.NOTSET)
     monkeypatch.setattr(serve_logger, "level", logging.INFO)
+    monkeypatch.setattr(logging.getLogger(logs.NOTICE_LOGGERS[0]), "level", logging.NOTSET)
     logs.quiet_train_reports()
     assert not reports.isEnabledFor(logging.INFO) and reports.isEnabledFor(logging.WARNING)
     assert serve_logger.level == logging.WARNING  # "Started <SharedRouterLongPollClient ...>" and the like
+    assert logging.getLogger(logs.NOTICE_LOGGERS[0]).level == logging.ERROR  # "token authentication is enabled"
     monkeypatch.setenv(logs.VERBOSE_ENV, "1")
     reports.setLevel(logging.NOTSET)
     logs.quiet_train_reports()
