@@ -7,7 +7,9 @@ package needs no edit here; a new package or top-level module of app/ fails unti
 
 `from pkg import name` is an edge to the submodule `pkg.name` when there is one, else to `pkg` (its __init__). The
 parent packages a submodule import also executes are not edges: Python runs them first and a submodule never needs
-its parent's names, so they cannot form a circle that fails at import time.
+its parent's names, so they cannot form a circle that fails at import time. Imports under `if TYPE_CHECKING:` never
+run: they count for the layers (a type from above is still a dependency on above) but not for circles (a Protocol
+may name the config type of the module that implements it).
 """
 from __future__ import annotations
 
@@ -64,6 +66,7 @@ class Edge:
     target: str  # imported project module
     where: str  # file:line
     text: str  # the import statement
+    typing_only: bool = False  # under `if TYPE_CHECKING:`
 
     def __str__(self) -> str:
         return f"{self.where}: `{self.text}` ({self.source} -> {self.target})"
@@ -92,6 +95,7 @@ def _edges(mods: dict[str, pathlib.Path]) -> list[Edge]:
     for source, path in mods.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         package = source if path.name == "__init__.py" else source.rpartition(".")[0]
+        typing_only = {id(n) for block in ast.walk(tree) if _is_type_checking(block) for n in ast.walk(block)}
         for node in ast.walk(tree):
             targets = []
             if isinstance(node, ast.Import):
@@ -106,8 +110,16 @@ def _edges(mods: dict[str, pathlib.Path]) -> list[Edge]:
                     targets.append(sub if sub in mods else _project_module(base, mods))
             where = f"{path.relative_to(ROOT)}:{node.lineno}" if targets else ""
             for target in {t for t in targets if t and t != source}:
-                edges.append(Edge(source, target, where, ast.unparse(node)))
+                edges.append(Edge(source, target, where, ast.unparse(node), id(node) in typing_only))
     return edges
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _layer(module: str) -> int | None:
@@ -157,6 +169,7 @@ def test_no_import_circle():
     mods = _modules()
     edges = _edges(mods)
     graph: dict[str, set[str]] = {m: set() for m in mods}
+    edges = [e for e in edges if not e.typing_only]
     for edge in edges:
         graph[edge.source].add(edge.target)
     circles = [c for c in _strongly_connected(graph) if len(c) > 1]
@@ -220,3 +233,5 @@ def test_the_checks_see_a_circle_and_an_upward_import():
     edges = _edges(mods)
     # imports inside functions count: check_deepspeed imports the engine's DeepSpeed JSON code when it runs
     assert any(e.source == "app.config.deepspeed_check" and e.target == "app.engine.deepspeed_config" for e in edges)
+    # a Protocol's TYPE_CHECKING import of the config type it names is seen, and known as never run
+    assert [e.typing_only for e in edges if (e.source, e.target) == ("algos.protocols", "algos.policy_loss")] == [True]
