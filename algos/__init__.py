@@ -29,7 +29,10 @@ _EXPORTS = {
     "POLICY_LOSSES": "algos.policy_loss",
     "PolicyLossConfig": "algos.policy_loss",
     "resolve_loss_agg_mode": "algos.policy_loss",
+    "AdvantageFn": "algos.protocols",
+    "PolicyLossFn": "algos.protocols",
     "Registry": "algos.registry",
+    "load_callable": "algos.registry",
     "call_with_supported_kwargs": "algos.registry",
     "compute_value_loss": "algos.value_loss",
 }

@@ -1,9 +1,10 @@
 """Advantage estimators, selected by ``algorithm.adv_estimator``.
 
-Every estimator takes ``token_level_rewards`` and ``response_mask`` of shape ``(batch, response_len)`` plus whatever
-else it needs, and returns ``(advantages, returns)``, both ``(batch, response_len)`` and exactly 0 outside
-``response_mask``. Values at masked positions (padding, or tool/observation tokens inside a multi-turn response) are
-never read: a masked token neither contributes reward nor advances a recursion.
+Every estimator is an ``algos.protocols.AdvantageFn``: it takes ``token_level_rewards`` and ``response_mask`` of
+shape ``(batch, response_len)`` plus whatever else it needs, and returns ``(advantages, returns)``, both
+``(batch, response_len)`` and exactly 0 outside ``response_mask``. Values at masked positions (padding, or
+tool/observation tokens inside a multi-turn response) are never read: a masked token neither contributes reward nor
+advances a recursion.
 
 Outcome estimators (grpo, rloo, opo, reinforce_plus_plus_baseline) reduce each response to one score, the sum of its
 kept token rewards, and compare responses of the same prompt. Responses are grouped by ``index``: one hashable per
@@ -21,9 +22,10 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from algos.masked import masked_fill_zero, masked_whiten
+from algos.protocols import AdvantageFn
 from algos.registry import Registry, call_with_supported_kwargs
 
-ADV_ESTIMATORS = Registry("algorithm.adv_estimator")
+ADV_ESTIMATORS: Registry[AdvantageFn] = Registry("algorithm.adv_estimator")
 
 
 @dataclass(frozen=True)

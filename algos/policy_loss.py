@@ -1,13 +1,6 @@
 """Policy-gradient losses, selected by ``actor.policy_loss.loss_mode`` (verl names).
 
-Common signature::
-
-    fn(old_log_prob, log_prob, advantages, response_mask, *, loss_agg_mode, config, normalizer=None)
-        -> (loss: scalar tensor with grad, metrics: dict of detached 0-d tensors)
-
-All tensors are ``(batch, response_len)``; ``log_prob`` carries the gradient. Metrics (``pg_clipfrac``, ``ppo_kl``,
-``pg_clipfrac_lower``) are token means over this call's kept tokens; they stay tensors so no device sync is forced.
-``normalizer`` is passed to ``algos.aggregation.agg_loss`` (see there for micro-batch invariance).
+Every loss has the signature of ``algos.protocols.PolicyLossFn`` (tensors, loss and metrics described there).
 
 ``clip_cov`` and ``kl_cov`` pick tokens by a covariance over this call's kept tokens (one micro-batch, as in verl), so
 unlike the other modes their loss depends on how the mini-batch is cut, and picking reads the token count (one sync).
@@ -22,9 +15,10 @@ import torch
 
 from algos.aggregation import agg_loss
 from algos.masked import masked_mean
+from algos.protocols import PolicyLossFn
 from algos.registry import Registry
 
-POLICY_LOSSES = Registry("actor.policy_loss.loss_mode")
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("actor.policy_loss.loss_mode")
 
 
 @dataclass(frozen=True)

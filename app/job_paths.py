@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.config.schema import TrainerRunConfig
 
 # set by Ray's job supervisor in the environment of a job's driver (ray._private.runtime_env.constants)

@@ -30,9 +30,9 @@ def evaluate(model: Path, data: Path, items: int, max_tokens: int, instruction: 
     from vllm.inputs import TokensPrompt
 
     from algos.rewards.gsm8k import compute_score
-    from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
     from app.data.gsm8k_task import gsm8k_rows
     from app.data.prompts import render_prompts, tokenize_prompts
+    from app.engine.precision import cpu_has_native_bf16, resolve_auto_dtype
     from serve.vllm_engine import cpu_bind_string
 
     rows = gsm8k_rows(str(data), "test", instruction)[:items]

@@ -37,9 +37,9 @@ def main() -> int:
     from vllm.inputs import TokensPrompt
 
     from algos.rewards.default import default_compute_score
-    from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
     from app.config.schema import DataConfig
     from app.data import PromptDataOptions, load_prompt_dataset
+    from app.engine.precision import cpu_has_native_bf16, resolve_auto_dtype
     from app.rewards.manager import split_score
     from serve.vllm_engine import cpu_bind_string
 

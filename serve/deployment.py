@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
 from serve import openai_api
+from serve.http_access import http_api_key
 from serve.log_config import serve_logging_config
 from serve.memory import release_free_heap
 from serve.payload import (
@@ -433,7 +434,7 @@ def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool,
     `placement` says (None: `ReplicaPlacement.on_cpu`)."""
     from ray.serve.config import DeploymentActorConfig
 
-    api_key = openai_api.http_api_key(rollout)
+    api_key = http_api_key(rollout)
     placement = placement or ReplicaPlacement.on_cpu(rollout)
     spec = engine_spec_from_config(rollout, model_path, trust_remote_code=trust_remote_code,
                                    max_lora_rank=max_lora_rank, seed=seed, placement=placement)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,20 +28,6 @@ class ApiError(ValueError):
 
     def body(self) -> dict:
         return {"error": {"message": str(self), "type": "invalid_request_error", "param": self.param, "code": None}}
-
-
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-def http_api_key(rollout: Any) -> Optional[str]:
-    """The key the OpenAI routes require: `rollout.http_api_key`, else $RAYRL_API_KEY, else none, which only a
-    loopback `rollout.http_host` may go without (anyone who reaches the port could use the policy)."""
-    key = rollout.http_api_key or os.environ.get("RAYRL_API_KEY") or None
-    if key is None and rollout.http_host not in LOOPBACK_HOSTS:
-        raise ValueError(f"actor_rollout_ref.rollout.http_host={rollout.http_host!r} exposes the OpenAI routes "
-                         "beyond this machine: set actor_rollout_ref.rollout.http_api_key or the RAYRL_API_KEY "
-                         "environment variable, which requests must then send as 'Authorization: Bearer <key>'")
-    return key
 
 
 def check_bearer(authorization: Optional[str], api_key: Optional[str]) -> None:

@@ -6,13 +6,13 @@ Importing this package registers them. It imports no torch, so reward worker pro
 ``algos.rewards.token_level.scores_to_token_rewards`` (torch) is imported from its module.
 """
 
+from algos.registry import load_callable
 from algos.rewards import arithmetic, format_reward, gsm8k, math_answers  # noqa: F401  (registers the built-ins)
 from algos.rewards.default import default_compute_score
 from algos.rewards.registry import (
     UnknownDataSourceError,
     get_reward_fn,
     known_data_sources,
-    load_callable,
     register_reward,
     unregister_reward,
 )

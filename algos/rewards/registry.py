@@ -2,7 +2,8 @@
 
 A registered function has the reduced signature ``fn(solution_str, ground_truth, extra_info=None, **kwargs)``
 and returns a float or a dict with a ``score`` key (plus extra metric keys). It may be given as a callable or as a
-``"module:function"`` / ``"path/to/file.py:function"`` string, which is imported on first lookup.
+``"module:function"`` / ``"path/to/file.py:function"`` string, which is imported on first lookup
+(``algos.registry.load_callable``, as for every user function).
 
 The registry lives in each process: reward worker processes import ``algos.rewards`` afresh, so a reward registered
 at run time in the trainer is not seen there. Register in a module that ``algos.rewards`` imports, or use
@@ -11,15 +12,13 @@ at run time in the trainer is not seen there. Register in a module that ``algos.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 from typing import Any, Callable
+
+from algos.registry import Registry
 
 RewardFn = Callable[..., Any]
 
-_REGISTRY: dict[str, RewardFn | str] = {}
+REWARDS: Registry[RewardFn] = Registry("data_source")
 
 
 class UnknownDataSourceError(KeyError):
@@ -39,15 +38,8 @@ def register_reward(*data_sources: str, fn: RewardFn | str | None = None, overwr
         raise ValueError("register_reward needs at least one data_source name")
 
     def _register(target: RewardFn | str) -> RewardFn | str:
-        if not (callable(target) or (isinstance(target, str) and ":" in target)):
-            raise TypeError(f"reward for {data_sources} must be a callable or 'module:function', got {target!r}")
         for name in data_sources:
-            existing = _REGISTRY.get(name)
-            if existing is not None and existing is not target and not overwrite:
-                raise ValueError(
-                    f"data_source {name!r} already has reward {existing!r}; pass overwrite=True to replace"
-                )
-            _REGISTRY[name] = target
+            REWARDS.add(name, target, overwrite=overwrite)
         return target
 
     if fn is not None:
@@ -56,60 +48,18 @@ def register_reward(*data_sources: str, fn: RewardFn | str | None = None, overwr
 
 
 def unregister_reward(data_source: str) -> None:
-    _REGISTRY.pop(data_source, None)
+    REWARDS.remove(data_source)
 
 
 def known_data_sources() -> list[str]:
-    return sorted(_REGISTRY)
+    return list(REWARDS.names())
 
 
 def get_reward_fn(data_source: str) -> RewardFn:
     """The reward function for ``data_source``; raises UnknownDataSourceError listing the known names."""
-    try:
-        target = _REGISTRY[data_source]
-    except KeyError:
+    if data_source not in REWARDS:
         raise UnknownDataSourceError(
             f"no reward function registered for data_source {data_source!r}; known: {', '.join(known_data_sources())}. "
             "Register one with algos.rewards.register_reward or set custom_reward_function.path"
-        ) from None
-    if isinstance(target, str):
-        target = load_callable(target)
-        _REGISTRY[data_source] = target
-    return target
-
-
-def load_callable(spec: str) -> Callable[..., Any]:
-    """Import ``"package.module:function"`` or ``"path/to/file.py:function"`` and return the function."""
-    module_part, sep, attr = spec.rpartition(":")
-    if not sep or not module_part or not attr:
-        raise ValueError(f"expected 'module:function' or 'file.py:function', got {spec!r}")
-    if module_part.endswith(".py") or os.sep in module_part:
-        module = load_module_from_file(module_part)
-    else:
-        module = importlib.import_module(module_part)
-    fn = getattr(module, attr, None)
-    if fn is None or not callable(fn):
-        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise AttributeError(f"{module_part} has no function {attr!r}; functions there: {', '.join(names) or '(none)'}")
-    return fn
-
-
-def load_module_from_file(path: str):
-    """Import a python file by path, under a module name derived from the absolute path (one copy per file)."""
-    path = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"reward function file not found: {path}")
-    name = "_reward_file_" + "".join(c if c.isalnum() else "_" for c in path)
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path} as a python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+        )
+    return REWARDS.get(data_source)

@@ -1,6 +1,7 @@
 """One typed configuration schema (verl key names), loaded from Hydra/OmegaConf and validated before Ray starts."""
+from app.config.errors import ConfigError
 from app.config.hydra_defaults import register_schema_defaults
-from app.config.loader import ConfigError, load_config, to_container
+from app.config.loader import load_config, to_container
 from app.config.schema import TrainerRunConfig
 
 register_schema_defaults()  # Hydra's base config: the schema's defaults (configs/ppo_trainer.yaml starts from it)

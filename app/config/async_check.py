@@ -2,7 +2,7 @@
 combine with yet, refused before any worker starts."""
 from __future__ import annotations
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.config.schema import TrainerRunConfig
 
 

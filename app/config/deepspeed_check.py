@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.config.ranks import ranks_named
 from app.config.schema import FSDPConfig, TrainerRunConfig
 

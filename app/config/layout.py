@@ -6,7 +6,7 @@ GPU layout tried on a machine without GPUs).
 """
 from __future__ import annotations
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.config.schema import TrainerRunConfig
 
 ROLLOUT = "actor_rollout_ref.rollout"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.config.schema import TrainerRunConfig
 
 WORKER_KEY = "trainer.worker_resources"

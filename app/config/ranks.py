@@ -1,7 +1,7 @@
 """How many training ranks a run has, decided once: verl's `n_gpus_per_node × nnodes` on GPUs, `num_workers` on CPU."""
 from __future__ import annotations
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.config.schema import CPU_NUM_WORKERS, TrainerConfig
 
 

@@ -132,7 +132,7 @@ class OptimConfig:
 
 @dataclass
 class MixedPrecisionConfig:
-    # compute dtype; auto: bf16 on GPUs and CPUs with native bf16, fp32 on other CPUs (app/config/precision.py)
+    # compute dtype; auto: bf16 on GPUs and CPUs with native bf16, fp32 on other CPUs (app/engine/precision.py)
     param_dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     reduce_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"  # gradient reduction dtype
     buffer_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"

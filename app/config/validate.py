@@ -5,12 +5,13 @@ import logging
 
 from app.config.async_check import check_async_training
 from app.config.deepspeed_check import check_deepspeed
+from app.config.errors import ConfigError
 from app.config.layout import derive_layout
-from app.config.loader import ConfigError
 from app.config.placement import check_placement
 from app.config.ranks import derive_ranks, ranks_named
 from app.config.schema import TrainerRunConfig
 from app.config.verl_compat import apply_verl_names, check_unsupported
+from serve.http_access import http_api_key
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def _fill_derived(cfg: TrainerRunConfig) -> None:
 
 def _resolve_auto_precision(cfg: TrainerRunConfig) -> None:
     """`auto` compute dtypes become bf16 or fp32 for this machine, once, before anything reads them."""
-    from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
+    from app.engine.precision import cpu_has_native_bf16, resolve_auto_dtype
 
     arr = cfg.actor_rollout_ref
     sections = (arr.actor.fsdp_config, arr.ref.fsdp_config, cfg.critic.model.fsdp_config)
@@ -297,8 +298,6 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
         PolicyLossConfig.from_mapping(actor)
     except ValueError as exc:
         raise ConfigError(f"actor_rollout_ref.{exc}") from exc
-    from serve.openai_api import http_api_key
-
     try:  # the OpenAI routes beyond loopback need a key: refused now, not when the deployment starts
         http_api_key(rollout)
     except ValueError as exc:

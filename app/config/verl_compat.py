@@ -8,7 +8,7 @@ import dataclasses
 import logging
 from typing import Any, Iterator
 
-from app.config.loader import ConfigError, _build, _coerce
+from app.config.errors import ConfigError
 from app.config.ranks import ranks_named
 from app.config.schema import (
     RM_MICRO_BATCH_PER_GPU,
@@ -18,6 +18,7 @@ from app.config.schema import (
     OverlongBufferConfig,
     TrainerRunConfig,
 )
+from app.config.typed import build_typed, coerce
 
 # (section, verl's older global micro-batch key, the per-rank key it becomes)
 _GLOBAL_MICRO_BATCHES = (
@@ -332,7 +333,7 @@ def _map_dapo_reward_kwargs(cfg: TrainerRunConfig) -> None:
                           f"reward_model.reward_manager=dapo; known keys: {', '.join(_DAPO_REWARD_KWARGS)}")
     if "overlong_buffer_cfg" in kwargs:
         key = "reward_model.reward_kwargs.overlong_buffer_cfg"
-        given = _build(OverlongBufferConfig, kwargs["overlong_buffer_cfg"], key)
+        given = build_typed(OverlongBufferConfig, kwargs["overlong_buffer_cfg"], key)
         if rm.overlong_buffer not in (OverlongBufferConfig(), given):
             raise ConfigError(
                 f"{key} ({given}) and reward_model.overlong_buffer "
@@ -341,7 +342,7 @@ def _map_dapo_reward_kwargs(cfg: TrainerRunConfig) -> None:
         rm.overlong_buffer = given
     if kwargs.get("max_resp_len") is not None:
         budget = cfg.actor_rollout_ref.rollout.response_length
-        max_resp_len = _coerce(int, kwargs["max_resp_len"], "reward_model.reward_kwargs.max_resp_len")
+        max_resp_len = coerce(int, kwargs["max_resp_len"], "reward_model.reward_kwargs.max_resp_len")
         if max_resp_len != budget:
             raise ConfigError(
                 f"reward_model.reward_kwargs.max_resp_len={max_resp_len}: the overlong buffer here ends at the "

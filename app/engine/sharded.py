@@ -35,7 +35,7 @@ def resolve_auto_param_dtype(spec: EngineSpec, device: torch.device) -> EngineSp
     """``param_dtype="auto"`` (a config validation did not resolve it): decide for the device we run on."""
     if spec.param_dtype != "auto":
         return spec
-    from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
+    from app.engine.precision import cpu_has_native_bf16, resolve_auto_dtype
 
     return dataclasses.replace(spec, param_dtype=resolve_auto_dtype(device.type == "cuda", cpu_has_native_bf16())[0])
 

@@ -1,7 +1,7 @@
 """The one error type of the driver-side pre-flight checks."""
 from __future__ import annotations
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 
 
 class PreflightError(ConfigError):

@@ -36,7 +36,7 @@ def check_reward_function(cfg: TrainerRunConfig) -> None:
 
 
 def _import(path: str, given: str):
-    from algos.rewards.registry import load_module_from_file
+    from algos.registry import load_module_from_file
 
     try:
         return load_module_from_file(path)

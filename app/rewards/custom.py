@@ -48,22 +48,15 @@ def load_reward_fn(spec: RewardFnSpec) -> Callable[..., Any]:
 
         fn: Callable[..., Any] = default_compute_score
     else:
-        from algos.rewards.registry import load_module_from_file
+        from algos.registry import load_callable
 
         path = os.path.abspath(os.path.expanduser(spec.path))
         if not os.path.isfile(path):
             raise RewardConfigError(f"custom_reward_function.path: file not found: {path}")
         try:
-            module = load_module_from_file(path)
-        except Exception as err:
-            raise RewardConfigError(
-                f"custom_reward_function.path: importing {path} failed: {type(err).__name__}: {err}"
-            ) from err
-        fn = getattr(module, spec.name, None)
-        if fn is None or not callable(fn):
-            names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-            raise RewardConfigError(
-                f"custom_reward_function.name: {path} has no function {spec.name!r}; functions there: "
-                f"{', '.join(names) or '(none)'}"
-            )
+            fn = load_callable(f"{path}:{spec.name}")
+        except ImportError as err:  # the file's own code failed
+            raise RewardConfigError(f"custom_reward_function.path: {err}") from err
+        except (AttributeError, TypeError) as err:  # the name is missing or not a function
+            raise RewardConfigError(f"custom_reward_function.name: {err}") from err
     return functools.partial(fn, **spec.reward_kwargs) if spec.reward_kwargs else fn

@@ -19,10 +19,10 @@ def same_tokenizer(a: Any, b: Any) -> bool:
 
 
 def compute_dtype_for(device: torch.device) -> torch.dtype:
-    """bf16 on a GPU; on a CPU bf16 only where it is native (AVX512-BF16/AMX), else fp32 (see app.config.precision)."""
+    """bf16 on a GPU; on a CPU bf16 only where it is native (AVX512-BF16/AMX), else fp32 (see app.engine.precision)."""
     if device.type == "cuda":
         return torch.bfloat16
-    from app.config.precision import cpu_has_native_bf16
+    from app.engine.precision import cpu_has_native_bf16
 
     return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
 

@@ -44,7 +44,7 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
         check_cluster_fits(plan)
         return
     if wants_custom_resources(cfg):
-        from app.config.loader import ConfigError
+        from app.config.errors import ConfigError
 
         raise ConfigError("trainer.worker_resources / actor_rollout_ref.rollout.replica_resources name Ray custom "
                           "resources, which a local cluster started here would not have: give the cluster whose nodes "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 from urllib.parse import urlparse
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.trainer.progress import PROGRESS_FILE, ProgressWriter
 
 

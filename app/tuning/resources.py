@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.config.schema import TrainerRunConfig
 
 TRIAL_ACTOR_CPUS = 0.01  # the trial's own Tune actor, which only waits on its job

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from app.config.loader import ConfigError, load_config
+from app.config import ConfigError, load_config
 from app.config.schema import TrainerRunConfig
 from app.tuning import results as results_mod
 from app.tuning.resources import TRIAL_ACTOR_CPUS, max_concurrent_trials, trial_needs

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from app.config.loader import ConfigError
+from app.config.errors import ConfigError
 from app.tuning.spec import ParamSpace, SweepSpec
 
 OPTUNA_MISSING = ("search.method=optuna needs the optuna package, which is not installed: "

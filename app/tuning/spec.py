@@ -20,8 +20,9 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
-from app.config.loader import ConfigError, build_typed
+from app.config.errors import ConfigError
 from app.config.schema import TrainerRunConfig
+from app.config.typed import build_typed
 
 SPACE_KINDS = ("grid", "choice", "loguniform", "uniform")
 KL_ALIAS = "kl_coef"

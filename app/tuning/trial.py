@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from app.config.loader import ConfigError, load_config
+from app.config import ConfigError, load_config
 from app.config.schema import TrainerConfig, TrainerRunConfig
 
 POLL_S = 1.0  # how often a trial looks for new metrics rows while its job runs

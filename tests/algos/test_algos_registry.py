@@ -43,7 +43,7 @@ def test_module_function_spec_is_imported():
     "spec, fragment",
     [
         ("no_such_module_xyz:f", "cannot import module"),
-        ("operator:no_such_function", "has no attribute"),
+        ("operator:no_such_function", "has no function"),
         ("algos.aggregation:LOSS_AGG_MODES", "not a function"),
         ("operator:", "expected 'module.path:function'"),
     ],

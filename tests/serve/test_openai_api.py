@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from serve import openai_api
+from serve import http_access, openai_api
 from serve.openai_api import ApiError, IncrementalText, parse_messages, parse_prompts, parse_sampling
 
 
@@ -94,11 +94,11 @@ def test_a_key_is_needed_beyond_loopback_from_the_config_or_the_environment(monk
     from types import SimpleNamespace
 
     monkeypatch.delenv("RAYRL_API_KEY", raising=False)
-    assert openai_api.http_api_key(SimpleNamespace(http_host="127.0.0.1", http_api_key=None)) is None
+    assert http_access.http_api_key(SimpleNamespace(http_host="127.0.0.1", http_api_key=None)) is None
     with pytest.raises(ValueError, match=r"http_host='0\.0\.0\.0' exposes the OpenAI routes .* RAYRL_API_KEY"):
-        openai_api.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key=None))
-    assert openai_api.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key="cfg")) == "cfg"
+        http_access.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key=None))
+    assert http_access.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key="cfg")) == "cfg"
     monkeypatch.setenv("RAYRL_API_KEY", "env")
-    assert openai_api.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key=None)) == "env"
-    assert openai_api.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key="cfg")) == "cfg"  # config wins
-    assert openai_api.http_api_key(SimpleNamespace(http_host="127.0.0.1", http_api_key=None)) == "env"  # then enforced
+    assert http_access.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key=None)) == "env"
+    assert http_access.http_api_key(SimpleNamespace(http_host="0.0.0.0", http_api_key="cfg")) == "cfg"  # config wins
+    assert http_access.http_api_key(SimpleNamespace(http_host="127.0.0.1", http_api_key=None)) == "env"  # then enforced

@@ -74,5 +74,5 @@ def test_load_callable_from_file(tmp_path):
 
 
 def test_load_callable_rejects_bad_spec():
-    with pytest.raises(ValueError, match="module:function"):
+    with pytest.raises(ValueError, match="module.path:function"):
         load_callable("no_colon_here")

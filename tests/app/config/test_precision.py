@@ -2,7 +2,7 @@
 import pytest
 
 from app.config import load_config
-from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
+from app.engine.precision import cpu_has_native_bf16, resolve_auto_dtype
 
 AVX2_ONLY = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
@@ -28,7 +28,7 @@ BASE = {"data": {"train_files": "t.parquet", "train_batch_size": 4},
 
 @pytest.mark.parametrize("native, short, long", [(True, "bf16", "bfloat16"), (False, "fp32", "float32")])
 def test_validation_resolves_auto_once_and_keeps_explicit_choices(monkeypatch, native, short, long):
-    monkeypatch.setattr("app.config.precision.cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr("app.engine.precision.cpu_has_native_bf16", lambda: native)
     cfg = load_config(BASE)
     arr = cfg.actor_rollout_ref
     assert arr.rollout.dtype == long

@@ -313,7 +313,7 @@ def test_frozen_weights_are_stored_in_the_compute_dtype_and_trainable_ones_in_th
 def test_auto_compute_dtype_is_decided_for_the_device(tiny_llama_dir, monkeypatch):
     # an engine built from an unvalidated config (param_dtype "auto") computes in bf16 only where bf16 is native
     for native, expected in ((False, "fp32"), (True, "bf16")):
-        monkeypatch.setattr("app.config.precision.cpu_has_native_bf16", lambda: native)
+        monkeypatch.setattr("app.engine.precision.cpu_has_native_bf16", lambda: native)
         assert _engine(tiny_llama_dir, param_dtype="auto").spec.param_dtype == expected
 
 

@@ -26,7 +26,7 @@ def rm_dir(tmp_path_factory, smollm2_dir):
 
 
 def test_compute_dtype_follows_the_device(monkeypatch):
-    import app.config.precision as precision
+    import app.engine.precision as precision
 
     assert compute_dtype_for(torch.device("cuda", 0)) == torch.bfloat16
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
@@ -48,7 +48,7 @@ def test_scorer_runs_in_the_dtype_it_is_given(rm_dir, dtype):
 
 
 def test_scorer_defaults_to_the_devices_compute_dtype(rm_dir, monkeypatch):
-    import app.config.precision as precision
+    import app.engine.precision as precision
 
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
     assert RewardModelScorer(rm_dir, device="cpu").dtype == torch.bfloat16

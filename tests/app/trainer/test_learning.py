@@ -17,7 +17,7 @@ def smollm2_rollout(ray_cluster, smollm2_dir, free_port):
     from ray import serve
     from support import cpu_rollout_config
 
-    from app.config.precision import cpu_has_native_bf16, resolve_auto_dtype
+    from app.engine.precision import cpu_has_native_bf16, resolve_auto_dtype
     from serve import deploy_rollout
 
     dtype = resolve_auto_dtype(False, cpu_has_native_bf16())[1]  # fp32 where bf16 would be emulated
