@@ -8,7 +8,7 @@ import pytest
 
 from app.config import load_config
 from app.config.schema import TrainerRunConfig
-from app.trainer.setup import _loggable, check_data, check_data_apart
+from app.trainer.setup import _loggable, check_data, check_data_apart, total_training_steps
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -60,3 +60,12 @@ def test_the_driver_imports_none_of_what_the_data_check_reads_with(tiny_model_di
     out = subprocess.run([sys.executable, "-c", code, *paths], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "(8, 2) []"
+
+
+def test_total_training_steps_count_the_full_generation_batches_of_every_epoch():
+    cfg = TrainerRunConfig()
+    cfg.data.train_batch_size, cfg.data.gen_batch_size, cfg.trainer.total_epochs = 4, 6, 2
+    # one step per generation round of gen_batch_size prompts; the loader drops the last 2 of the 20 prompts
+    assert total_training_steps(cfg, 20) == (20 // 6) * 2 == 6
+    cfg.trainer.total_training_steps = 5
+    assert total_training_steps(cfg, 20) == 5  # given: it wins
