@@ -43,13 +43,12 @@ from serve.payload import (
 from serve.policy_store import POLICY_STORE, PolicyStore
 from serve.replica_gate import ReplicaGate, RolloutAsleep
 from serve.shm import reap_dead_replicas, record_engine_segments
-from serve.types import PolicyVersionMismatch, RolloutSample, SamplingOptions, WirePayload
-from serve.vllm_engine import EngineSpec
+from serve.types import PolicyVersionMismatch, RolloutEngineSpec, RolloutSample, SamplingOptions, WirePayload
 
 logger = logging.getLogger("ray.serve")
 
 
-def make_engine(kind: str, spec: EngineSpec, replica_rank: int):
+def make_rollout_engine(kind: str, spec: RolloutEngineSpec, replica_rank: int):
     if kind == "vllm":
         from serve.vllm_engine import VLLMRolloutEngine
 
@@ -83,7 +82,7 @@ class RolloutServer:
     HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models (under
     the application's route prefix)."""
 
-    async def __init__(self, engine_kind: str, spec: EngineSpec, served_model_name: str,
+    async def __init__(self, engine_kind: str, spec: RolloutEngineSpec, served_model_name: str,
                        api_key: Optional[str] = None):
         context = serve.get_replica_context()
         self._api_key = api_key  # None: the routes are open (loopback only; deploy_rollout refuses otherwise)
@@ -91,7 +90,7 @@ class RolloutServer:
         self._engine_kind = engine_kind
         self._served_model_name = served_model_name
         self._spec = spec
-        self._engine = make_engine(engine_kind, spec, replica_rank=context.rank.local_rank)
+        self._engine = make_rollout_engine(engine_kind, spec, replica_rank=context.rank.local_rank)
         self._gate = ReplicaGate(self._replica)
         self._version = 0
         self._weights_from: Optional[str] = None  # the Ray node that put the last payload loaded
@@ -391,8 +390,8 @@ class ReplicaPlacement:
 
 def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code: bool,
                             max_lora_rank: Optional[int] = None, seed: int = 0,
-                            placement: Optional[ReplicaPlacement] = None) -> EngineSpec:
-    """`EngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
+                            placement: Optional[ReplicaPlacement] = None) -> RolloutEngineSpec:
+    """`RolloutEngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
     it by attribute so that it does not import the trainer's packages), the model's `path` and `trust_remote_code`,
     and the replica's placement (None: `ReplicaPlacement.on_cpu`)."""
     placement = placement or ReplicaPlacement.on_cpu(rollout)
@@ -406,7 +405,7 @@ def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code:
         if getattr(rollout, key) is None:
             raise ValueError(f"rollout {key}=None reached the rollout engine unresolved: validate the config "
                              "(app.config.load_config) or set it")
-    return EngineSpec(
+    return RolloutEngineSpec(
         model_path=str(model_path),
         dtype=rollout.dtype,
         tensor_parallel_size=int(placement.engine_tensor_parallel_size),
