@@ -18,33 +18,34 @@ configs in configs/ are still found). Works unchanged under `ray job submit --wo
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from operator import attrgetter
 
 import hydra
 from omegaconf import DictConfig
 
 import app.config  # noqa: F401  registers the schema's defaults, the base of configs/ppo_trainer.yaml
 import app.tuning.spec  # noqa: F401  registers the sweep file's defaults, the base of configs/sweep/*.yaml
+from app.config.schema import TrainerRunConfig
 
 
-def compose_base(config_name: str, overrides: list[str]) -> dict:
-    """The base trainer config tree, composed by Hydra (interpolations kept), with local paths made absolute."""
+def compose_base(config_name: str, overrides: list[str]) -> tuple[dict, TrainerRunConfig]:
+    """The base trainer config, composed by Hydra: as a tree (interpolations kept, for best.yaml) and typed once
+    (`app.tuning.trial.built_config`, not validated), both with local paths made absolute."""
     from hydra import compose
     from omegaconf import OmegaConf
 
-    from app.tuning.trial import absolutize_paths
+    from app.trainer.launch import PATH_KEYS, with_absolute_paths
+    from app.tuning.trial import built_config, get_key, set_key
 
     cfg = compose(config_name=config_name, overrides=list(overrides))
     tree = OmegaConf.to_container(cfg, resolve=False)
     tree.pop("hydra", None)
-    return absolutize_paths(tree, Path.cwd())
-
-
-def total_steps_of(cfg, n_train: int) -> int:
-    """What the trainer will run: trainer.total_training_steps, else epochs × full batches of the training data."""
-    if cfg.trainer.total_training_steps:
-        return int(cfg.trainer.total_training_steps)
-    return (n_train // cfg.data.train_batch_size) * cfg.trainer.total_epochs
+    built = with_absolute_paths(built_config(tree))
+    for key in PATH_KEYS:  # the tree's paths as the typed config has them, interpolations kept
+        value = get_key(tree, key)
+        if value is not None and "${" not in str(value):
+            set_key(tree, key, attrgetter(key)(built))
+    return tree, built
 
 
 # trials serve no HTTP route (route_prefix=None), so the rollout's port is never bound
@@ -65,34 +66,34 @@ def check_param_keys(spec) -> None:
 
 def run(cfg: DictConfig) -> int:
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
 
-    from app.config import ConfigError, load_config, to_container
-    from app.config.schema import TrainerRunConfig
+    from app.config import ConfigError, to_container
     from app.data import DataError
     from app.failure_report import print_error, report_run_failure
     from app.preflight import run_preflight
     from app.preflight.overrides import check_overrides
+    from app.trainer.setup import total_training_steps
     from app.tuning.spec import parse_sweep, resolve_params
+    from app.tuning.trial import validated
 
     try:
         spec = parse_sweep(to_container(cfg))
         check_overrides(spec.base_overrides, TrainerRunConfig, where="sweep base.overrides")
         check_param_keys(spec)
         try:
-            base_tree = compose_base(spec.base_config, list(spec.base_overrides))
+            base_tree, built = compose_base(spec.base_config, list(spec.base_overrides))
         except HydraException as exc:
             raise ConfigError(f"sweep base.config={spec.base_config!r} / base.overrides: {exc}") from exc
-        base_cfg = load_config(OmegaConf.create(base_tree))
+        base_cfg = validated(built)
         spec = resolve_params(spec, base_cfg)
         n_train, n_val = run_preflight(base_cfg, skip=SWEEP_SKIPS)["data"]
-        total_steps = total_steps_of(base_cfg, n_train)
+        total_steps = total_training_steps(base_cfg, n_train)
     except (ConfigError, DataError, OSError) as exc:  # OSError: a missing model/data path
         return print_error(exc)
     from app.tuning.runner import run_sweep
 
     try:
-        outcome = run_sweep(spec, base_tree, total_steps=total_steps)
+        outcome = run_sweep(spec, base_tree, total_steps=total_steps, base_cfg=built)
     except ConfigError as exc:  # joining the cluster: its address or its resources
         return print_error(exc)
     except Exception as exc:  # noqa: BLE001  a failure inside Ray: the root cause's own message

@@ -84,7 +84,7 @@ class Syncer:
     def run(self, pairs: int) -> dict:
         import torch
 
-        from app.trainer.weight_payload import rollout_payload
+        from app.trainer.weight_sync import rollout_payload
         from serve import FullWeights, get_rollout_client
 
         client = get_rollout_client("bench-sync", self.rollout)

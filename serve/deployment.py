@@ -18,20 +18,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import uuid
 from typing import Any, Optional
 
 import ray
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi import Request
 from ray import serve
 
-from serve import openai_api
 from serve.http_access import http_api_key
 from serve.log_config import serve_logging_config
 from serve.memory import release_free_heap
+from serve.openai_routes import OpenAIRoutes, http_app
 from serve.payload import (
     disk_twin,
     full_weights_path,
@@ -42,15 +40,14 @@ from serve.payload import (
     write_peft_adapter,
 )
 from serve.policy_store import POLICY_STORE, PolicyStore
-from serve.replica_gate import ReplicaGate, RolloutAsleep
+from serve.replica_gate import ReplicaGate
 from serve.shm import reap_dead_replicas, record_engine_segments
-from serve.types import PolicyVersionMismatch, RolloutSample, SamplingOptions, WirePayload
-from serve.vllm_engine import EngineSpec
+from serve.types import PolicyVersionMismatch, RolloutEngineSpec, RolloutSample, SamplingOptions, WirePayload
 
 logger = logging.getLogger("ray.serve")
 
 
-def make_engine(kind: str, spec: EngineSpec, replica_rank: int):
+def make_rollout_engine(kind: str, spec: RolloutEngineSpec, replica_rank: int):
     if kind == "vllm":
         from serve.vllm_engine import VLLMRolloutEngine
 
@@ -62,43 +59,28 @@ def make_engine(kind: str, spec: EngineSpec, replica_rank: int):
     raise ValueError(f"actor_rollout_ref.rollout.name={kind!r}: expected 'vllm' or 'hf'")
 
 
-_http = FastAPI(title="rayrl rollout")
-
-
-# defined before the ingress class: serve.ingress pickles the routes when the class is made, and a route function
-# carries only the module globals that exist at that moment
-async def _json_body(request: Request) -> dict:
-    try:
-        body = await request.json()
-    except ValueError as err:
-        raise openai_api.ApiError(f"the request body is not JSON: {err}") from None
-    if not isinstance(body, dict):
-        raise openai_api.ApiError("the request body must be a JSON object")
-    return body
-
-
-@serve.ingress(_http)
+@serve.ingress(http_app)
 class RolloutServer:
     """One replica. Handle methods: generate, update_weights, ensure_version, policy_version, activity, sleep, wake_up,
     weights_checksum;
     HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models (under
-    the application's route prefix)."""
+    the application's route prefix), answered by `serve.openai_routes.OpenAIRoutes` (`api_key` None: the routes are
+    open, loopback only; deploy_rollout refuses otherwise)."""
 
-    async def __init__(self, engine_kind: str, spec: EngineSpec, served_model_name: str,
+    async def __init__(self, engine_kind: str, spec: RolloutEngineSpec, served_model_name: str,
                        api_key: Optional[str] = None):
         context = serve.get_replica_context()
-        self._api_key = api_key  # None: the routes are open (loopback only; deploy_rollout refuses otherwise)
         self._replica = context.replica_tag
         self._engine_kind = engine_kind
-        self._served_model_name = served_model_name
-        self._spec = spec
-        self._engine = make_engine(engine_kind, spec, replica_rank=context.rank.local_rank)
+        self._engine = make_rollout_engine(engine_kind, spec, replica_rank=context.rank.local_rank)
         self._gate = ReplicaGate(self._replica)
         self._version = 0
         self._weights_from: Optional[str] = None  # the Ray node that put the last payload loaded
         self._staged: Optional[str] = None  # staged LoRA folder still in use by the engine
         self._stage_root = stage_dir(f"{context.app_name}-{self._replica}")
-        self._tokenizer = None
+        self._routes = OpenAIRoutes(engine=self._engine, gate=self._gate, replica=self._replica,
+                                    served_model_name=served_model_name, model_path=spec.model_path, api_key=api_key,
+                                    version=lambda: self._version)
         reap_dead_replicas()  # shared memory of replicas killed on this node
         await self._engine.start()
         record_engine_segments(self._stage_root)
@@ -189,101 +171,18 @@ class RolloutServer:
     async def check_health(self) -> None:  # Serve replaces the replica when this raises
         await self._engine.check_health()
 
-    # ------------------------------------------------------------------ HTTP
-    @_http.get("/v1/models")
+    # ------------------------------------------------------------------ HTTP (serve.openai_routes does the work)
+    @http_app.get("/v1/models")
     async def http_models(self, request: Request):
-        try:
-            openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
-        except openai_api.ApiError as err:
-            return JSONResponse(status_code=err.status, content=err.body())
-        return {"object": "list", "data": [{"id": self._served_model_name, "object": "model",
-                                            "owned_by": "rayrl", "policy_version": self._version}]}
+        return await self._routes.models(request)
 
-    @_http.post("/v1/chat/completions")
+    @http_app.post("/v1/chat/completions")
     async def http_chat_completions(self, request: Request):
-        try:
-            body = await self._authorized_body(request)
-            messages = openai_api.parse_messages(body)
-            parsed = openai_api.parse_sampling(body, ("max_completion_tokens", "max_tokens"))
-            tokenizer = await self._chat_tokenizer()
-            try:
-                prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            except Exception as err:  # e.g. a role the model's chat template does not know
-                raise openai_api.ApiError(f"'messages' do not fit the model's chat template: {err}",
-                                          "messages") from err
-            prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
-        except openai_api.ApiError as err:
-            return JSONResponse(status_code=err.status, content=err.body())
-        return await self._answer("chat", [prompt], parsed, tokenizer)
+        return await self._routes.chat_completions(request)
 
-    @_http.post("/v1/completions")
+    @http_app.post("/v1/completions")
     async def http_completions(self, request: Request):
-        try:
-            body = await self._authorized_body(request)
-            parsed = openai_api.parse_sampling(body)
-            prompts = openai_api.parse_prompts(body)
-            if parsed.stream and len(prompts) > 1:
-                raise openai_api.ApiError(f"'prompt' holds {len(prompts)} prompts; with 'stream' give one per request",
-                                          "prompt")
-            tokenizer = await self._chat_tokenizer()
-            prompts = [tokenizer.encode(p) if isinstance(p, str) else p for p in prompts]
-        except openai_api.ApiError as err:
-            return JSONResponse(status_code=err.status, content=err.body())
-        return await self._answer("completion", prompts, parsed, tokenizer)
-
-    async def _authorized_body(self, request: Request) -> dict:
-        """The JSON body of a request that carries the API key (ApiError: a 401 without it, a 400 for a bad body)."""
-        openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
-        return await _json_body(request)
-
-    async def _answer(self, kind: str, prompts: list[list[int]], parsed: openai_api.ParsedRequest, tokenizer):
-        """Generate with the current policy and answer in OpenAI's layout: one JSON body, or a stream of events."""
-        rid = openai_api.new_id("chatcmpl" if kind == "chat" else "cmpl")
-        try:
-            if parsed.stream:
-                if self._gate.asleep:  # refused before the stream's 200 goes out
-                    raise RolloutAsleep(self._replica)
-                return StreamingResponse(self._events(kind, rid, prompts[0], parsed, tokenizer),
-                                         media_type="text/event-stream")
-            async with self._gate.generating():
-                version = self._version
-                per_prompt = await self._engine.generate(prompts, parsed.sampling)
-        except RolloutAsleep as err:
-            return JSONResponse(status_code=503, content=openai_api.ApiError(str(err), status=503).body(),
-                                headers={"Retry-After": "5"})
-        seqs = [seq for seqs in per_prompt for seq in seqs]  # choice index: prompt * n + sample, as OpenAI orders
-        texts = [(tokenizer.decode(s.token_ids, skip_special_tokens=True), s.finish_reason) for s in seqs]
-        build = openai_api.chat_response if kind == "chat" else openai_api.completion_response
-        return build(rid, self._served_model_name, version, texts, sum(map(len, prompts)),
-                     sum(len(s.token_ids) for s in seqs))
-
-    async def _events(self, kind: str, rid: str, prompt: list[int], parsed: openai_api.ParsedRequest, tokenizer):
-        """Server-sent events of one streamed generation; the policy version cannot change while it runs."""
-        n = parsed.sampling.n
-        async with self._gate.generating():
-            piece = functools.partial(openai_api.stream_chunk, kind, rid, self._served_model_name, self._version)
-            if kind == "chat":
-                for i in range(n):  # OpenAI opens each choice with the role
-                    yield openai_api.sse(piece(i, role=True))
-            texts = [openai_api.IncrementalText(tokenizer) for _ in range(n)]
-            async for deltas in self._engine.stream(prompt, parsed.sampling):
-                for d in deltas:
-                    text = texts[d.index].add(d.token_ids, final=d.finish_reason is not None)
-                    if text:
-                        yield openai_api.sse(piece(d.index, text))
-                    if d.finish_reason is not None:
-                        yield openai_api.sse(piece(d.index, finish_reason=d.finish_reason))
-            if parsed.include_usage:
-                yield openai_api.sse(openai_api.usage_chunk(piece(0), len(prompt),
-                                                            sum(t.token_count for t in texts)))
-        yield openai_api.sse("[DONE]")
-
-    async def _chat_tokenizer(self):
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self._spec.model_path)
-        return self._tokenizer
+        return await self._routes.completions(request)
 
     # ------------------------------------------------------------------ internals
     async def _catch_up(self, expect_version: int) -> None:
@@ -392,8 +291,8 @@ class ReplicaPlacement:
 
 def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code: bool,
                             max_lora_rank: Optional[int] = None, seed: int = 0,
-                            placement: Optional[ReplicaPlacement] = None) -> EngineSpec:
-    """`EngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
+                            placement: Optional[ReplicaPlacement] = None) -> RolloutEngineSpec:
+    """`RolloutEngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
     it by attribute so that it does not import the trainer's packages), the model's `path` and `trust_remote_code`,
     and the replica's placement (None: `ReplicaPlacement.on_cpu`)."""
     placement = placement or ReplicaPlacement.on_cpu(rollout)
@@ -407,7 +306,7 @@ def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code:
         if getattr(rollout, key) is None:
             raise ValueError(f"rollout {key}=None reached the rollout engine unresolved: validate the config "
                              "(app.config.load_config) or set it")
-    return EngineSpec(
+    return RolloutEngineSpec(
         model_path=str(model_path),
         dtype=rollout.dtype,
         tensor_parallel_size=int(placement.engine_tensor_parallel_size),

@@ -12,15 +12,14 @@ import hashlib
 from typing import Any, AsyncIterator, Iterator, Optional
 
 from serve.payload import iter_safetensors
-from serve.types import SamplingOptions
-from serve.vllm_engine import EngineSpec, GeneratedSequence, TokenDelta  # plain dataclasses: no vLLM code loaded
+from serve.types import GeneratedSequence, RolloutEngineSpec, SamplingOptions, TokenDelta
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
            "float32": "float32", "fp32": "float32"}
 
 
 class HFRolloutEngine:
-    def __init__(self, spec: EngineSpec, replica_rank: int = 0):
+    def __init__(self, spec: RolloutEngineSpec, replica_rank: int = 0):
         self.spec = spec
         self.replica_rank = replica_rank
         self._model = None

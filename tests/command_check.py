@@ -68,17 +68,17 @@ def load_train_config(args: list[str]):
 def load_sweep(args: list[str]):
     """What `python -m app.sweep ARGS` validates before the data check: the sweep file and its base config."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
     import app.tuning.spec  # noqa: F401  registers the sweep file's defaults
-    from app.config import load_config, to_container
+    from app.config import to_container
     from app.sweep import compose_base
     from app.tuning.spec import parse_sweep, resolve_params
+    from app.tuning.trial import validated
 
     name, overrides = hydra_config_args(args, "sweep/grpo_small")
     with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
         spec = parse_sweep(to_container(compose(config_name=name, overrides=overrides)))
-        base = load_config(OmegaConf.create(compose_base(spec.base_config, list(spec.base_overrides))))
+        base = validated(compose_base(spec.base_config, list(spec.base_overrides))[1])
     return resolve_params(spec, base)
 
 

@@ -47,7 +47,8 @@ def run_preflight(cfg: TrainerRunConfig, skip: Collection[str] = (),
                   start_method: Optional[str] = None) -> dict[str, Any]:
     """Every check but those named in `skip`, in order; the first failure raises its error (a PreflightError, or the
     DataError / CheckpointError of the data and checkpoint checks). Consecutive `apart` ones run together in one child
-    process (fork on Linux, as app.trainer.setup.check_data_apart does). Returns what the checks returned, by name."""
+    process (fork on Linux, as PyTorch's DataLoader does; spawn elsewhere). Returns what the checks returned, by
+    name."""
     unknown = set(skip) - {c.name for c in CHECKS}
     if unknown:
         raise ValueError(f"run_preflight: no checks named {sorted(unknown)}")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import re
 from pathlib import Path
@@ -102,44 +101,55 @@ def _exit_on_sigterm_again() -> None:
         signal.signal(signal.SIGTERM, handler)
 
 
-def with_absolute_paths(cfg: TrainerRunConfig) -> TrainerRunConfig:
-    """A copy whose file and folder keys are absolute: Ray Train workers run in their own working directory."""
+# Keys holding local paths, made absolute on the driver: Ray Train workers and Tune trials run in folders of their own.
+# Data files and output folders become absolute whether they exist or not (the loader names a missing one); a model
+# or tokenizer only when it exists here (otherwise it is a hub id); resume_mode when it names a checkpoint.
+ABSOLUTE_PATH_KEYS = ("data.train_files", "data.val_files", "trainer.default_local_dir", "trainer.rollout_data_dir",
+                      "custom_reward_function.path")
+EXISTING_PATH_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
+                      "reward_model.model.input_tokenizer")
+PATH_KEYS = (*ABSOLUTE_PATH_KEYS, *EXISTING_PATH_KEYS, "trainer.resume_mode")
+
+
+def with_absolute_paths(cfg: TrainerRunConfig, cwd: Optional[Path] = None) -> TrainerRunConfig:
+    """A copy whose `PATH_KEYS` are absolute, relative paths taken from `cwd` (default: the working directory)."""
     cfg = copy.deepcopy(cfg)
+    base = Path.cwd() if cwd is None else Path(cwd)
 
-    def absolute(value):
+    def absolute(value, only_existing=False):
         if isinstance(value, list):
-            return [absolute(v) for v in value]
-        return str(Path(value).expanduser().resolve()) if value else value
+            return [absolute(v, only_existing) for v in value]
+        if not value or "${" in value or (only_existing and not (base / Path(value).expanduser()).exists()):
+            return value
+        return str((base / Path(value).expanduser()).resolve())
 
-    cfg.data.train_files = absolute(cfg.data.train_files)
-    cfg.data.val_files = absolute(cfg.data.val_files)
-    cfg.trainer.default_local_dir = absolute(cfg.trainer.default_local_dir)
-    cfg.trainer.rollout_data_dir = absolute(cfg.trainer.rollout_data_dir)
-    for model in (cfg.actor_rollout_ref.model, cfg.critic.model, cfg.reward_model.model):
-        if model.path and Path(model.path).expanduser().exists():  # a hub id stays as it is
-            model.path = absolute(model.path)
-    if cfg.custom_reward_function.path:
-        cfg.custom_reward_function.path = absolute(cfg.custom_reward_function.path)
-    if cfg.trainer.resume_mode not in ("auto", "disable"):
-        cfg.trainer.resume_mode = absolute(cfg.trainer.resume_mode)
+    for key in PATH_KEYS:
+        *parents, leaf = key.split(".")
+        section = cfg
+        for part in parents:
+            section = getattr(section, part)
+        value = getattr(section, leaf)
+        if key == "trainer.resume_mode" and value in ("auto", "disable"):
+            continue
+        setattr(section, leaf, absolute(value, only_existing=key in EXISTING_PATH_KEYS))
     return cfg
 
 
 def worker_entry(loop_config: dict[str, Any]) -> None:
-    """What each Ray Train worker runs."""
+    """What each Ray Train worker runs: `loop_config["config"]` is the driver's validated `TrainerRunConfig` itself
+    (dataclasses pickle), not rebuilt here."""
     from app.engine.onednn_cache import bound_primitive_cache
 
     bound_primitive_cache()  # before this process's first matmul, which is when oneDNN reads it
     import ray.train
     import torch
 
-    from app.config import load_config
     from app.logs import quiet_train_reports
     from app.trainer.setup import build_trainer
     from serve import get_rollout_client
 
     quiet_train_reports()
-    cfg = load_config(loop_config["config"])
+    cfg: TrainerRunConfig = loop_config["config"]
     record_placement(Path(cfg.trainer.default_local_dir), cfg.trainer.device)
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
     if cfg.trainer.device == "cuda":  # the GPU Ray assigned to this rank; the engine computes on the current one
@@ -206,7 +216,7 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
     [worker] = plan.train.bundles
     trainer = TorchTrainer(
         worker_entry,
-        train_loop_config={"config": dataclasses.asdict(cfg), "rollout_app": app_name},
+        train_loop_config={"config": cfg, "rollout_app": app_name},
         torch_config=TorchConfig(backend="nccl" if cfg.trainer.device == "cuda" else "gloo"),
         scaling_config=ScalingConfig(num_workers=cfg.trainer.num_workers, use_gpu="GPU" in worker,
                                      resources_per_worker=dict(worker)),

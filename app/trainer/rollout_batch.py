@@ -6,12 +6,15 @@ Row layout: the prompt left-padded to the longest prompt `P`, then the response 
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from app.batch import TensorBatch
+from app.data import PromptBatch
 
 
 @dataclass
@@ -68,6 +71,50 @@ def build_rollout_batch(prompt_ids: Sequence[Sequence[int]], response_ids: Seque
         "response_mask": attention_mask[:, p_len:].clone(),
         "rollout_log_probs": logp,
     })
+
+
+def sampled_group(prompts: PromptBatch, samples: Sequence[Any], version: int, pad_token_id: int,
+                  temperature: float) -> RolloutGroup:
+    """The group of the rollout service's `samples` (each names its `prompt_index` in `prompts`), made by policy
+    `version` at sampling `temperature`."""
+    prompt_ids = [prompts.raw_prompt_ids[s.prompt_index] for s in samples]
+    batch = build_rollout_batch(prompt_ids, [s.response_token_ids for s in samples], [s.logprobs for s in samples],
+                                pad_token_id)
+    batch.meta["temperature"] = temperature
+    pick = [s.prompt_index for s in samples]
+    return RolloutGroup(batch=batch, uid=[prompts.uid[i] for i in pick],
+                        dataset_index=[prompts.index[i] for i in pick],
+                        data_source=[prompts.data_source[i] for i in pick],
+                        ground_truth=[prompts.ground_truth[i] for i in pick],
+                        extra_info=[prompts.extra_info[i] for i in pick],
+                        messages=[prompts.raw_prompt[i] for i in pick],
+                        finish_reason=[s.finish_reason for s in samples], policy_version=version)
+
+
+def decode_responses(tokenizer: Any, batch: TensorBatch) -> list[str]:
+    """Each row's response text (its real tokens only, special tokens left out)."""
+    ids = [row[mask.bool()].tolist() for row, mask in zip(batch["responses"], batch["response_mask"])]
+    return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+
+def dump_rollouts(folder: str, step: int, rank: int, group: RolloutGroup, texts: list[str],
+                  log_overlong: bool) -> Path:
+    """verl's `trainer.rollout_data_dir`: `group`'s samples (decoded `texts`), a line each, written to
+    `folder/<step>-rank<rank>.jsonl`; returns the file."""
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    scores = group.batch["token_level_scores"].sum(dim=1).tolist()
+    log_overlong = log_overlong and "overlong_penalty" in group.extras
+    out = path / f"{step}-rank{rank}.jsonl"
+    with out.open("w") as f:
+        for i, text in enumerate(texts):
+            row = {"step": step, "uid": group.uid[i], "dataset_index": group.dataset_index[i],
+                   "prompt": group.messages[i], "response": text, "score": scores[i],
+                   "finish_reason": group.finish_reason[i], "policy_version": group.policy_version}
+            if log_overlong:
+                row["overlong_penalty"] = group.extras["overlong_penalty"][i]
+            f.write(json.dumps(row, default=str) + "\n")
+    return out
 
 
 def repeat_per_sample(values: Sequence[Any], n: int) -> list[Any]:

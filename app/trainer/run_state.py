@@ -1,4 +1,4 @@
-"""Saving, resuming and exporting a run: the part of `RLTrainer` that writes and reads its state on disk.
+"""A run's state (`RunState`, which the trainer holds) and its life on disk (`RunStore`): saving, resuming, exporting.
 
 A checkpoint holds every engine's sharded state, each rank's RNG, and rank 0's trainer state (step, policy version,
 KL coefficient, data-loader position); it is written into a staging folder and renamed into place
@@ -11,92 +11,109 @@ import os
 import pickle
 import random
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from app.config.schema import TrainerRunConfig
 from app.trainer import checkpoints
+from app.trainer.collectives import RankGroup
 
 log = logging.getLogger(__name__)
 
 
-class RunStateMixin:
-    """Mixed into `RLTrainer`; uses its cfg, ranks, engines, loader, KL controller, step and version."""
+@dataclass
+class RunState:
+    """What the loop carries from step to step and a checkpoint keeps: the last finished step, the policy version the
+    rollout service serves, the KL controller (its coefficient), the latest validation metrics."""
 
-    def save_checkpoint(self) -> Path:
+    step: int
+    version: int
+    kl_ctrl: Any
+    last_val: dict[str, float] = field(default_factory=dict)
+
+
+class RunStore:
+    """Saving, resuming and exporting one run on disk; every rank calls each method together (they hold barriers).
+
+    `critic_engine`: None without a critic."""
+
+    def __init__(self, cfg: TrainerRunConfig, ranks: RankGroup, engine, critic_engine, tokenizer, train_loader) -> None:
+        self.cfg, self.ranks = cfg, ranks
+        self.engine, self.critic_engine = engine, critic_engine
+        self.tokenizer, self.train_loader = tokenizer, train_loader
+        self.root = Path(cfg.trainer.default_local_dir)
+
+    def save(self, state: RunState, loader_state: dict[str, Any]) -> Path:
         """All ranks write into a staging folder; rank 0 adds the trainer state and renames it into place. A write
         that fails (a full disk, a lost mount) stops the run with a CheckpointError naming the folder and the
-        checkpoint that is still intact; the partial staging folder is removed."""
-        root = Path(self.cfg.trainer.default_local_dir)
-        staging = checkpoints.staging_dir(root, self.step, self.cfg.trainer.experiment_name)
+        checkpoint that is still intact; the partial staging folder is removed.
+
+        `loader_state`: the data position of the next batch to train on, even when async_training has generated it
+        already (a resumed run then samples it again rather than skipping it)."""
+        staging = checkpoints.staging_dir(self.root, state.step, self.cfg.trainer.experiment_name)
         try:
-            return self._write_checkpoint(root, staging)
+            return self._write(state, loader_state, staging)
         except OSError as err:
             shutil.rmtree(staging, ignore_errors=True)  # frees what it took; it was never the latest
-            kept = checkpoints.list_checkpoints(root)
+            kept = checkpoints.list_checkpoints(self.root)
             intact = (f"the newest complete checkpoint, {kept[-1][1]}, is intact and trainer.resume_mode=auto "
                       "resumes from it" if kept else "there is no earlier checkpoint")
             raise checkpoints.CheckpointError(
-                f"could not write the checkpoint of step {self.step} into {staging}: {err}; {intact}") from err
+                f"could not write the checkpoint of step {state.step} into {staging}: {err}; {intact}") from err
 
-    def _write_checkpoint(self, root: Path, staging: Path) -> Path:
-        if self.rank == 0:
+    def _write(self, state: RunState, loader_state: dict[str, Any], staging: Path) -> Path:
+        rank = self.ranks.rank
+        if rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
         self.ranks.barrier()
         self.engine.save_checkpoint(str(staging / "actor"))
-        if self.critic is not None:
-            self.critic.engine.save_checkpoint(str(staging / "critic"))
-        torch.save(_rng_state(), staging / f"rng_rank{self.rank}.pt")
+        if self.critic_engine is not None:
+            self.critic_engine.save_checkpoint(str(staging / "critic"))
+        torch.save(_rng_state(), staging / f"rng_rank{rank}.pt")
         self.ranks.barrier()
-        final = checkpoints.step_dir(root, self.step)
-        if self.rank == 0:
-            state = {"global_step": self.step, "policy_version": self.version, "kl_coef": self.kl_ctrl.value,
-                     "data": self._loader_state(), "world_size": self.world}
-            final = checkpoints.publish(root, staging, self.step, state, self.cfg.trainer.max_ckpt_to_keep)
+        final = checkpoints.step_dir(self.root, state.step)
+        if rank == 0:
+            saved = {"global_step": state.step, "policy_version": state.version, "kl_coef": state.kl_ctrl.value,
+                     "data": loader_state, "world_size": self.ranks.world}
+            final = checkpoints.publish(self.root, staging, state.step, saved, self.cfg.trainer.max_ckpt_to_keep)
         self.ranks.barrier()
         return final
 
-    def _loader_state(self) -> dict[str, Any]:
-        """The data position a checkpoint keeps: that of the next batch to train on, even when async_training has
-        generated it already (a resumed run then samples it again rather than skipping it)."""
-        return self.ahead.loader_state() if self.ahead is not None else self.train_loader.state_dict()
-
-    def resume(self) -> bool:
-        """Load the checkpoint `trainer.resume_mode` names, if any; True when one was loaded."""
-        root = Path(self.cfg.trainer.default_local_dir)
-        ckpt = checkpoints.find_resume_dir(root, self.cfg.trainer.resume_mode)
+    def resume(self, state: RunState) -> bool:
+        """Load the checkpoint `trainer.resume_mode` names, if any, into the engines, the data loader, the RNGs and
+        `state` (step, KL coefficient); True when one was loaded. The caller then pushes the resumed policy: the
+        rollout service may be new (version 0) or hold other weights."""
+        ckpt = checkpoints.find_resume_dir(self.root, self.cfg.trainer.resume_mode)
         if ckpt is None:
             return False
-        state = checkpoints.read_state(ckpt)
+        saved = checkpoints.read_state(ckpt)
         self.engine.load_checkpoint(str(ckpt / "actor"))
-        if self.critic is not None:
-            self.critic.engine.load_checkpoint(str(ckpt / "critic"))
-        self.train_loader.load_state_dict(state["data"])
-        self.kl_ctrl.value = state["kl_coef"]
-        rng_file = ckpt / f"rng_rank{self.rank}.pt"
-        if rng_file.is_file() and state.get("world_size") == self.world:
+        if self.critic_engine is not None:
+            self.critic_engine.load_checkpoint(str(ckpt / "critic"))
+        self.train_loader.load_state_dict(saved["data"])
+        state.kl_ctrl.value = saved["kl_coef"]
+        rng_file = ckpt / f"rng_rank{self.ranks.rank}.pt"
+        if rng_file.is_file() and saved.get("world_size") == self.ranks.world:
             _set_rng_state(rng_file)
-        self.step = int(state["global_step"])
-        # The rollout service may be new (version 0) or hold other weights: push the resumed policy.
-        self.version = self._rollout_version()
-        self.sync_weights()
-        if self.rank == 0:
-            print(f"resumed from {ckpt} at step {self.step}", flush=True)
+        state.step = int(saved["global_step"])
+        if self.ranks.rank == 0:
+            print(f"resumed from {ckpt} at step {state.step}", flush=True)
         return True
 
     def export_model(self) -> Path:
         """A Hugging Face folder (LoRA merged) under `default_local_dir/hf_model`, written then renamed."""
-        root = Path(self.cfg.trainer.default_local_dir)
-        final, staging = root / "hf_model", root / ".tmp-hf_model"
-        if self.rank == 0:
+        final, staging = self.root / "hf_model", self.root / ".tmp-hf_model"
+        if self.ranks.rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
         self.ranks.barrier()
         self.engine.export_hf(str(staging))
         self.ranks.barrier()
-        if self.rank == 0:
+        if self.ranks.rank == 0:
             self.tokenizer.save_pretrained(staging)
             if final.exists():
                 shutil.rmtree(final)

@@ -1,12 +1,27 @@
-"""The loop's reward step: rule / custom functions in worker processes, or a reward model when enabled.
+"""The loop's reward step: rule / custom functions in worker processes, or a reward model when enabled, then the
+reward shaping the config asks for (DAPO's overlong penalty) and the scores as token-level rewards.
 
 As in verl, an enabled reward model gives the reward; the rule functions are not added on top.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
-from app.config.schema import TrainerRunConfig
+import torch
+
+from algos.rewards.overlong import overlong_penalty
+from algos.rewards.token_level import scores_to_token_rewards
+from app.config.schema import OverlongBufferConfig, TrainerRunConfig
+from app.trainer.collectives import RankGroup
+from app.trainer.rollout_batch import RolloutGroup, decode_responses, repeat_per_sample
+
+
+class RewardScorer(Protocol):
+    """What the loop needs from the reward step (`Scorer`)."""
+
+    def score(self, responses: list[str], data_sources: list[str], ground_truths: list[Any],
+              extra_infos: list[dict], messages: list[list[dict]]
+              ) -> tuple[list[float], dict[str, float], dict[str, list[Any]]]: ...
 
 
 class Scorer:
@@ -50,12 +65,30 @@ def build_scorer(cfg: TrainerRunConfig, tokenizer: Any, device: Any = "cpu") -> 
     return Scorer(cfg, tokenizer, device)
 
 
+def score_group(scorer: RewardScorer, tokenizer: Any, group: RolloutGroup, overlong: OverlongBufferConfig,
+                response_length_limit: int, ranks: RankGroup) -> dict[str, float]:
+    """Score `group`'s responses into `token_level_scores` (the score on each response's last token), with the
+    overlong penalty added when `reward_model.overlong_buffer.enable`; returns the `reward/*` metrics, averaged over
+    the ranks (collective). Keeps each sample's task score (and `acc`, `overlong_penalty`) in `group.extras`."""
+    scores, metrics, extra = scorer.score(decode_responses(tokenizer, group.batch), group.data_source,
+                                          group.ground_truth, group.extra_info, group.messages)
+    mask = group.batch["response_mask"]
+    group.extras["task_score"] = list(scores)
+    if "acc" in extra:
+        group.extras["acc"] = extra["acc"]
+    rewards = torch.tensor(scores, dtype=torch.float32)
+    if overlong.enable:
+        penalty = overlong_penalty(mask.sum(dim=1), response_length_limit, overlong.len, overlong.penalty_factor)
+        rewards = rewards + penalty
+        group.extras["overlong_penalty"] = penalty.tolist()
+        metrics |= {"reward/overlong_penalty/mean": float(penalty.mean()),
+                    "reward/overlong_ratio": float((penalty < 0).float().mean())}
+    group.batch["token_level_scores"] = scores_to_token_rewards(rewards, mask.sum(dim=1), mask.shape[1])
+    return ranks.reduce(metrics)
+
+
 def greedy_baselines(rollout: Any, scorer: Any, tokenizer: Any, prompts: Any, n: int, version: int):
     """ReMax: the reward of each prompt's greedy response (policy `version`), repeated for its `n` samples."""
-    import torch
-
-    from app.trainer.rollout_batch import repeat_per_sample
-
     samples = rollout.generate(prompts.raw_prompt_ids, validation=True, expect_version=version)
     texts = tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
     scores, _, _ = scorer.score(texts, prompts.data_source, prompts.ground_truth, prompts.extra_info,

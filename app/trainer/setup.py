@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import sys
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -51,18 +49,6 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
     return len(train), len(val) if val is not None else 0
 
 
-def check_data_apart(cfg: TrainerRunConfig, start_method: Optional[str] = None) -> tuple[int, int]:
-    """``check_data`` in a child process, which raises what it raises. The driver then waits out the run without
-    transformers and the tokenizer that the check loads (an imported module stays for good; with the prompt tables
-    ~0.14 GiB of a local ``make run``'s driver). ``start_method`` None: fork on Linux, as PyTorch's DataLoader does
-    (the child has the driver's imports at once), spawn elsewhere, where forking a process with torch loaded is
-    unsafe."""
-    if start_method is None:
-        start_method = "fork" if sys.platform == "linux" else "spawn"
-    with multiprocessing.get_context(start_method).Pool(1) as pool:
-        return pool.apply(check_data, (cfg,))
-
-
 def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[dict], None]] = None,
                   device: Optional[str] = None):
     """Everything one rank needs; collective (all ranks call it together). `device`: trainer.device unless given."""
@@ -76,7 +62,7 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
     # one batch per generation round: train_batch_size prompts, or gen_batch_size with dynamic sampling
     loader = PromptDataLoader(train, batch_size=cfg.data.gen_batch_size, pad_token_id=pad_token_id_of(tokenizer),
                               shuffle=cfg.data.shuffle, seed=cfg.data.seed)
-    _set_total_steps(cfg, len(loader))
+    _set_total_steps(cfg, len(train))
     arr = cfg.actor_rollout_ref
     device = device or cfg.trainer.device
     actor = build_actor(arr, device=device, seed=cfg.trainer.seed,
@@ -102,10 +88,18 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
                      report=report, tracking=tracking)
 
 
-def _set_total_steps(cfg: TrainerRunConfig, batches_per_epoch: int) -> None:
+def total_training_steps(cfg: TrainerRunConfig, train_prompts: int) -> int:
+    """The steps a run makes: `trainer.total_training_steps`, else `trainer.total_epochs` × the full batches of
+    `data.gen_batch_size` prompts (one generation round each) in `train_prompts` (the loader drops the last, smaller
+    batch of an epoch)."""
+    if cfg.trainer.total_training_steps:
+        return int(cfg.trainer.total_training_steps)
+    return (train_prompts // cfg.data.gen_batch_size) * cfg.trainer.total_epochs
+
+
+def _set_total_steps(cfg: TrainerRunConfig, train_prompts: int) -> None:
     """Fill trainer.total_training_steps and the optimisers' schedule length from the data size."""
-    if not cfg.trainer.total_training_steps:
-        cfg.trainer.total_training_steps = batches_per_epoch * cfg.trainer.total_epochs
+    cfg.trainer.total_training_steps = total_training_steps(cfg, train_prompts)
     for optim in (cfg.actor_rollout_ref.actor.optim, cfg.critic.optim):
         if optim.total_training_steps <= 0:
             optim.total_training_steps = cfg.trainer.total_training_steps

@@ -8,7 +8,7 @@ flat; without this guard the only clue is a reward that does not change.
 from __future__ import annotations
 
 import logging
-from typing import Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 import torch
 
@@ -53,3 +53,12 @@ class NoSignalGuard:
             "higher actor_rollout_ref.rollout.temperature or rollout.n (more varied samples), easier prompts, a "
             "reward with partial credit (for the answer format), or algorithm.filter_groups.enable=true to resample "
             "such groups (trainer.no_signal_steps=0 silences this)")
+
+    def watch(self, step: int, group: Any, ranks: Any) -> dict[str, float]:
+        """`observe` over every rank's groups of this step's batch (`group`: a RolloutGroup; `ranks`: a RankGroup);
+        rank 0 logs the warning."""
+        informative, groups = group_counts(group.batch["token_level_scores"].sum(dim=-1), group.uid)
+        metrics, warning = self.observe(step, ranks.sum(informative), ranks.sum(groups))
+        if warning and ranks.rank == 0:
+            log.warning(warning)
+        return metrics

@@ -15,13 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from app.config import ConfigError, load_config
+from app.config.errors import ConfigError
 from app.config.schema import TrainerRunConfig
 from app.tuning import results as results_mod
 from app.tuning.resources import TRIAL_ACTOR_CPUS, max_concurrent_trials, trial_needs
 from app.tuning.search import param_space, scheduler, search_algorithm
 from app.tuning.spec import SweepSpec
-from app.tuning.trial import TrialContext, run_trial, set_key, trial_app_name, trial_config_tree
+from app.tuning.trial import (
+    TrialContext,
+    build_trial_config,
+    built_config,
+    run_trial,
+    set_value,
+    trial_app_name,
+    validated,
+)
 
 TUNE_DIR = "tune"
 RESOURCE_KEYS = ("trainer.num_workers", "trainer.cpus_per_worker", "actor_rollout_ref.rollout.replicas",
@@ -38,33 +46,36 @@ class SweepOutcome:
 
 
 def make_context(spec: SweepSpec, base_tree: dict, total_steps: int,
-                 train_fn: Optional[Callable[[TrainerRunConfig], Any]] = None) -> TrialContext:
-    base_cfg = load_config(_omegaconf(base_tree))
+                 train_fn: Optional[Callable[[TrainerRunConfig], Any]] = None,
+                 base_cfg: Optional[TrainerRunConfig] = None) -> TrialContext:
+    """`base_cfg`: `base_tree` as `app.tuning.trial.built_config` types it, when the caller has it already."""
+    base_cfg = built_config(base_tree) if base_cfg is None else base_cfg
     return TrialContext(sweep_name=spec.name, sweep_dir=str(Path(spec.output_dir).resolve()),
-                        project_name=base_cfg.trainer.project_name, base=copy.deepcopy(base_tree),
+                        project_name=base_cfg.trainer.project_name, base=copy.deepcopy(base_tree), base_cfg=base_cfg,
                         metric=spec.metric, total_steps=int(total_steps), trial_seed=spec.trial_seed,
                         train_fn=train_fn)
 
 
 def check_param_values(spec: SweepSpec, ctx: TrialContext) -> None:
     """Every listed value (and both ends of every range) gives a valid trainer config, checked before Tune starts."""
-    base_cfg = load_config(_omegaconf(ctx.base))
-    if spec.metric.startswith("val") and not base_cfg.data.val_files:
+    if spec.metric.startswith("val") and not ctx.base_cfg.data.val_files:
         raise ConfigError(f"sweep search.metric={spec.metric!r} is a validation metric but the base config has no "
                           "data.val_files")
     for p in spec.params:
         for value in p.values:
             try:
-                load_config(_omegaconf(trial_config_tree(ctx, {p.key: value}, "check")))
+                build_trial_config(ctx, {p.key: value}, "check")
             except ConfigError as exc:
                 raise ConfigError(f"sweep params.{p.key}={value!r}: {exc}") from exc
 
 
 def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
-              train_fn: Optional[Callable[[TrainerRunConfig], Any]] = None, verbose: int = 1) -> SweepOutcome:
+              train_fn: Optional[Callable[[TrainerRunConfig], Any]] = None, verbose: int = 1,
+              base_cfg: Optional[TrainerRunConfig] = None) -> SweepOutcome:
     """Start or resume the sweep, wait for every trial, write the results table and best config.
 
-    `base_tree`: the base trainer config as Hydra composed it (plain dict, interpolations kept, paths absolute).
+    `base_tree`: the base trainer config as Hydra composed it (plain dict, interpolations kept, paths absolute);
+    `base_cfg`: the same typed by `app.tuning.trial.built_config`, when the caller has it (else typed here).
     `train_fn` replaces `app.trainer.launch.train` in the trials (tests use a stand-in).
     """
     import ray
@@ -73,14 +84,14 @@ def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
     from app.trainer.launch import ensure_ray
     from app.trainer.tracking import check_loggers
 
-    ctx = make_context(spec, base_tree, total_steps, train_fn)
+    ctx = make_context(spec, base_tree, total_steps, train_fn, base_cfg)
     check_param_values(spec, ctx)
     sweep_dir = Path(ctx.sweep_dir)
     restoring = _should_restore(spec, sweep_dir)
     sched = scheduler(spec, total_steps)
     search_algorithm(spec)  # a bad method (e.g. optuna missing) fails here, before Ray starts
 
-    base_cfg = load_config(_omegaconf(ctx.base))
+    base_cfg = validated(ctx.base_cfg)
     check_loggers(base_cfg.trainer.logger)
     ensure_ray(base_cfg)
     cluster = ray.cluster_resources()
@@ -156,21 +167,15 @@ def _should_restore(spec: SweepSpec, sweep_dir: Path) -> bool:
 
 def _worst_case(spec: SweepSpec, ctx: TrialContext) -> TrainerRunConfig:
     """The base config with every searched resource key at its largest listed value."""
-    tree = copy.deepcopy(ctx.base)
+    cfg = copy.deepcopy(ctx.base_cfg)
     for p in spec.params:
         if p.key in RESOURCE_KEYS:
-            set_key(tree, p.key, max(p.values))
-    return load_config(_omegaconf(tree))
+            set_value(cfg, p.key, max(p.values))
+    return validated(cfg)
 
 
 def _trial_name(trial) -> str:
     return trial.trial_id
-
-
-def _omegaconf(tree: dict):
-    from omegaconf import OmegaConf
-
-    return OmegaConf.create(tree)
 
 
 # ------------------------------------------------------------------------------------------------ Serve cleanup

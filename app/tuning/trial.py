@@ -16,6 +16,10 @@ Two rules make the reports safe for schedulers and searchers:
     validation runs only every `trainer.test_freq` steps and Tune requires the metric in each result.
   * The row of the last step is reported only after `train` has returned (model exported), so a scheduler decision
     taken on it can never cut the export short.
+The trial's config: the driver builds the base `TrainerRunConfig` once from the Hydra tree (typed, paths absolute,
+not yet validated: validation fills derived values, which must follow the trial's parameters) and every trial copies
+it, sets its parameters and isolation keys on the copy, and validates that (`build_trial_config`). A base key whose
+value is a plain `${other.key}` interpolation follows a searched `other.key`, as it would in the tree.
 Isolation: experiment_name `<sweep>-<trial_id>` (so the Serve application `rollout-<project>-<sweep>-<trial_id>` is
 the trial's own), output folder `<sweep_dir>/trials/<trial_id>`, and a seed recorded in `trial.json` and every report.
 A trial that Tune stops early (ASHA) has its actor killed; `RolloutAppCleanup` deletes its Serve application from the
@@ -26,21 +30,21 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
+import re
 import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from app.config import ConfigError, load_config
+from app.config.errors import ConfigError
+from app.config.loader import to_container
 from app.config.schema import TrainerConfig, TrainerRunConfig
+from app.config.typed import build_typed
+from app.config.validate import validate
 
 POLL_S = 1.0  # how often a trial looks for new metrics rows while its job runs
-
-# Config keys holding local paths; made absolute on the driver because Tune runs trials in their own folders.
-PATH_KEYS = ("data.train_files", "data.val_files", "actor_rollout_ref.model.path", "critic.model.path",
-             "reward_model.model.path", "reward_model.model.input_tokenizer", "custom_reward_function.path")
+_INTERPOLATION = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,8 @@ class TrialContext:
     sweep_name: str
     sweep_dir: str  # absolute
     project_name: str
-    base: dict  # the base trainer config tree (Hydra-composed, interpolations kept, paths absolute)
+    base: dict  # the base trainer config tree (Hydra-composed, interpolations kept, paths absolute): for best.yaml
+    base_cfg: TrainerRunConfig  # `base` typed once on the driver, not validated (`built_config`): trials copy it
     metric: str
     total_steps: int
     trial_seed: str = "per_trial"  # per_trial | fixed
@@ -81,28 +86,54 @@ def seed_for_trial(base_seed: int, trial_id: str, policy: str) -> int:
     return (int(base_seed) + zlib.crc32(trial_id.encode()) % 100_000) % (2**31 - 1)
 
 
-def trial_config_tree(ctx: TrialContext, params: dict[str, Any], trial_id: str) -> dict:
-    """The base tree with the trial's parameters and isolation applied (still unresolved, as Hydra would give it)."""
-    tree = copy.deepcopy(ctx.base)
-    for key, value in params.items():
-        set_key(tree, key, value)
-    trainer = tree.setdefault("trainer", {})
+def built_config(tree: dict) -> TrainerRunConfig:
+    """The trainer config of a Hydra tree, typed but not validated: derived values are not filled yet."""
+    from omegaconf import OmegaConf
+
+    return build_typed(TrainerRunConfig, to_container(OmegaConf.create(tree)))
+
+
+def validated(built: TrainerRunConfig) -> TrainerRunConfig:
+    """A validated copy of a `built_config` (derived values filled); ConfigError naming the key otherwise."""
+    cfg = copy.deepcopy(built)
+    validate(cfg)
+    return cfg
+
+
+def trial_values(ctx: TrialContext, params: dict[str, Any], trial_id: str) -> dict[str, Any]:
+    """Every dotted key a trial sets on the base: its parameters, then its isolation (seed, experiment name, output
+    folder, step count, the jsonl logger its reports are read from)."""
+    trainer = ctx.base_cfg.trainer
+    values = dict(params)
     if "trainer.seed" not in params:
-        base_seed = get_key(tree, "trainer.seed", TrainerConfig.seed)
-        trainer["seed"] = seed_for_trial(base_seed, trial_id, ctx.trial_seed)
-    trainer["experiment_name"] = trial_experiment_name(ctx.sweep_name, trial_id)
-    trainer["default_local_dir"] = str(trial_dir(ctx, trial_id))
-    trainer["total_training_steps"] = ctx.total_steps
-    loggers = trainer.get("logger") or ["console"]
+        values["trainer.seed"] = seed_for_trial(trainer.seed, trial_id, ctx.trial_seed)
+    values["trainer.experiment_name"] = trial_experiment_name(ctx.sweep_name, trial_id)
+    values["trainer.default_local_dir"] = str(trial_dir(ctx, trial_id))
+    values["trainer.total_training_steps"] = ctx.total_steps
+    loggers = trainer.logger or ["console"]
     loggers = [loggers] if isinstance(loggers, str) else list(loggers)  # verl's `trainer.logger=console` form
-    if "jsonl" not in loggers:
-        loggers.append("jsonl")  # the trial's reports come from metrics.jsonl
-    trainer["logger"] = loggers
+    values["trainer.logger"] = loggers if "jsonl" in loggers else [*loggers, "jsonl"]
+    return values
+
+
+def trial_config_tree(ctx: TrialContext, params: dict[str, Any], trial_id: str) -> dict:
+    """The base tree with the trial's values set (still unresolved, as Hydra would give it): what best.yaml holds."""
+    tree = copy.deepcopy(ctx.base)
+    for key, value in trial_values(ctx, params, trial_id).items():
+        set_key(tree, key, value)
     return tree
 
 
 def build_trial_config(ctx: TrialContext, params: dict[str, Any], trial_id: str) -> TrainerRunConfig:
-    cfg = load_config(_omegaconf(trial_config_tree(ctx, params, trial_id)))
+    """The trial's validated config: a copy of the driver's base with the trial's values set, validated."""
+    values = trial_values(ctx, params, trial_id)
+    for key, source in interpolated_keys(ctx.base).items():  # a key that is `${source}` in the tree follows it
+        if key not in values and source in params:
+            values[key] = params[source]
+    cfg = copy.deepcopy(ctx.base_cfg)
+    for key, value in values.items():
+        set_value(cfg, key, value)
+    validate(cfg)
     from app.trainer.launch import rollout_app_name
 
     if trial_id not in rollout_app_name(cfg):
@@ -111,10 +142,25 @@ def build_trial_config(ctx: TrialContext, params: dict[str, Any], trial_id: str)
     return cfg
 
 
-def _omegaconf(tree: dict):
-    from omegaconf import OmegaConf
+def set_value(cfg: Any, dotted: str, value: Any) -> None:
+    """Set a dotted key of a typed config, converted and checked as the loader would (ConfigError naming it)."""
+    *parents, leaf = dotted.split(".")
+    section = cfg
+    for part in parents:
+        section = getattr(section, part)
+    checked = build_typed(type(section), {leaf: value}, ".".join(parents))
+    setattr(section, leaf, getattr(checked, leaf))
 
-    return OmegaConf.create(tree)
+
+def interpolated_keys(tree: dict, prefix: str = "") -> dict[str, str]:
+    """{key: source} for each value of `tree` that is exactly `${source}`."""
+    out: dict[str, str] = {}
+    for name, value in tree.items():
+        if isinstance(value, dict):
+            out |= interpolated_keys(value, f"{prefix}{name}.")
+        elif isinstance(value, str) and (match := _INTERPOLATION.match(value)):
+            out[f"{prefix}{name}"] = match.group(1)
+    return out
 
 
 def set_key(tree: dict, dotted: str, value: Any) -> None:
@@ -135,24 +181,6 @@ def get_key(tree: dict, dotted: str, default: Any = None) -> Any:
             return default
         node = node[part]
     return node
-
-
-def absolutize_paths(tree: dict, cwd: Path) -> dict:
-    """A copy of `tree` whose relative local paths (those that exist under `cwd`) are absolute."""
-    tree = copy.deepcopy(tree)
-    for key in PATH_KEYS:
-        value = get_key(tree, key)
-        if isinstance(value, str):
-            set_key(tree, key, _absolute(value, cwd))
-        elif isinstance(value, list):
-            set_key(tree, key, [_absolute(v, cwd) if isinstance(v, str) else v for v in value])
-    return tree
-
-
-def _absolute(path: str, cwd: Path) -> str:
-    if not path or "${" in path or os.path.isabs(path) or not (cwd / path).exists():
-        return path
-    return str((cwd / path).resolve())
 
 
 # ------------------------------------------------------------------------------------------------ metrics relay

@@ -6,11 +6,12 @@ import os
 
 import pytest
 
-from serve.vllm_engine import _ARG_UTILS_LOGGER, EngineSpec, InProcessSeedWarning, engine_build_env, environment
+from serve.types import RolloutEngineSpec
+from serve.vllm_engine import _ARG_UTILS_LOGGER, InProcessSeedWarning, engine_build_env, environment
 
 
-def _spec(threads: int, tensor_parallel_size: int = 1) -> EngineSpec:
-    return EngineSpec(model_path="m", dtype="bfloat16", tensor_parallel_size=tensor_parallel_size,
+def _spec(threads: int, tensor_parallel_size: int = 1) -> RolloutEngineSpec:
+    return RolloutEngineSpec(model_path="m", dtype="bfloat16", tensor_parallel_size=tensor_parallel_size,
                       gpu_memory_utilization=0.5, max_num_batched_tokens=2048, max_num_seqs=64, max_model_len=None,
                       enforce_eager=True, enable_chunked_prefill=True, cpu_kv_cache_bytes=1 << 28,
                       cpu_threads=threads, max_lora_rank=None, trust_remote_code=False)

@@ -17,7 +17,7 @@ from app.data import PromptDataOptions
 from app.engine import DeepSpeedSpec, EngineSpec, OptimSpec
 from app.roles.factory import actor_engine_spec, critic_engine_spec, ref_engine_spec
 from serve.deployment import engine_spec_from_config
-from serve.vllm_engine import EngineSpec as RolloutEngineSpec
+from serve.types import RolloutEngineSpec
 
 ARR = "actor_rollout_ref"
 MODEL, ACTOR, ROLLOUT = f"{ARR}.model", f"{ARR}.actor", f"{ARR}.rollout"

@@ -64,3 +64,48 @@ def test_a_joined_cluster_keeps_its_watcher(monkeypatch, init_calls):
     from app.logs import quiet_env
 
     assert kwargs["runtime_env"]["env_vars"] == {"TOKENIZERS_PARALLELISM": "false", **quiet_env()}
+
+
+def test_the_workers_get_the_drivers_typed_config_with_absolute_paths_and_nothing_reparses_it(monkeypatch, tmp_path):
+    import ray.train.torch
+
+    import serve
+    from app.config import loader
+    from app.config.schema import TrainerRunConfig
+    from app.trainer import launch, progress
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    cfg = load_config(with_dotted(BASE, **{"actor_rollout_ref.model.path": "model", "trainer.default_local_dir": "out",
+                                           "reward_model.model.path": "hub-org/reward"}))
+    parses, handed = [], []
+    real_build = loader._build
+
+    def counting_build(cls, data, path):
+        if cls is TrainerRunConfig and path == "":
+            parses.append(path)
+        return real_build(cls, data, path)
+
+    class RecordingTrainer:
+        def __init__(self, entry, *, train_loop_config, **kwargs):
+            handed.append(train_loop_config)
+
+        def fit(self):
+            return None
+
+    monkeypatch.setattr(loader, "_build", counting_build)
+    monkeypatch.setattr(launch, "ensure_ray", lambda cfg: None)
+    monkeypatch.setattr(serve, "deploy_rollout", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ray.train.torch, "TorchTrainer", RecordingTrainer)
+    monkeypatch.setattr(progress, "follow_progress", lambda out_dir: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(ray.serve, "delete", lambda name: None)
+    launch.train(cfg)
+    [loop_config] = handed
+    sent = loop_config["config"]
+    assert parses == []  # the driver's config travels as it is: no tree, no second load_config
+    assert isinstance(sent, TrainerRunConfig)
+    assert sent.data.train_files == str(tmp_path / "train.parquet")  # absolute although missing: the loader names it
+    assert sent.actor_rollout_ref.model.path == str(tmp_path / "model")
+    assert sent.reward_model.model.path == "hub-org/reward"  # not a folder here: a hub id, left as it is
+    assert sent.trainer.default_local_dir == str(tmp_path / "out")
+    assert cfg.trainer.default_local_dir == "out"  # the caller's config is not changed

@@ -52,3 +52,40 @@ def test_remax_greedy_baselines_score_one_greedy_response_per_prompt_for_each_of
     baselines = greedy_baselines(Rollout(), Scorer(), Tokenizer(), prompts, n=2, version=7)
     assert calls == [(2, 7, True)]
     torch.testing.assert_close(baselines, torch.tensor([3.0, 3.0, 1.0, 1.0]))
+
+
+def test_score_group_adds_the_overlong_penalty_on_each_responses_last_token():
+    import torch
+
+    from app.batch import TensorBatch
+    from app.config.schema import OverlongBufferConfig
+    from app.trainer.collectives import RankGroup
+    from app.trainer.rollout_batch import RolloutGroup
+    from app.trainer.scoring import score_group
+
+    class OneRank:
+        dp_rank, dp_world_size = 0, 1
+
+        def all_reduce(self, tensor, op):
+            return tensor
+
+    class LetterTokenizer:
+        def batch_decode(self, ids, skip_special_tokens=True):
+            return ["".join(chr(96 + i) for i in row) for row in ids]
+
+    class LengthScorer:
+        def score(self, responses, data_sources, ground_truths, extra_infos, messages):
+            return [1.0] * len(responses), {"reward/mean": 1.0}, {"acc": [True] * len(responses)}
+
+    # responses of 2 and 4 tokens, limit 4, buffer 2: the 4-token one is 2 past the buffer's start -> -1 * factor 0.5
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    batch = TensorBatch({"responses": torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]]), "response_mask": mask})
+    group = RolloutGroup(batch=batch, uid=["a", "b"], dataset_index=[0, 1], data_source=["d", "d"],
+                         ground_truth=[None, None], extra_info=[{}, {}], messages=[[], []],
+                         finish_reason=["stop", "length"], policy_version=0)
+    metrics = score_group(LengthScorer(), LetterTokenizer(), group,
+                          OverlongBufferConfig(enable=True, len=2, penalty_factor=0.5), 4, RankGroup(OneRank()))
+    assert group.batch["token_level_scores"].tolist() == [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5]]
+    assert group.extras["overlong_penalty"] == [0.0, -0.5] and group.extras["task_score"] == [1.0, 1.0]
+    assert group.extras["acc"] == [True, True]
+    assert metrics == {"reward/mean": 1.0, "reward/overlong_penalty/mean": -0.25, "reward/overlong_ratio": 0.5}

@@ -146,13 +146,14 @@ def test_train_stops_at_a_missing_logger_package_before_reading_data_or_starting
                                                                                    tiny_model_dir):
     from hydra import compose, initialize_config_dir
 
-    import app.trainer.setup
+    import app.preflight
     from app.train import run
 
     data = tmp_path / "prompts.jsonl"  # never read: the check stops first
     data.write_text('{"prompt": "1+1=", "reward_model": {"ground_truth": "2"}}\n')
     monkeypatch.setitem(sys.modules, "wandb", None)
-    monkeypatch.setattr(app.trainer.setup, "check_data_apart", lambda cfg: pytest.fail("the logger check comes first"))
+    monkeypatch.setattr(app.preflight, "run_preflight",
+                        lambda *a, **k: pytest.fail("the logger check comes first"))
     with initialize_config_dir(str(Path(__file__).resolve().parents[3] / "configs"), version_base=None):
         cfg = compose("grpo_trainer", overrides=["trainer.logger=[console,wandb]", f"data.train_files={data}",
                                                      f"data.val_files={data}",

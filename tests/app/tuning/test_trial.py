@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 
 from app.config import ConfigError
+from app.config.schema import TrainerRunConfig
 from app.trainer.launch import rollout_app_name
-from app.tuning.runner import check_param_values, make_context
+from app.tuning.runner import _worst_case, check_param_values, make_context
 from app.tuning.spec import parse_sweep, resolve_params
 from app.tuning.trial import (
     JsonlFollower,
     TuneRows,
-    absolutize_paths,
     build_trial_config,
     seed_for_trial,
     trial_app_name,
@@ -85,17 +85,49 @@ def test_a_validation_metric_needs_validation_data(tmp_path, compose):
         check_param_values(spec, make_context(spec, tree, total_steps=3))
 
 
-def test_relative_paths_that_exist_become_absolute(tmp_path):
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "train.parquet").write_text("x")
-    tree = {"data": {"train_files": "data/train.parquet", "val_files": ["data/missing.parquet"]},
-            "actor_rollout_ref": {"model": {"path": "/abs/model"}}, "critic": {"model": {"path": "${x}"}}}
-    out = absolutize_paths(tree, tmp_path)
-    assert out["data"]["train_files"] == str(tmp_path / "data" / "train.parquet")
-    assert out["data"]["val_files"] == ["data/missing.parquet"]  # not there: left for the loader to report
-    assert out["actor_rollout_ref"]["model"]["path"] == "/abs/model"
-    assert out["critic"]["model"]["path"] == "${x}"
-    assert tree["data"]["train_files"] == "data/train.parquet"  # the input is not changed
+def test_a_sweep_types_the_base_tree_once_for_its_checks_and_three_trials(tmp_path, compose, monkeypatch):
+    from app.config import loader
+
+    parses = []  # every tree turned into a TrainerRunConfig (load_config and built_config both come through here)
+    real_build = loader._build
+
+    def counting_build(cls, data, path):
+        if cls is TrainerRunConfig and path == "":
+            parses.append(path)
+        return real_build(cls, data, path)
+
+    monkeypatch.setattr(loader, "_build", counting_build)
+    lr = "actor_rollout_ref.actor.optim.lr"
+    spec = parse_sweep({"name": "s", "base": {"config": "quickstart"}, "output_dir": str(tmp_path),
+                        "params": {lr: {"grid": [1e-5, 3e-5, 1e-4]}, "trainer.num_workers": {"grid": [1, 2]}}})
+    tree = compose("quickstart")
+    assert parses == []
+    ctx = make_context(spec, tree, total_steps=5)
+    check_param_values(spec, ctx)
+    worst = _worst_case(spec, ctx)
+    trials = [build_trial_config(ctx, {lr: value}, f"t{i}") for i, value in enumerate([1e-5, 3e-5, 1e-4])]
+    assert len(parses) == 1  # make_context's; the checks and the trials copy the typed base
+    assert [t.actor_rollout_ref.actor.optim.lr for t in trials] == [1e-5, 3e-5, 1e-4]
+    assert worst.trainer.num_workers == 2
+    assert ctx.base_cfg.data.gen_batch_size is None  # the shared base stays unvalidated: each trial fills its own
+    assert all(t.data.gen_batch_size == t.data.train_batch_size for t in trials)
+
+
+def test_a_key_interpolating_a_searched_key_follows_it(tmp_path, compose):
+    tree = compose("quickstart")
+    tree["critic"]["optim"]["lr"] = "${actor_rollout_ref.actor.optim.lr}"
+    spec = parse_sweep({"name": "s", "base": {"config": "quickstart"}, "output_dir": str(tmp_path),
+                        "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}}})
+    cfg = build_trial_config(make_context(spec, tree, total_steps=3), {"actor_rollout_ref.actor.optim.lr": 3e-5}, "t1")
+    assert cfg.critic.optim.lr == 3e-5
+
+
+def test_a_searched_value_is_converted_and_checked_as_the_loader_would(tmp_path, compose):
+    _, ctx = context(tmp_path, compose)
+    cfg = build_trial_config(ctx, {"actor_rollout_ref.actor.optim.lr": "1e-5"}, "t1")  # YAML 1.1 reads 1e-5 as text
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1e-5
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.n"):
+        build_trial_config(ctx, {"actor_rollout_ref.rollout.n": "many"}, "t1")
 
 
 def test_follower_returns_only_complete_new_lines(tmp_path):

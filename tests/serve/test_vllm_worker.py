@@ -1,9 +1,9 @@
-"""vLLM's reload warning is kept only for layers that should have loaded (serve.vllm_engine.ExpectedReloadGaps)."""
+"""vLLM's reload warning is kept only for layers that should have loaded (serve.vllm_worker.ExpectedReloadGaps)."""
 import logging
 
 import torch
 
-from serve.vllm_engine import LAYERWISE_RELOAD_LOGGER, ExpectedReloadGaps, _tied_followers, expected_reload_gaps
+from serve.vllm_worker import LAYERWISE_RELOAD_LOGGER, ExpectedReloadGaps, _tied_followers, expected_reload_gaps
 
 
 class Rotary(torch.nn.Module):  # like vLLM's RotaryEmbedding: a cache buffer, no parameters

@@ -13,7 +13,7 @@ import nan_policy_loss
 import pytest
 from recording_rollout import RecordingRollout
 
-from app.trainer.bad_steps import BadStepGuard, BadStepLimitExceeded
+from app.trainer.step_metrics import BadStepGuard, BadStepLimitExceeded
 
 
 def test_guard_counts_bad_steps_and_stops_at_the_limit_in_a_row():

@@ -1,10 +1,10 @@
-"""`app.trainer.weight_payload.rollout_payload`: which payload one sync sends, for each model and `lora_sync`."""
+"""`app.trainer.weight_sync.rollout_payload`: which payload one sync sends, for each model and `lora_sync`."""
 from __future__ import annotations
 
 import torch
 
 from app.engine import WeightSyncPayload
-from app.trainer.weight_payload import rollout_payload
+from app.trainer.weight_sync import rollout_payload
 from serve.types import FullWeights, LoraAdapter, MergedLora
 
 

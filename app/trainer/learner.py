@@ -1,0 +1,78 @@
+"""The learning phases of a step, on the roles: the log-probs the losses need, the advantages, the updates.
+
+- log-probs: the old policy's (the PPO ratio's denominator), the reference's (KL) and the critic's values, each only
+  where the config uses it;
+- advantages: the KL penalty in the reward (`algorithm.use_kl_in_reward`, adaptive coefficient), then the estimator;
+- updates: the critic's, then the actor's once `trainer.critic_warmup` steps are past.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from algos.advantages import compute_advantages
+from algos.kl import apply_kl_penalty_to_rewards
+from app.config.schema import TrainerRunConfig
+from app.trainer.collectives import RankGroup
+from app.trainer.rollout_batch import RolloutGroup
+from app.trainer.step_metrics import PhaseTimer
+
+
+class Learner:
+    """The roles of one rank and the config of their phases. `kl_ctrl`: the run's KL controller (its value is part
+    of the run state a checkpoint keeps)."""
+
+    def __init__(self, cfg: TrainerRunConfig, *, actor, reference, critic, kl_ctrl: Any, ranks: RankGroup) -> None:
+        self.cfg, self.algo = cfg, cfg.algorithm
+        self.actor, self.reference, self.critic = actor, reference, critic
+        self.kl_ctrl, self.ranks = kl_ctrl, ranks
+
+    def log_probs(self, group: RolloutGroup, timer: PhaseTimer) -> None:
+        """Old policy of the PPO ratio: the sampler's (bypass_mode), none on-policy (the update's own), else a pass;
+        then the reference's log-probs and the critic's values where they are used."""
+        batch = group.batch
+        if self.algo.rollout_correction.bypass_mode:
+            batch["old_log_probs"] = batch["rollout_log_probs"]
+        elif self.algo.use_kl_in_reward or not self.actor.is_on_policy(len(batch)):
+            with timer.phase("old_log_prob"):
+                batch.update(self.actor.compute_log_prob(batch))
+        if self.reference is not None:
+            with timer.phase("ref"):
+                batch.update(self.reference.compute_ref_log_prob(batch))
+        if self.critic is not None:
+            with timer.phase("values"):
+                batch.update(self.critic.compute_values(batch))
+
+    def advantages(self, group: RolloutGroup) -> dict[str, float]:
+        """`token_level_rewards`, `advantages` and `returns` into the batch; the KL-in-reward metrics (collective)."""
+        batch, algo = group.batch, self.algo
+        metrics: dict[str, float] = {}
+        if algo.use_kl_in_reward:
+            rewards, kl_metrics = apply_kl_penalty_to_rewards(
+                batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], batch["response_mask"],
+                self.kl_ctrl.value, algo.kl_penalty)
+            batch["token_level_rewards"] = rewards
+            metrics |= self.ranks.reduce({f"actor/{k}": float(v) for k, v in kl_metrics.items()})
+            self.kl_ctrl.update(metrics["actor/reward_kl_penalty"], n_steps=self.cfg.data.train_batch_size)
+        else:
+            batch["token_level_rewards"] = batch["token_level_scores"]
+        advantages, returns = compute_advantages(
+            algo.adv_estimator, token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
+            index=group.uid, values=batch.get("values"), gamma=algo.gamma, lam=algo.lam,
+            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+            reward_baselines=group.extras.get("reward_baselines"))
+        batch["advantages"], batch["returns"] = advantages, returns
+        return metrics
+
+    def updates_actor(self, step: int) -> bool:
+        """Whether `step` updates the actor (the critic alone learns during `trainer.critic_warmup`)."""
+        return step > self.cfg.trainer.critic_warmup
+
+    def update(self, group: RolloutGroup, step: int, timer: PhaseTimer) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if self.critic is not None:
+            with timer.phase("update_critic"):
+                metrics |= self.critic.update_critic(group.batch)
+        if self.updates_actor(step):
+            with timer.phase("update_actor"):
+                metrics |= self.actor.update_policy(group.batch)
+        return metrics

@@ -1,0 +1,112 @@
+"""The rollout service as the trainer's ranks drive it: which policy version it serves, what one weight sync sends
+and how, and (colocated GPU placement) when vLLM gives its memory back.
+
+What one sync sends, by the engine's model and `rollout.lora_sync`:
+- full fine-tuning: every weight, streamed one gathered tensor at a time (`FullWeights`);
+- LoRA with `lora_sync=adapter`: the adapter alone, in the rollout dtype (`LoraAdapter`; vLLM applies it with its LoRA
+  kernels);
+- LoRA with `lora_sync=merged`: the adapter alone, in float32 (`MergedLora`); each replica folds it into the base
+  weights of its own model folder (`serve.lora_fold`), so a few MB travel instead of every merged weight (540 MB for
+  SmolLM2-135M in fp32). A model folder without safetensors files has nothing to fold into: the trainer then merges
+  and streams full weights itself, as vLLM would receive them either way.
+
+Every rank builds the payload (the gathers are collective); rank 0's tensors are sent, and the other ranks read their
+stream to the end so that their gathers run alongside rank 0's.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, Union
+
+import torch
+
+from app.engine import BaseEngine
+from app.trainer.collectives import RankGroup
+from serve.lora_fold import checkpoint_files
+from serve.types import FullWeights, LoraAdapter, MergedLora
+
+
+class RolloutService(Protocol):
+    """What the loop needs from the rollout deployment (`serve.RolloutClient`)."""
+
+    def generate(self, prompt_token_ids: list[list[int]], *, expect_version: int,
+                 validation: bool = False) -> list[Any]: ...
+    # payload: FullWeights (its tensors a one-pass stream of (name, tensor) that must be read to the end: every rank's
+    # gathers advance with it), LoraAdapter or MergedLora
+    def update_weights(self, version: int, payload: Any) -> Any: ...
+    def replica_versions(self) -> dict[str, int]: ...
+    def sleep(self) -> None: ...
+    def wake_up(self) -> None: ...
+    # (replicas seen dying, calls resent) since the last call
+    def take_faults(self) -> tuple[set[str], int]: ...
+
+
+def rollout_payload(engine: BaseEngine, *, lora_sync: str, model_path: str, dtype: torch.dtype
+                    ) -> Union[FullWeights, LoraAdapter, MergedLora]:
+    if not engine.has_adapter:
+        return FullWeights(tensors=engine.get_per_tensor_param(dtype=dtype))
+    if lora_sync == "adapter":
+        adapter = engine.state_dict_for_sync(dtype=dtype)
+        return LoraAdapter(adapter_config=adapter.adapter_config, tensors=adapter.tensors)
+    if checkpoint_files(model_path):
+        adapter = engine.state_dict_for_sync(dtype=None)  # the trainer's own float32: the fold starts from them
+        return MergedLora(adapter_config=adapter.adapter_config, tensors=adapter.tensors,
+                          dtype=str(dtype).removeprefix("torch."))
+    return FullWeights(tensors=engine.get_per_tensor_param(dtype=dtype, merge_lora=True))
+
+
+class RolloutSync:
+    """Every rank calls each method together (they hold barriers); rank 0 alone talks to the service.
+
+    `sleeps`: colocated GPU placement with `rollout.free_cache_engine`: vLLM frees its memory while the trainer runs.
+    """
+
+    def __init__(self, service: RolloutService, ranks: RankGroup, engine: BaseEngine, *, lora_sync: str,
+                 model_path: str, dtype: torch.dtype, sleeps: bool) -> None:
+        self.service, self.ranks, self.engine = service, ranks, engine
+        self.lora_sync, self.model_path, self.dtype = lora_sync, model_path, dtype
+        self.sleeps = sleeps
+        self.asleep = False
+
+    def served_version(self) -> int:
+        """The version every replica serves; they agree after any completed sync."""
+        versions = set(self.service.replica_versions().values())
+        if len(versions) != 1:
+            raise RuntimeError(f"rollout replicas disagree on the policy version: {sorted(versions)}")
+        return versions.pop()
+
+    def push(self, version: int) -> None:
+        """Send the engine's weights (or LoRA adapter) as `version`; every rank returns once the service has it."""
+        self.wake_up()
+        payload = rollout_payload(self.engine, lora_sync=self.lora_sync, model_path=self.model_path, dtype=self.dtype)
+        if self.ranks.rank == 0:
+            self.service.update_weights(version, payload)
+        elif isinstance(payload, FullWeights):
+            for _ in payload.tensors:  # the gathers rank 0 runs while it sends
+                pass
+        self.ranks.barrier()
+
+    def release_memory(self) -> None:
+        """After a rollout, when `sleeps`: every rank has finished sampling before the engines release their memory."""
+        if not self.sleeps:
+            return
+        self.ranks.barrier()
+        if self.ranks.rank == 0:
+            self.service.sleep()
+        self.ranks.barrier()
+        self.asleep = True
+
+    def wake_up(self) -> None:
+        """Before the next rollout or sync: a no-op unless `release_memory` put the engines to sleep."""
+        if not self.asleep:
+            return
+        if self.ranks.rank == 0:
+            self.service.wake_up()
+        self.ranks.barrier()
+        self.asleep = False
+
+    def fault_metrics(self) -> dict[str, float]:
+        """Rollout replicas that died under this step's calls (each counted once, whichever ranks met it) and the
+        calls resent to their replacements (`serve.replica_retry`). Collective."""
+        dead, resent = self.service.take_faults()
+        return {"rollout/replica_restarts": float(len(self.ranks.union(dead))),
+                "rollout/retried_requests": self.ranks.sum(float(resent))}

@@ -1,0 +1,39 @@
+"""`app.train.run`: the command types the Hydra config once, and what it validated is what it hands to the launch."""
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+from support import with_dotted
+
+BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
+        "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
+        "algorithm": {"adv_estimator": "grpo"}, "trainer": {"default_local_dir": "out"}}
+
+
+def test_the_command_builds_the_typed_config_once_and_launches_that_object(monkeypatch, tmp_path):
+    import app.job_paths
+    import app.preflight
+    import app.train
+    from app.config import loader
+    from app.config.schema import TrainerRunConfig
+    from app.trainer import checkpoints, launch, tracking
+
+    monkeypatch.chdir(tmp_path)
+    parses, launched, checked = [], [], []
+    real_build = loader._build
+
+    def counting_build(cls, data, path):
+        if cls is TrainerRunConfig and path == "":
+            parses.append(path)
+        return real_build(cls, data, path)
+
+    monkeypatch.setattr(loader, "_build", counting_build)
+    monkeypatch.setattr(app.job_paths, "check_job_paths", lambda cfg: None)
+    monkeypatch.setattr(tracking, "check_loggers", lambda loggers: None)
+    monkeypatch.setattr(app.preflight, "run_preflight", lambda cfg, skip=(): checked.append(cfg) or {"data": (8, 0)})
+    monkeypatch.setattr(checkpoints, "find_resume_dir", lambda root, mode: None)
+    monkeypatch.setattr(launch, "train", lambda cfg: launched.append(cfg) or {})
+    monkeypatch.setattr(launch, "validation_history", lambda out_dir: [])
+    assert app.train.run(OmegaConf.create(with_dotted(BASE, **{"trainer.total_training_steps": 2}))) == 0
+    assert len(parses) == 1  # load_config, once: the launch and its workers get the typed object
+    [cfg] = launched
+    assert cfg is checked[0] and isinstance(cfg, TrainerRunConfig) and cfg.trainer.total_training_steps == 2

@@ -1,0 +1,75 @@
+"""`app.trainer.learner.Learner`: which log-probs a step computes, and the advantages it writes (one rank)."""
+from __future__ import annotations
+
+import torch
+
+from algos.kl_controller import make_kl_controller
+from app.batch import TensorBatch
+from app.config.schema import TrainerRunConfig
+from app.trainer.collectives import RankGroup
+from app.trainer.learner import Learner
+from app.trainer.rollout_batch import RolloutGroup
+from app.trainer.step_metrics import PhaseTimer
+
+
+class OneRank:
+    dp_rank, dp_world_size = 0, 1
+
+    def all_reduce(self, tensor, op):
+        return tensor
+
+
+class RecordingActor:
+    def __init__(self):
+        self.calls = []
+
+    def is_on_policy(self, rows):
+        return False
+
+    def compute_log_prob(self, batch):
+        self.calls.append("log_prob")
+        return {"old_log_probs": torch.zeros_like(batch["rollout_log_probs"])}
+
+    def update_policy(self, batch):
+        self.calls.append("update")
+        return {"actor/pg_loss": 0.5}
+
+
+def group_of(scores: list[float]) -> RolloutGroup:
+    """Two prompts, two samples each, one response token per sample carrying the score."""
+    mask = torch.ones(4, 1, dtype=torch.long)
+    batch = TensorBatch({"response_mask": mask, "rollout_log_probs": torch.full((4, 1), -0.5),
+                         "token_level_scores": torch.tensor(scores).unsqueeze(1)})
+    return RolloutGroup(batch=batch, uid=["a", "a", "b", "b"], dataset_index=[0, 0, 1, 1], data_source=["d"] * 4,
+                        ground_truth=[None] * 4, extra_info=[{}] * 4, messages=[[]] * 4, finish_reason=["stop"] * 4,
+                        policy_version=0)
+
+
+def learner(cfg: TrainerRunConfig, actor) -> Learner:
+    kl = cfg.algorithm.kl_ctrl
+    return Learner(cfg, actor=actor, reference=None, critic=None, ranks=RankGroup(OneRank()),
+                   kl_ctrl=make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon))
+
+
+def test_grpo_advantages_are_the_scores_normalised_within_each_prompts_group():
+    cfg = TrainerRunConfig()
+    cfg.algorithm.adv_estimator = "grpo"
+    group = group_of([1.0, 0.0, 0.0, 0.0])
+    assert learner(cfg, RecordingActor()).advantages(group) == {}  # no KL in the reward: no metrics
+    # group a: scores (1, 0), mean 0.5, sample std 0.7071 -> (+0.7071, -0.7071); group b: equal scores -> 0
+    expected = torch.tensor([[0.70710677], [-0.70710677], [0.0], [0.0]])
+    assert torch.allclose(group.batch["advantages"], expected, atol=1e-5)
+    assert torch.equal(group.batch["token_level_rewards"], group.batch["token_level_scores"])
+
+
+def test_bypass_mode_takes_the_samplers_log_probs_and_a_warmup_step_leaves_the_actor_alone():
+    cfg = TrainerRunConfig()
+    cfg.algorithm.rollout_correction.bypass_mode = True
+    cfg.trainer.critic_warmup = 1
+    actor, group, timer = RecordingActor(), group_of([1.0, 0.0, 0.0, 0.0]), PhaseTimer()
+    steps = learner(cfg, actor)
+    steps.log_probs(group, timer)
+    assert torch.equal(group.batch["old_log_probs"], group.batch["rollout_log_probs"]) and actor.calls == []
+    assert steps.update(group, step=1, timer=timer) == {} and actor.calls == []  # step 1 is within the warm-up
+    assert steps.update(group, step=2, timer=timer) == {"actor/pg_loss": 0.5} and actor.calls == ["update"]
+    assert set(timer.seconds) == {"update_actor"}
