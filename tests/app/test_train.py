@@ -13,20 +13,19 @@ def test_the_command_builds_the_typed_config_once_and_launches_that_object(monke
     import app.job_paths
     import app.preflight
     import app.train
-    from app.config import loader
+    from app.config import loader, typed
     from app.config.schema import TrainerRunConfig
     from app.trainer import checkpoints, launch, tracking
 
     monkeypatch.chdir(tmp_path)
     parses, launched, checked = [], [], []
-    real_build = loader._build
 
-    def counting_build(cls, data, path):
+    def counting_build(cls, data, path=""):
         if cls is TrainerRunConfig and path == "":
             parses.append(path)
-        return real_build(cls, data, path)
+        return typed.build_typed(cls, data, path)
 
-    monkeypatch.setattr(loader, "_build", counting_build)
+    monkeypatch.setattr(loader, "build_typed", counting_build)
     monkeypatch.setattr(app.job_paths, "check_job_paths", lambda cfg: None)
     monkeypatch.setattr(tracking, "check_loggers", lambda loggers: None)
     monkeypatch.setattr(app.preflight, "run_preflight", lambda cfg, skip=(): checked.append(cfg) or {"data": (8, 0)})

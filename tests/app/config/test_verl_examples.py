@@ -255,10 +255,11 @@ def test_logger_given_as_one_name_becomes_a_list_and_unknown_names_are_named(pat
 
 
 def test_a_sweep_trial_keeps_a_one_name_logger_and_adds_jsonl(tmp_path):
-    from app.tuning.trial import TrialContext, trial_config_tree
+    from app.tuning.trial import TrialContext, built_config, trial_config_tree
 
-    ctx = TrialContext(sweep_name="s", sweep_dir=str(tmp_path), project_name="p",
-                       base={"trainer": {"logger": "console"}}, metric="val-core/reward/mean", total_steps=1)
+    base = {"trainer": {"logger": "console"}}
+    ctx = TrialContext(sweep_name="s", sweep_dir=str(tmp_path), project_name="p", base=base,
+                       base_cfg=built_config(base), metric="val-core/reward/mean", total_steps=1)
     assert trial_config_tree(ctx, {}, "t0")["trainer"]["logger"] == ["console", "jsonl"]
 
 

@@ -86,17 +86,18 @@ def test_a_validation_metric_needs_validation_data(tmp_path, compose):
 
 
 def test_a_sweep_types_the_base_tree_once_for_its_checks_and_three_trials(tmp_path, compose, monkeypatch):
-    from app.config import loader
+    from app.config import loader, typed
+    from app.tuning import trial
 
     parses = []  # every tree turned into a TrainerRunConfig (load_config and built_config both come through here)
-    real_build = loader._build
 
-    def counting_build(cls, data, path):
+    def counting_build(cls, data, path=""):
         if cls is TrainerRunConfig and path == "":
             parses.append(path)
-        return real_build(cls, data, path)
+        return typed.build_typed(cls, data, path)
 
-    monkeypatch.setattr(loader, "_build", counting_build)
+    monkeypatch.setattr(loader, "build_typed", counting_build)
+    monkeypatch.setattr(trial, "build_typed", counting_build)
     lr = "actor_rollout_ref.actor.optim.lr"
     spec = parse_sweep({"name": "s", "base": {"config": "quickstart"}, "output_dir": str(tmp_path),
                         "params": {lr: {"grid": [1e-5, 3e-5, 1e-4]}, "trainer.num_workers": {"grid": [1, 2]}}})
