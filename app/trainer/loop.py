@@ -12,7 +12,8 @@ from typing import Callable, Optional
 
 import torch
 
-from algos.advantages import compute_advantages, estimator_traits
+from algos.advantages import compute_advantages
+from algos.catalog import estimator_traits
 from algos.kl import apply_kl_penalty_to_rewards
 from algos.kl_controller import make_kl_controller
 from algos.rewards.overlong import overlong_penalty

@@ -21,7 +21,7 @@ from app.tuning import results as results_mod
 from app.tuning.resources import TRIAL_ACTOR_CPUS, max_concurrent_trials, trial_needs
 from app.tuning.search import param_space, scheduler, search_algorithm
 from app.tuning.spec import SweepSpec
-from app.tuning.trial import TrialContext, run_trial, set_key, trial_app_name, trial_config_tree
+from app.tuning.trial import TrialContext, _omegaconf, run_trial, set_key, trial_app_name, trial_config_tree
 
 TUNE_DIR = "tune"
 RESOURCE_KEYS = ("trainer.num_workers", "trainer.cpus_per_worker", "actor_rollout_ref.rollout.replicas",
@@ -165,12 +165,6 @@ def _worst_case(spec: SweepSpec, ctx: TrialContext) -> TrainerRunConfig:
 
 def _trial_name(trial) -> str:
     return trial.trial_id
-
-
-def _omegaconf(tree: dict):
-    from omegaconf import OmegaConf
-
-    return OmegaConf.create(tree)
 
 
 # ------------------------------------------------------------------------------------------------ Serve cleanup
