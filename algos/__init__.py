@@ -6,13 +6,13 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ADV_ESTIMATORS": "algos.advantages",
+    "ADV_ESTIMATORS": "algos.catalog",
     "compute_advantages": "algos.advantages",
     "LOSS_AGG_MODES": "algos.aggregation",
     "agg_loss": "algos.aggregation",
     "loss_normalizer": "algos.aggregation",
-    "KL_KINDS": "algos.kl",
-    "LOG_PROB_KL_KINDS": "algos.kl",
+    "KL_KINDS": "algos.catalog",
+    "LOG_PROB_KL_KINDS": "algos.catalog",
     "apply_kl_penalty_to_rewards": "algos.kl",
     "full_kl": "algos.kl",
     "kl_penalty": "algos.kl",
@@ -26,8 +26,8 @@ _EXPORTS = {
     "masked_sum": "algos.masked",
     "masked_var": "algos.masked",
     "masked_whiten": "algos.masked",
-    "POLICY_LOSSES": "algos.policy_loss",
-    "PolicyLossConfig": "algos.policy_loss",
+    "POLICY_LOSSES": "algos.catalog",
+    "PolicyLossConfig": "algos.policy_loss_config",
     "resolve_loss_agg_mode": "algos.policy_loss",
     "AdvantageFn": "algos.protocols",
     "PolicyLossFn": "algos.protocols",

@@ -1,4 +1,4 @@
-"""Advantage estimators, selected by ``algorithm.adv_estimator``.
+"""Advantage estimators, selected by ``algorithm.adv_estimator`` (names and traits: ``algos.catalog``).
 
 Every estimator is an ``algos.protocols.AdvantageFn``: it takes ``token_level_rewards`` and ``response_mask`` of
 shape ``(batch, response_len)`` plus whatever else it needs, and returns ``(advantages, returns)``, both
@@ -16,30 +16,13 @@ All functions run without autograd; advantages are targets, not part of the grap
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
 import torch
 
+from algos.catalog import ADV_ESTIMATORS
 from algos.masked import masked_fill_zero, masked_whiten
-from algos.protocols import AdvantageFn
-from algos.registry import Registry, call_with_supported_kwargs
-
-ADV_ESTIMATORS: Registry[AdvantageFn] = Registry("algorithm.adv_estimator")
-
-
-@dataclass(frozen=True)
-class EstimatorTraits:
-    """What an estimator needs from the trainer; the trainer reads these, never the estimator's name."""
-
-    needs_critic: bool = False  # values from a value model (`values` input): the critic role runs
-    needs_groups: bool = False  # compares the samples of one prompt: rollout.n >= 2 makes sense, filter_groups applies
-    needs_greedy_baseline: bool = False  # a greedy response's reward per prompt (`reward_baselines` input)
-
-
-def estimator_traits(name: str) -> EstimatorTraits:
-    """Traits of ``algorithm.adv_estimator=name`` (an own ``module:function`` may set ``fn.traits``; else none)."""
-    return ADV_ESTIMATORS.traits(name, EstimatorTraits())
+from algos.registry import call_with_supported_kwargs
 
 
 def _check_2d(name: str, tensor: torch.Tensor, like: torch.Tensor | None = None) -> None:
@@ -97,7 +80,6 @@ def _broadcast(per_row: torch.Tensor, response_mask: torch.Tensor) -> torch.Tens
     return masked_fill_zero(per_row.unsqueeze(-1).expand_as(response_mask).to(per_row.dtype), response_mask)
 
 
-@ADV_ESTIMATORS.register("gae", EstimatorTraits(needs_critic=True))
 @torch.no_grad()
 def gae(
     token_level_rewards: torch.Tensor,
@@ -137,7 +119,6 @@ def gae(
     return masked_whiten(raw_adv, keep), returns
 
 
-@ADV_ESTIMATORS.register("grpo", EstimatorTraits(needs_groups=True))
 @torch.no_grad()
 def grpo(
     token_level_rewards: torch.Tensor,
@@ -164,7 +145,6 @@ def grpo(
     return adv, adv
 
 
-@ADV_ESTIMATORS.register("rloo", EstimatorTraits(needs_groups=True))
 @torch.no_grad()
 def rloo(
     token_level_rewards: torch.Tensor,
@@ -186,7 +166,6 @@ def rloo(
     return adv, adv
 
 
-@ADV_ESTIMATORS.register("opo", EstimatorTraits(needs_groups=True))
 @torch.no_grad()
 def opo(
     token_level_rewards: torch.Tensor,
@@ -223,7 +202,6 @@ def _discounted_returns(rewards: torch.Tensor, keep: torch.Tensor, gamma: float)
     return masked_fill_zero(returns, keep)
 
 
-@ADV_ESTIMATORS.register("reinforce_plus_plus")
 @torch.no_grad()
 def reinforce_plus_plus(
     token_level_rewards: torch.Tensor,
@@ -242,7 +220,6 @@ def reinforce_plus_plus(
     return masked_whiten(returns, keep), returns
 
 
-@ADV_ESTIMATORS.register("reinforce_plus_plus_baseline", EstimatorTraits(needs_groups=True))
 @torch.no_grad()
 def reinforce_plus_plus_baseline(
     token_level_rewards: torch.Tensor,
@@ -261,7 +238,6 @@ def reinforce_plus_plus_baseline(
     return adv, adv
 
 
-@ADV_ESTIMATORS.register("remax", EstimatorTraits(needs_greedy_baseline=True))
 @torch.no_grad()
 def remax(
     token_level_rewards: torch.Tensor,

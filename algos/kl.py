@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from algos.catalog import KL_KINDS
 from algos.logprobs import DEFAULT_CHUNK_SIZE, full_kl_from_logits
 from algos.masked import masked_fill_zero, masked_mean
 
-KL_KINDS: tuple[str, ...] = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
-# What ``kl_penalty`` accepts: every kind but ``full`` (which needs logits), each also with the ``+`` suffix.
-LOG_PROB_KL_KINDS: tuple[str, ...] = tuple(k + suffix for suffix in ("", "+") for k in KL_KINDS if k != "full")
 _K3_LOG_RATIO_CLAMP = 20.0  # keeps exp() finite
 _K3_VALUE_CLAMP = 10.0  # verl's bound on a single token's k3 value
 

@@ -48,9 +48,10 @@ KL_CONTROLLER_TYPES: tuple[str, ...] = ("fixed", "adaptive")
 
 
 def make_kl_controller(
-    type: str = "fixed", kl_coef: float = 0.001, target_kl: float = 0.1, horizon: float = 10000
+    type: str, kl_coef: float, target_kl: float, horizon: float
 ) -> FixedKLController | AdaptiveKLController:
-    """Controller for ``algorithm.kl_ctrl.type`` with verl's defaults."""
+    """Controller for ``algorithm.kl_ctrl.type`` from the ``algorithm.kl_ctrl`` keys (their defaults are the config
+    schema's); ``target_kl`` and ``horizon`` are read by the adaptive controller only."""
     if type == "fixed":
         return FixedKLController(kl_coef)
     if type == "adaptive":

@@ -1,6 +1,7 @@
 """Policy-gradient losses, selected by ``actor.policy_loss.loss_mode`` (verl names).
 
-Every loss has the signature of ``algos.protocols.PolicyLossFn`` (tensors, loss and metrics described there).
+Every loss has the signature of ``algos.protocols.PolicyLossFn`` (tensors, loss and metrics described there); the
+names and traits are registered in ``algos.catalog``, the settings are ``algos.policy_loss_config.PolicyLossConfig``.
 
 ``clip_cov`` and ``kl_cov`` pick tokens by a covariance over this call's kept tokens (one micro-batch, as in verl), so
 unlike the other modes their loss depends on how the mini-batch is cut, and picking reads the token count (one sync).
@@ -8,39 +9,11 @@ unlike the other modes their loss depends on how the mini-batch is cut, and pick
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Mapping
-
 import torch
 
 from algos.aggregation import agg_loss
 from algos.masked import masked_mean
-from algos.protocols import PolicyLossFn
-from algos.registry import Registry
-
-POLICY_LOSSES: Registry[PolicyLossFn] = Registry("actor.policy_loss.loss_mode")
-
-
-@dataclass(frozen=True)
-class PolicyLossTraits:
-    """What the trainer may assume of a loss, kept with its registration (``POLICY_LOSSES.register(name, traits)``).
-
-    ``linear_in_advantage``: each token's loss is ``A_t`` times a factor that depends on ``A_t`` at most through its
-    sign (and the metrics likewise), so scaling ``A_t`` by ``w_t > 0`` scales exactly that token's loss by ``w_t``.
-    That is how per-token importance weights (``algos.rollout_correction``) are applied; losses that pick tokens by
-    the size of ``A`` (clip_cov, kl_cov) or average ``A`` over a response (geo_mean) are not linear.
-    """
-
-    linear_in_advantage: bool = False
-
-
-_LINEAR = PolicyLossTraits(linear_in_advantage=True)
-
-
-def policy_loss_traits(name: str) -> PolicyLossTraits:
-    """Traits of ``actor.policy_loss.loss_mode=name``; none registered (an imported function without a ``traits``
-    attribute): nothing assumed."""
-    return POLICY_LOSSES.traits(name, PolicyLossTraits())
+from algos.policy_loss_config import PolicyLossConfig
 
 # Log-ratios are clamped before exp() so one badly off-policy token cannot overflow the loss (as verl does).
 _LOG_RATIO_CLAMP = 20.0
@@ -49,76 +22,6 @@ _GSPO_LOG_RATIO_MAX = 10.0
 
 # verl always aggregates GSPO and GMPO (geo_mean) as a mean over responses, whatever actor.loss_agg_mode says.
 _FORCED_AGG_MODE = {"gspo": "seq-mean-token-mean", "geo_mean": "seq-mean-token-mean"}
-
-# PolicyLossConfig fields that verl keeps under actor.policy_loss; the clip settings sit on actor itself.
-_POLICY_LOSS_SECTION = ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
-
-
-@dataclass(frozen=True)
-class PolicyLossConfig:
-    """Clip settings (verl ``actor.clip_ratio*``). ``clip_ratio_low``/``clip_ratio_high`` default to ``clip_ratio``;
-    ``clip_ratio_c`` is the dual-clip bound on the ratio for negative advantages and must be > 1.
-
-    The entropy-mechanism modes' settings (verl ``actor.policy_loss.*``): ``clip_cov`` zeroes at most
-    ``clip_cov_ratio`` of the tokens, drawn from those whose covariance lies in ``(clip_cov_lb, clip_cov_ub)``;
-    ``kl_cov`` adds ``ppo_kl_coef * |log-ratio|`` to the ``kl_cov_ratio`` of the tokens with the largest covariance.
-
-    Every field is a config key without a default: the defaults are the config schema's (app/config/schema.py,
-    ``ActorConfig``), written once there; ``from_mapping`` takes them from the actor section.
-    """
-
-    clip_ratio: float
-    clip_ratio_low: float | None
-    clip_ratio_high: float | None
-    clip_ratio_c: float
-    clip_cov_ratio: float
-    clip_cov_lb: float
-    clip_cov_ub: float
-    kl_cov_ratio: float
-    ppo_kl_coef: float
-
-    def __post_init__(self) -> None:
-        for name in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
-            value = getattr(self, name)
-            if value is not None and not value >= 0:
-                raise ValueError(f"actor.{name} must be >= 0, got {value!r}")
-        if not self.clip_ratio_c > 1.0:
-            raise ValueError(f"actor.clip_ratio_c must be > 1 (dual-clip lower bound), got {self.clip_ratio_c!r}")
-        for name in ("clip_cov_ratio", "kl_cov_ratio"):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise ValueError(f"actor.policy_loss.{name} must be in (0, 1] (a share of the tokens), got {value!r}")
-        if not self.clip_cov_lb < self.clip_cov_ub:
-            raise ValueError(
-                f"actor.policy_loss.clip_cov_lb={self.clip_cov_lb!r} must be below clip_cov_ub={self.clip_cov_ub!r} "
-                "(else clip_cov selects no token)"
-            )
-        if not self.ppo_kl_coef >= 0:
-            raise ValueError(f"actor.policy_loss.ppo_kl_coef must be >= 0, got {self.ppo_kl_coef!r}")
-
-    @property
-    def low(self) -> float:
-        return self.clip_ratio if self.clip_ratio_low is None else self.clip_ratio_low
-
-    @property
-    def high(self) -> float:
-        return self.clip_ratio if self.clip_ratio_high is None else self.clip_ratio_high
-
-    @classmethod
-    def from_mapping(cls, actor_config: Mapping[str, Any] | Any) -> "PolicyLossConfig":
-        """Build from a verl-style ``actor`` section, a mapping or an object with those attribute names (e.g. the
-        typed schema): clip settings from the section, the others from its ``policy_loss``. Other keys are ignored;
-        an absent one is a ValueError naming it (its default is the schema's, not restated here)."""
-
-        def read(source: Any, name: str, where: str) -> Any:
-            present = name in source if isinstance(source, Mapping) else hasattr(source, name)
-            if not present:
-                raise ValueError(f"{where}{name} is missing: build the loss settings from the whole actor section")
-            return source[name] if isinstance(source, Mapping) else getattr(source, name)
-
-        section = read(actor_config, "policy_loss", "actor.")
-        return cls(**{f.name: read(section, f.name, "actor.policy_loss.") if f.name in _POLICY_LOSS_SECTION
-                      else read(actor_config, f.name, "actor.") for f in fields(cls)})
 
 
 def resolve_loss_agg_mode(loss_mode: str, loss_agg_mode: str) -> str:
@@ -146,7 +49,6 @@ def _metrics(clipfrac: torch.Tensor, ppo_kl: torch.Tensor, clipfrac_lower: torch
     }
 
 
-@POLICY_LOSSES.register("vanilla", _LINEAR)
 def vanilla(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -179,7 +81,6 @@ def vanilla(
     return loss, _metrics(clipfrac, ppo_kl, clipfrac_lower)
 
 
-@POLICY_LOSSES.register("gspo", _LINEAR)
 def gspo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -213,8 +114,6 @@ def gspo(
     return loss, _metrics(clipfrac, ppo_kl, torch.zeros((), device=loss.device))
 
 
-@POLICY_LOSSES.register("gpg", _LINEAR)
-@POLICY_LOSSES.register("reinforce", _LINEAR)
 def reinforce(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -238,7 +137,6 @@ def reinforce(
     return loss, _metrics(zero, ppo_kl, zero)
 
 
-@POLICY_LOSSES.register("cispo", _LINEAR)
 def cispo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -265,7 +163,6 @@ def cispo(
     return loss, _metrics(clipfrac, masked_mean(-log_ratio, response_mask), torch.zeros((), device=loss.device))
 
 
-@POLICY_LOSSES.register("geo_mean")
 def geo_mean(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -321,7 +218,6 @@ def _flat_mask(index: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return torch.zeros(like.numel(), dtype=torch.bool, device=like.device).index_fill_(0, index, True).view_as(like)
 
 
-@POLICY_LOSSES.register("clip_cov")
 def clip_cov(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -356,7 +252,6 @@ def clip_cov(
     return loss, _metrics(clipfrac, ppo_kl, torch.zeros((), device=loss.device))
 
 
-@POLICY_LOSSES.register("kl_cov")
 def kl_cov(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,

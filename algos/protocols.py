@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from algos.policy_loss import PolicyLossConfig
+    from algos.policy_loss_config import PolicyLossConfig
 
 
 class PolicyLossFn(Protocol):

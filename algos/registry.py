@@ -79,10 +79,20 @@ class Registry(Generic[F]):
         )
 
     def traits(self, name: str, default: Any = None) -> Any:
-        """The traits registered with ``name``; a function imported as ``"module:function"`` may carry its own as a
-        ``traits`` attribute; else ``default``. Unknown names raise as ``get`` does."""
-        fn = self.get(name)
-        return self._traits[name] if name in self._traits else getattr(fn, "traits", default)
+        """The traits registered with ``name`` (a registered entry's module is not imported for them); a function
+        imported as ``"module:function"`` may carry its own as a ``traits`` attribute; else ``default``. Unknown
+        names raise as ``get`` does."""
+        if name in self._traits:
+            return self._traits[name]
+        if isinstance(self._entries.get(name), str):  # registered lazily: its traits came with the registration
+            return default
+        return getattr(self.get(name), "traits", default)
+
+    def check(self, name: str) -> None:
+        """Raise as ``get`` would for an unknown or unusable name, without importing a registered entry's module
+        (a user's ``"module:function"`` is imported: that is what would run)."""
+        if not (isinstance(name, str) and name in self._entries):
+            self.get(name)
 
     def _import(self, spec: str) -> F:
         try:

@@ -63,7 +63,7 @@ def child(setting: str, steps: int, overrides: list[str]) -> dict:
     torch.set_num_threads(int(cfg.trainer.cpus_per_worker))
     # what app.trainer.setup does: the LR schedule runs over the run's steps (the quickstart's warm-up needs a length)
     cfg.actor_rollout_ref.actor.optim.total_training_steps = cfg.trainer.total_training_steps
-    actor = build_actor(cfg.actor_rollout_ref)
+    actor = build_actor(cfg.actor_rollout_ref, seed=cfg.trainer.seed)
     proc, peak, sampling = psutil.Process(), [0], [True]
 
     def sample() -> None:

@@ -74,7 +74,7 @@ class Syncer:
 
         torch.set_num_threads(threads)  # as many as make run's train worker merges with
 
-        spec = actor_engine_spec(actor_rollout_ref.model, actor_rollout_ref.actor, device="cpu",
+        spec = actor_engine_spec(actor_rollout_ref.model, actor_rollout_ref.actor, device="cpu", seed=0,
                                  rollout_n=actor_rollout_ref.rollout.n)
         self.engine = make_engine("fsdp2", spec)
         self.engine.init_model()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from algos.aggregation import agg_loss
+from algos.catalog import PolicyLossTraits
 from algos.masked import masked_mean
-from algos.policy_loss import PolicyLossTraits
 
 
 def clipped_pg(old_log_prob, log_prob, advantages, response_mask, *, loss_agg_mode, config, normalizer=None):

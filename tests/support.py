@@ -104,7 +104,8 @@ def engine_spec(model_path, **overrides):
     from app.config.schema import ActorConfig, ModelConfig, RolloutConfig
     from app.roles.factory import actor_engine_spec
 
-    spec = actor_engine_spec(ModelConfig(path=str(model_path)), ActorConfig(), rollout_n=RolloutConfig().n)
+    spec = actor_engine_spec(ModelConfig(path=str(model_path)), ActorConfig(), seed=0,
+                             rollout_n=RolloutConfig().n)
     return dataclasses.replace(spec, **overrides)
 
 
@@ -118,7 +119,7 @@ def prompt_options(**overrides):
 
 def policy_loss_config(**overrides):
     """`PolicyLossConfig.from_mapping` of the schema's actor section, with `overrides` (PolicyLossConfig fields)."""
-    from algos.policy_loss import PolicyLossConfig
+    from algos.policy_loss_config import PolicyLossConfig
     from app.config.schema import ActorConfig
 
     return dataclasses.replace(PolicyLossConfig.from_mapping(ActorConfig()), **overrides)

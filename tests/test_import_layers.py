@@ -234,4 +234,5 @@ def test_the_checks_see_a_circle_and_an_upward_import():
     # imports inside functions count: check_deepspeed imports the engine's DeepSpeed JSON code when it runs
     assert any(e.source == "app.config.deepspeed_check" and e.target == "app.engine.deepspeed_config" for e in edges)
     # a Protocol's TYPE_CHECKING import of the config type it names is seen, and known as never run
-    assert [e.typing_only for e in edges if (e.source, e.target) == ("algos.protocols", "algos.policy_loss")] == [True]
+    assert [e.typing_only for e in edges if (e.source, e.target) == ("algos.protocols", "algos.policy_loss_config")
+            ] == [True]

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
 StrList = Union[str, list[str]]
+# how a role's per-token losses become one number (actor.loss_agg_mode, critic.loss_agg_mode; algos.aggregation)
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
 # ---------------------------------------------------------------- data
@@ -186,7 +188,7 @@ class CheckpointConfig:
 
 @dataclass
 class PolicyLossSection:
-    loss_mode: str = "vanilla"  # a name in algos.policy_loss.POLICY_LOSSES, or `module:function`
+    loss_mode: str = "vanilla"  # a name in algos.catalog.POLICY_LOSSES, or `module:function`
     clip_cov_ratio: float = 0.0002  # clip_cov: share of the tokens whose loss is zeroed
     clip_cov_lb: float = 1.0  # clip_cov: only tokens whose covariance term lies in (lb, ub) can be zeroed
     clip_cov_ub: float = 5.0
@@ -212,8 +214,7 @@ class ActorConfig:
     clip_ratio_low: Optional[float] = None  # None: clip_ratio
     clip_ratio_high: Optional[float] = None  # None: clip_ratio
     clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                           "seq-mean-token-sum-norm"] = "token-mean"
+    loss_agg_mode: LossAggMode = "token-mean"
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False  # KL to the reference in the loss (GRPO) rather than in the reward
     kl_loss_coef: float = 0.001
@@ -440,8 +441,7 @@ class CriticConfig:
     ppo_epochs: Optional[int] = None  # None: actor's
     shuffle: bool = False  # reshuffle the samples into mini-batches each epoch, as actor.shuffle
     cliprange_value: float = 0.5
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                           "seq-mean-token-sum-norm"] = "token-mean"
+    loss_agg_mode: LossAggMode = "token-mean"
     grad_clip: float = 1.0
     use_torch_compile: bool = False
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed
@@ -582,7 +582,7 @@ class PFPPOConfig:
 
 @dataclass
 class AlgorithmConfig:
-    adv_estimator: str = "gae"  # a name in algos.advantages.ADV_ESTIMATORS, or `module:function`
+    adv_estimator: str = "gae"  # a name in algos.catalog.ADV_ESTIMATORS, or `module:function`
     gamma: float = 1.0
     lam: float = 1.0
     norm_adv_by_std_in_grpo: bool = True  # false: Dr. GRPO

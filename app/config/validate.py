@@ -145,9 +145,8 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
 
 
 def _check_algorithm(cfg: TrainerRunConfig) -> None:
-    from algos.advantages import ADV_ESTIMATORS
+    from algos.catalog import ADV_ESTIMATORS, POLICY_LOSSES
     from algos.kl_controller import make_kl_controller
-    from algos.policy_loss import POLICY_LOSSES
 
     algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
     for registry, key, name in (
@@ -155,7 +154,7 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
         (POLICY_LOSSES, "actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode),
     ):
         try:
-            registry.get(name)
+            registry.check(name)
         except (ValueError, ImportError, AttributeError) as exc:
             raise ConfigError(f"{key}={name!r}: {exc}") from exc
     n = cfg.actor_rollout_ref.rollout.n
@@ -167,7 +166,7 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
             algo.adv_estimator)
     _check_filter_groups(cfg)
     _check_rollout_correction(cfg)
-    from algos.kl import LOG_PROB_KL_KINDS as KL_KINDS  # `full` needs logits, which the loss never keeps
+    from algos.catalog import LOG_PROB_KL_KINDS as KL_KINDS  # `full` needs logits, which the loss never keeps
 
     if actor.use_kl_loss and actor.kl_loss_type not in KL_KINDS:
         raise ConfigError(
@@ -186,7 +185,7 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
 
 def _estimator(cfg: TrainerRunConfig):
     """The traits of algorithm.adv_estimator (what it needs: a critic, groups, a greedy baseline)."""
-    from algos.advantages import estimator_traits
+    from algos.catalog import estimator_traits
 
     try:
         return estimator_traits(cfg.algorithm.adv_estimator)
@@ -199,7 +198,7 @@ def _check_filter_groups(cfg: TrainerRunConfig) -> None:
     if not fg.enable:
         return
     if not _estimator(cfg).needs_groups:
-        from algos.advantages import ADV_ESTIMATORS, estimator_traits
+        from algos.catalog import ADV_ESTIMATORS, estimator_traits
 
         grouped = [name for name in ADV_ESTIMATORS.names() if estimator_traits(name).needs_groups]
         raise ConfigError(
@@ -232,7 +231,7 @@ def _check_filter_groups(cfg: TrainerRunConfig) -> None:
 
 
 def _check_rollout_correction(cfg: TrainerRunConfig) -> None:
-    from algos.policy_loss import policy_loss_traits
+    from algos.catalog import policy_loss_traits
 
     rollout, rc = cfg.actor_rollout_ref.rollout, cfg.algorithm.rollout_correction
     uses = [f"{key}={value}" for key, value, on in (("bypass_mode", "true", rc.bypass_mode),
@@ -253,7 +252,7 @@ def _check_rollout_correction(cfg: TrainerRunConfig) -> None:
         raise ConfigError(
             f"algorithm.rollout_correction.rollout_is={rc.rollout_is} weights each token's loss through its advantage, "
             f"which actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered as linear in "
-            "(algos.policy_loss.PolicyLossTraits); use vanilla, gspo, cispo or reinforce, or set rollout_is=null"
+            "(algos.catalog.PolicyLossTraits); use vanilla, gspo, cispo or reinforce, or set rollout_is=null"
         )
 
 
@@ -290,7 +289,7 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
         _positive("actor_rollout_ref.actor.logits_chunk_size", actor.logits_chunk_size)
     if actor.optim.lr <= 0:
         raise ConfigError(f"actor_rollout_ref.actor.optim.lr={actor.optim.lr} must be > 0")
-    from algos.policy_loss import PolicyLossConfig
+    from algos.policy_loss_config import PolicyLossConfig
 
     # the loss's own checks (clip ratios, actor.policy_loss.*) are the only rules for its settings: run now rather
     # than when the actor starts

@@ -429,7 +429,7 @@ def _check_role_copies(cfg: TrainerRunConfig) -> None:
             f"critic.model.tokenizer_path={tokenizer!r}: the critic reads the policy's tokens here, so its tokenizer "
             f"is the policy's (actor_rollout_ref.model.path={arr.model.path!r}); drop the key or give that path")
     if critic.enable is not None:
-        from algos.advantages import estimator_traits
+        from algos.catalog import estimator_traits
 
         needs = estimator_traits(cfg.algorithm.adv_estimator).needs_critic
         if critic.enable != needs:

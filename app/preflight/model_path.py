@@ -20,7 +20,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 def model_keys(cfg: TrainerRunConfig) -> Iterator[tuple[str, str]]:
     """(key, path) of every model the run loads."""
-    from algos.advantages import estimator_traits
+    from algos.catalog import estimator_traits
 
     yield "actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path
     if estimator_traits(cfg.algorithm.adv_estimator).needs_critic and cfg.critic.model.path:

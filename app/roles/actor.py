@@ -10,9 +10,11 @@ from typing import Any, Optional
 import torch
 
 from algos.aggregation import agg_loss
+from algos.catalog import POLICY_LOSSES, policy_loss_traits
 from algos.kl import kl_penalty
 from algos.masked import masked_count
-from algos.policy_loss import POLICY_LOSSES, PolicyLossConfig, policy_loss_traits, resolve_loss_agg_mode
+from algos.policy_loss import resolve_loss_agg_mode
+from algos.policy_loss_config import PolicyLossConfig
 from algos.rollout_correction import rollout_is_weights
 from app.batch import TensorBatch
 from app.engine.base import BaseEngine, StepContext
@@ -62,7 +64,7 @@ class Actor:
         self.rollout_is = rollout_correction if rollout_correction and rollout_correction.rollout_is else None
         if self.rollout_is is not None and not policy_loss_traits(loss_mode).linear_in_advantage:
             raise ValueError(f"rollout_is weights reach the loss through the advantages, which policy loss "
-                             f"{loss_mode!r} is not linear in (algos.policy_loss.PolicyLossTraits)")
+                             f"{loss_mode!r} is not linear in (algos.catalog.PolicyLossTraits)")
 
     # ------------------------------------------------------------------ log-probs
     def compute_log_prob(self, batch: TensorBatch, *, calculate_entropy: bool = True) -> TensorBatch:

@@ -67,7 +67,7 @@ def _trained_engine_spec(model_cfg: Union[ModelConfig, CriticModelConfig], role_
         device=device, seed=seed, compile_layers=role_cfg.use_torch_compile, **extra, **_precision(fsdp_config))
 
 
-def actor_engine_spec(model_cfg: ModelConfig, actor_cfg: ActorConfig, *, device: str = "auto", seed: int = 0,
+def actor_engine_spec(model_cfg: ModelConfig, actor_cfg: ActorConfig, *, device: str = "auto", seed: int,
                       rollout_n: int) -> EngineSpec:
     return _trained_engine_spec(model_cfg, actor_cfg, actor_cfg.fsdp_config, model_kind="causal_lm", device=device,
                                 seed=seed, rollout_n=rollout_n, logits_chunk_size=actor_cfg.logits_chunk_size,
@@ -88,7 +88,7 @@ def ref_engine_spec(model_cfg: ModelConfig, ref_cfg: RefConfig, actor_cfg: Actor
         **_precision(ref_cfg.fsdp_config))
 
 
-def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: int = 0,
+def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: int,
                        rollout_n: int) -> EngineSpec:
     if not critic_cfg.model.path:
         raise ValueError("critic.model.path is empty (validate() fills it from actor_rollout_ref.model.path)")
@@ -97,10 +97,10 @@ def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: 
                                 max_token_len_key="critic.ppo_max_token_len_per_gpu", **_NO_LORA)
 
 
-def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: int = 0,
+def build_actor(arr_cfg: ActorRolloutRefConfig, *, device: str = "auto", seed: int,
                 rollout_correction: Optional[RolloutCorrectionConfig] = None) -> Actor:
     """``arr_cfg``: the ``actor_rollout_ref`` section; ``rollout_correction``: ``algorithm.rollout_correction`` (None:
-    no importance weights). Initialises the engine (collective: call on all ranks)."""
+    no importance weights); ``seed``: ``trainer.seed``. Initialises the engine (collective: call on all ranks)."""
     actor_cfg = arr_cfg.actor
     engine = make_engine(actor_cfg.strategy, actor_engine_spec(arr_cfg.model, actor_cfg, device=device, seed=seed,
                                                                rollout_n=arr_cfg.rollout.n))
@@ -130,7 +130,7 @@ def _log_prob_batching(section: Union[RolloutConfig, RefConfig], name: str) -> d
                 log_prob_max_token_len_key=f"{name}.log_prob_max_token_len_per_gpu")
 
 
-def build_critic(critic_cfg: CriticConfig, *, rollout_n: int, device: str = "auto", seed: int = 0) -> Critic:
+def build_critic(critic_cfg: CriticConfig, *, rollout_n: int, device: str = "auto", seed: int) -> Critic:
     engine = make_engine(critic_cfg.strategy, critic_engine_spec(critic_cfg, device=device, seed=seed,
                                                                  rollout_n=rollout_n))
     engine.init_model()

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from algos.advantages import estimator_traits
+from algos.catalog import estimator_traits
 from algos.kl_controller import make_kl_controller
 from app.config.schema import TrainerRunConfig
 from app.data import PromptBatch

@@ -5,7 +5,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Optional
 
-from algos.advantages import estimator_traits
+from algos.catalog import estimator_traits
 from app.config.schema import TrainerRunConfig
 from app.data import PromptDataLoader, PromptDataOptions, PromptDataset, load_prompt_dataset, pad_token_id_of
 

@@ -1,7 +1,7 @@
 """Estimators carry their traits; the trainer reads the traits, so an estimator of one's own can declare them."""
 import pytest
 
-from algos.advantages import ADV_ESTIMATORS, EstimatorTraits, estimator_traits
+from algos.catalog import ADV_ESTIMATORS, EstimatorTraits, estimator_traits
 from algos.registry import Registry
 
 

@@ -5,8 +5,8 @@ import operator
 import pytest
 import torch
 
-from algos.advantages import ADV_ESTIMATORS, compute_advantages, rloo
-from algos.policy_loss import POLICY_LOSSES
+from algos.advantages import compute_advantages, rloo
+from algos.catalog import ADV_ESTIMATORS, POLICY_LOSSES
 from algos.registry import Registry, call_with_supported_kwargs
 
 
@@ -36,7 +36,7 @@ def test_module_function_spec_is_imported():
     assert ADV_ESTIMATORS.get("operator:add") is operator.add
     assert ADV_ESTIMATORS.get("algos.advantages:rloo") is rloo
     # Nested attribute after the colon.
-    assert Registry("k").get("algos.policy_loss:PolicyLossConfig.from_mapping").__name__ == "from_mapping"
+    assert Registry("k").get("algos.policy_loss_config:PolicyLossConfig.from_mapping").__name__ == "from_mapping"
 
 
 @pytest.mark.parametrize(
@@ -95,3 +95,20 @@ def test_compute_advantages_accepts_module_function_spec_and_extra_inputs():
     assert torch.equal(by_spec[0], by_name[0])
     # Each response's baseline is the other one's score: 1 - 3 = -2 and 3 - 1 = 2.
     assert by_spec[0].flatten().tolist() == [-2.0, 2.0]
+
+
+def test_a_lazy_entry_is_checked_and_has_traits_without_importing_its_module():
+    reg = Registry("k")
+    reg.add("later", "no_such_module_xyz:f", traits="its traits")
+    reg.check("later")  # registered: its module is imported only by get
+    assert reg.traits("later") == "its traits" and "later" in reg.names()
+    with pytest.raises(ValueError, match="k='no_such_module_xyz:f': cannot import module"):
+        reg.get("later")
+    with pytest.raises(ValueError, match="unknown k='other'"):
+        reg.check("other")
+    with pytest.raises(ValueError, match="cannot import module"):
+        reg.check("no_such_module_xyz:g")  # a user's function is imported: that is what would run
+    reg.add("later", "operator:add", overwrite=True)
+    assert reg.get("later") is operator.add  # imported once, then kept
+    reg.remove("later")
+    assert "later" not in reg and reg.traits("operator:add") is None

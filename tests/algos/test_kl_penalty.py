@@ -7,7 +7,8 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from algos.kl import KL_KINDS, LOG_PROB_KL_KINDS, apply_kl_penalty_to_rewards, full_kl, kl_penalty
+from algos.catalog import KL_KINDS, LOG_PROB_KL_KINDS
+from algos.kl import apply_kl_penalty_to_rewards, full_kl, kl_penalty
 from algos.kl_controller import AdaptiveKLController, FixedKLController, make_kl_controller
 
 HYP = settings(max_examples=30, deadline=None)
@@ -91,7 +92,7 @@ def test_apply_kl_penalty_to_rewards_hand_computed():
 
 
 def test_fixed_controller_never_changes():
-    ctrl = make_kl_controller("fixed", kl_coef=0.05)
+    ctrl = make_kl_controller("fixed", kl_coef=0.05, target_kl=0.1, horizon=100)
     ctrl.update(current_kl=100.0, n_steps=1000)
     assert isinstance(ctrl, FixedKLController) and ctrl.value == 0.05
 
@@ -112,8 +113,8 @@ def test_adaptive_controller_hand_computed():
 
 def test_controller_config_errors_name_the_key():
     with pytest.raises(ValueError, match=r"algorithm\.kl_ctrl\.type='pid'.*adaptive.*fixed|fixed.*adaptive"):
-        make_kl_controller("pid")
+        make_kl_controller("pid", kl_coef=0.1, target_kl=0.1, horizon=100)
     with pytest.raises(ValueError, match=r"algorithm\.kl_ctrl\.horizon"):
-        make_kl_controller("adaptive", horizon=0)
+        make_kl_controller("adaptive", kl_coef=0.1, target_kl=0.1, horizon=0)
     with pytest.raises(ValueError, match=r"algorithm\.kl_ctrl\.target_kl"):
-        make_kl_controller("adaptive", target_kl=0)
+        make_kl_controller("adaptive", kl_coef=0.1, target_kl=0, horizon=100)

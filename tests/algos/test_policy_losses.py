@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 from support import policy_loss_config
 
 from algos.aggregation import LOSS_AGG_MODES, loss_normalizer
+from algos.catalog import POLICY_LOSSES
 from algos.policy_loss import (
-    POLICY_LOSSES,
-    PolicyLossConfig,
     cispo,
     clip_cov,
     geo_mean,
@@ -22,6 +21,7 @@ from algos.policy_loss import (
     resolve_loss_agg_mode,
     vanilla,
 )
+from algos.policy_loss_config import PolicyLossConfig
 from app.config.schema import ActorConfig
 
 HYP = settings(max_examples=30, deadline=None)

@@ -1,8 +1,7 @@
 """The registered algorithms have the signatures their registry's Protocol states (algos.protocols)."""
 import inspect
 
-from algos.advantages import ADV_ESTIMATORS
-from algos.policy_loss import POLICY_LOSSES
+from algos.catalog import ADV_ESTIMATORS, POLICY_LOSSES
 from algos.protocols import AdvantageFn, PolicyLossFn
 
 

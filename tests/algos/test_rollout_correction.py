@@ -5,7 +5,8 @@ import pytest
 import torch
 from support import policy_loss_config
 
-from algos.policy_loss import POLICY_LOSSES, policy_loss_traits, vanilla
+from algos.catalog import POLICY_LOSSES, policy_loss_traits
+from algos.policy_loss import vanilla
 from algos.rollout_correction import rollout_is_weights
 
 LN2 = math.log(2.0)

@@ -6,7 +6,8 @@ import pytest
 import torch
 from command_check import REPO, check_call, load_train_config, record_calls
 
-from algos.policy_loss import POLICY_LOSSES, PolicyLossConfig, policy_loss_traits
+from algos.catalog import POLICY_LOSSES, policy_loss_traits
+from algos.policy_loss_config import PolicyLossConfig
 from app.rewards.custom import RewardFnSpec, load_reward_fn
 
 EXAMPLES = REPO / "examples"

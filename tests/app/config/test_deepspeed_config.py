@@ -132,9 +132,9 @@ def test_the_factory_passes_the_deepspeed_keys_to_the_engine(tmp_path):
 
     cfg = load_config(_config(tmp_path, {}, deepspeed_config={"zero_stage": 3, "offload_optimizer": True}))
     arr = cfg.actor_rollout_ref
-    spec = actor_engine_spec(arr.model, arr.actor, rollout_n=arr.rollout.n)
+    spec = actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n)
     assert spec.deepspeed.zero_stage == 3 and spec.deepspeed.offload_optimizer
     assert spec.deepspeed.train_batch_size == 8 and spec.deepspeed.config_path.endswith("ds.json")
     assert ref_engine_spec(arr.model, arr.ref, arr.actor).deepspeed.train_batch_size is None  # inference only
-    critic = critic_engine_spec(cfg.critic, rollout_n=2)
+    critic = critic_engine_spec(cfg.critic, seed=0, rollout_n=2)
     assert critic.deepspeed.train_batch_size == 8 and critic.deepspeed.zero_stage == 2  # the critic's own section

@@ -177,7 +177,7 @@ def test_bad_overlong_buffer_settings_are_named(overrides, message):
 
 
 def test_policy_loss_section_takes_verls_keys_and_the_actor_passes_them_to_the_loss():
-    from algos.policy_loss import PolicyLossConfig
+    from algos.policy_loss_config import PolicyLossConfig
 
     section = {"loss_mode": "clip_cov", "clip_cov_ratio": 0.001, "clip_cov_ub": 8.0, "ppo_kl_coef": 0.0}
     cfg = load_config(with_(**{"actor_rollout_ref.actor.policy_loss": section}))

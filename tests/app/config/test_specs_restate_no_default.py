@@ -11,7 +11,7 @@ from dataclasses import MISSING
 
 import pytest
 
-from algos.policy_loss import PolicyLossConfig
+from algos.policy_loss_config import PolicyLossConfig
 from app.config import load_config
 from app.data import PromptDataOptions
 from app.engine import DeepSpeedSpec, EngineSpec, OptimSpec
@@ -106,12 +106,12 @@ def _assert_mirrors(spec, fields: dict[str, str], cfg) -> None:
 
 def test_trainer_engine_specs_hold_the_configs_values(cfg):
     arr = cfg.actor_rollout_ref
-    actor = actor_engine_spec(arr.model, arr.actor, rollout_n=arr.rollout.n)
+    actor = actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n)
     _assert_mirrors(actor, ACTOR_ENGINE, cfg)
     _assert_mirrors(actor.optim, {f: f"{ACTOR}.{key}" for f, key in OPTIM.items()}, cfg)
     _assert_mirrors(actor.deepspeed, {f: f"{ACTOR}.{key}" for f, key in DEEPSPEED.items()}, cfg)
     assert actor.deepspeed.train_batch_size == arr.actor.ppo_mini_batch_size * arr.rollout.n
-    critic = critic_engine_spec(cfg.critic, rollout_n=arr.rollout.n)
+    critic = critic_engine_spec(cfg.critic, seed=0, rollout_n=arr.rollout.n)
     _assert_mirrors(critic, CRITIC_ENGINE, cfg)
     _assert_mirrors(critic.optim, {f: f"critic.{key}" for f, key in OPTIM.items()}, cfg)
     _assert_mirrors(critic.deepspeed, {f: f"critic.{key}" for f, key in DEEPSPEED.items()}, cfg)

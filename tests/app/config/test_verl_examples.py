@@ -132,8 +132,8 @@ def test_ppo_script_with_a_critic(paths):
     assert cfg.trainer.logger == ["console", "wandb"] and cfg.trainer.use_legacy_worker_impl == "auto"
     # critic.model.fsdp_config is the critic's engine's FSDP setting (and not the actor's)
     arr = cfg.actor_rollout_ref
-    assert critic_engine_spec(cfg.critic, rollout_n=arr.rollout.n).param_offload is True
-    assert actor_engine_spec(arr.model, arr.actor, rollout_n=arr.rollout.n).param_offload is False
+    assert critic_engine_spec(cfg.critic, seed=0, rollout_n=arr.rollout.n).param_offload is True
+    assert actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n).param_offload is False
 
 
 def test_rloo_script(paths):
@@ -373,7 +373,7 @@ def log_prob_contexts(arr):
 
     batch = TensorBatch({"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5),
                          "responses": torch.ones(2, 2, dtype=torch.long)})
-    actor, reference = factory.build_actor(arr), factory.build_reference(arr)
+    actor, reference = factory.build_actor(arr, seed=0), factory.build_reference(arr)
     actor.compute_log_prob(batch)
     reference.compute_ref_log_prob(batch)
     (old,), (ref,) = actor.engine.contexts, reference.engine.contexts

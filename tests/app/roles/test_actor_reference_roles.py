@@ -34,7 +34,7 @@ def _mean_log_prob(log_probs, mask, rows):
 
 def test_update_raises_log_probs_of_positive_advantage_samples(tiny_llama_dir, make_rl_batch):
     cfg = _config(tiny_llama_dir, ppo_epochs=2, shuffle=True)
-    actor = build_actor(cfg, device="cpu")
+    actor = build_actor(cfg, device="cpu", seed=0)
     batch = make_rl_batch(PROMPTS, RESPONSES)
     batch.meta["temperature"] = 1.0
     batch.update(actor.compute_log_prob(batch))
@@ -58,7 +58,7 @@ def test_lora_reference_is_the_base_model_and_kl_loss_starts_at_zero(tiny_llama_
     cfg = _config(tiny_llama_dir, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl",
                   ppo_mini_batch_size=8)
     cfg.model.lora_rank = 4
-    actor = build_actor(cfg, device="cpu")
+    actor = build_actor(cfg, device="cpu", seed=0)
     reference = build_reference(cfg, actor.engine, device="cpu")
     assert reference.engine is actor.engine  # no second copy of the weights
     batch = make_rl_batch(PROMPTS, RESPONSES)
@@ -81,7 +81,7 @@ def test_lora_reference_is_the_base_model_and_kl_loss_starts_at_zero(tiny_llama_
 
 def test_full_finetune_reference_matches_initial_actor(tiny_llama_dir, make_rl_batch):
     cfg = _config(tiny_llama_dir)
-    actor = build_actor(cfg, device="cpu")
+    actor = build_actor(cfg, device="cpu", seed=0)
     reference = build_reference(cfg, actor.engine, device="cpu")
     assert reference.engine is not actor.engine and not reference.disable_adapter
     batch = make_rl_batch(PROMPTS, RESPONSES)
@@ -91,7 +91,7 @@ def test_full_finetune_reference_matches_initial_actor(tiny_llama_dir, make_rl_b
 
 
 def test_mini_batch_size_must_divide_the_batch(tiny_llama_dir, make_rl_batch):
-    actor = build_actor(_config(tiny_llama_dir, ppo_mini_batch_size=3), device="cpu")
+    actor = build_actor(_config(tiny_llama_dir, ppo_mini_batch_size=3), device="cpu", seed=0)
     batch = make_rl_batch(PROMPTS, RESPONSES)
     batch.update(actor.compute_log_prob(batch))
     batch["advantages"] = torch.zeros_like(batch["old_log_probs"])
@@ -107,7 +107,7 @@ def test_on_policy_update_without_old_log_probs_equals_the_update_with_them(tiny
     for give_old in (True, False):
         cfg = _config(tiny_llama_dir, ppo_mini_batch_size=8)
         cfg.actor.fsdp_config.mixed_precision.param_dtype = "fp32"
-        actor = build_actor(cfg, device="cpu")
+        actor = build_actor(cfg, device="cpu", seed=0)
         assert actor.is_on_policy(len(batch))
         data = TensorBatch(dict(batch.tensors))
         if give_old:
@@ -118,7 +118,7 @@ def test_on_policy_update_without_old_log_probs_equals_the_update_with_them(tiny
     assert without["actor/ppo_kl"] == 0.0 and without["actor/pg_clipfrac"] == 0.0
     assert abs(with_old["actor/pg_loss"] - without["actor/pg_loss"]) < 1e-6
     torch.testing.assert_close(after_without, after_with, rtol=0, atol=1e-5)
-    assert not build_actor(_config(tiny_llama_dir, ppo_epochs=2), device="cpu").is_on_policy(8)
+    assert not build_actor(_config(tiny_llama_dir, ppo_epochs=2), device="cpu", seed=0).is_on_policy(8)
 
 
 def test_lora_reference_pass_then_bf16_micro_batched_update(tiny_llama_dir, make_rl_batch):
@@ -128,7 +128,7 @@ def test_lora_reference_pass_then_bf16_micro_batched_update(tiny_llama_dir, make
     cfg = _config(tiny_llama_dir, use_kl_loss=True, kl_loss_coef=0.1, ppo_mini_batch_size=8)
     cfg.model.lora_rank = 4
     cfg.actor.fsdp_config.mixed_precision.param_dtype = "bf16"
-    actor = build_actor(cfg, device="cpu")
+    actor = build_actor(cfg, device="cpu", seed=0)
     reference = build_reference(cfg, actor.engine, device="cpu")
     batch = make_rl_batch(PROMPTS, RESPONSES)
     batch.update(reference.compute_ref_log_prob(batch))
@@ -147,7 +147,7 @@ def test_rollout_is_weights_each_token_loss_by_old_over_sampler(tiny_llama_dir, 
     for level in (None, "token", "sequence"):
         cfg = _config(tiny_llama_dir, ppo_mini_batch_size=8, use_kl_loss=False)
         correction = RolloutCorrectionConfig(rollout_is=level, rollout_is_threshold=3.0 if level == "token" else 9.0)
-        actor = build_actor(cfg, device="cpu", rollout_correction=correction)
+        actor = build_actor(cfg, device="cpu", seed=0, rollout_correction=correction)
         batch = make_rl_batch(PROMPTS, RESPONSES)
         batch.meta["temperature"] = 1.0
         batch.update(actor.compute_log_prob(batch))
@@ -172,13 +172,13 @@ def test_token_budget_errors_name_the_verl_key_of_each_pass():
     from app.roles.factory import _log_prob_batching, actor_engine_spec, critic_engine_spec, ref_engine_spec
 
     model, actor = ModelConfig(path="/m"), ActorConfig()
-    assert actor_engine_spec(model, actor, rollout_n=2).max_token_len_key == \
+    assert actor_engine_spec(model, actor, seed=0, rollout_n=2).max_token_len_key == \
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
     assert ref_engine_spec(model, RefConfig(), actor).max_token_len_key == \
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
     critic = CriticConfig()
     critic.model.path = "/m"
     critic.ppo_mini_batch_size = 4
-    assert critic_engine_spec(critic, rollout_n=2).max_token_len_key == "critic.ppo_max_token_len_per_gpu"
+    assert critic_engine_spec(critic, seed=0, rollout_n=2).max_token_len_key == "critic.ppo_max_token_len_per_gpu"
     assert _log_prob_batching(RolloutConfig(), "actor_rollout_ref.rollout")["log_prob_max_token_len_key"] == \
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"

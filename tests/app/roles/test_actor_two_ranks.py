@@ -31,7 +31,7 @@ def _config(model_dir):
 
 
 def _update(model_dir, batch):
-    actor = build_actor(_config(model_dir), device="cpu")
+    actor = build_actor(_config(model_dir), device="cpu", seed=0)
     shard = actor.engine.shard_data(batch)
     shard.update(actor.compute_log_prob(shard))
     shard["advantages"] = torch.tensor([1.0, -0.5, 0.3, -1.0]).chunk(actor.engine.dp_world_size)[

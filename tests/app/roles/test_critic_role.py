@@ -14,7 +14,7 @@ def test_critic_update_lowers_the_value_loss(tiny_llama_dir, make_rl_batch):
     cfg.cliprange_value = 100.0  # effectively unclipped: the loss can keep falling over several updates
     cfg.optim.lr = 1e-2
     cfg.optim.weight_decay = 0.0
-    critic = build_critic(cfg, rollout_n=1, device="cpu")
+    critic = build_critic(cfg, rollout_n=1, device="cpu", seed=0)
     batch = make_rl_batch([5, 3, 6, 2], [4, 2, 4, 3])
     values = critic.compute_values(batch)["values"]
     assert values.shape == batch["responses"].shape

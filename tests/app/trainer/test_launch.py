@@ -70,7 +70,7 @@ def test_the_workers_get_the_drivers_typed_config_with_absolute_paths_and_nothin
     import ray.train.torch
 
     import serve
-    from app.config import loader
+    from app.config import loader, typed
     from app.config.schema import TrainerRunConfig
     from app.trainer import launch, progress
 
@@ -79,12 +79,11 @@ def test_the_workers_get_the_drivers_typed_config_with_absolute_paths_and_nothin
     cfg = load_config(with_dotted(BASE, **{"actor_rollout_ref.model.path": "model", "trainer.default_local_dir": "out",
                                            "reward_model.model.path": "hub-org/reward"}))
     parses, handed = [], []
-    real_build = loader._build
 
-    def counting_build(cls, data, path):
+    def counting_build(cls, data, path=""):
         if cls is TrainerRunConfig and path == "":
             parses.append(path)
-        return real_build(cls, data, path)
+        return typed.build_typed(cls, data, path)
 
     class RecordingTrainer:
         def __init__(self, entry, *, train_loop_config, **kwargs):
@@ -93,7 +92,7 @@ def test_the_workers_get_the_drivers_typed_config_with_absolute_paths_and_nothin
         def fit(self):
             return None
 
-    monkeypatch.setattr(loader, "_build", counting_build)
+    monkeypatch.setattr(loader, "build_typed", counting_build)
     monkeypatch.setattr(launch, "ensure_ray", lambda cfg: None)
     monkeypatch.setattr(serve, "deploy_rollout", lambda *args, **kwargs: None)
     monkeypatch.setattr(ray.train.torch, "TorchTrainer", RecordingTrainer)
