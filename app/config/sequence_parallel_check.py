@@ -51,6 +51,10 @@ def check_sequence_parallel(cfg: TrainerRunConfig) -> None:
     workers = cfg.trainer.num_workers
     strategies = {"actor_rollout_ref.actor": arr.actor.strategy, "actor_rollout_ref.ref": arr.actor.strategy,
                   "critic": critic.strategy}
+    # the reference compiles as the actor does
+    compiled = {"actor_rollout_ref.actor": ("actor_rollout_ref.actor", arr.actor.use_torch_compile),
+                "actor_rollout_ref.ref": ("actor_rollout_ref.actor", arr.actor.use_torch_compile),
+                "critic": ("critic", critic.use_torch_compile)}
     remove_padding = {"actor_rollout_ref.actor": ("actor_rollout_ref.model", arr.model.use_remove_padding),
                       "actor_rollout_ref.ref": ("actor_rollout_ref.model", arr.model.use_remove_padding),
                       "critic": ("critic.model", critic.model.use_remove_padding)}
@@ -67,6 +71,10 @@ def check_sequence_parallel(cfg: TrainerRunConfig) -> None:
         if not packed:
             raise ConfigError(f"{role}.{KEY}={size} splits packed sequences across ranks: it needs "
                               f"{model_key}.use_remove_padding=true")
+        compile_key, compiles = compiled[role]
+        if compiles:
+            raise ConfigError(f"{role}.{KEY}={size} runs the layers eagerly (compiled layers are not checked around "
+                              f"its all-to-alls): set {compile_key}.use_torch_compile=false or {KEY} to 1")
         model_path = critic.model.path if role == "critic" else arr.model.path
         _check_heads(role, size, model_path)
 

@@ -92,7 +92,7 @@ class FSDPEngine(ShardedEngine):
             torch.manual_seed(spec.seed)  # identical fresh heads / adapters on every rank
             self._attn_implementation = hf_model.attention_implementation(self.device)
             self._sp, attention = sequence_parallel.prepare(
-                spec.ulysses_sequence_parallel_size, self.device.type, spec.use_remove_padding,
+                spec.ulysses_sequence_parallel_size, self.device.type, spec.use_remove_padding, spec.compile_layers,
                 hf_model.load_config(spec), self._attn_implementation)
             if reads_weights:
                 model = hf_model.load_model(spec, load_dtype, attention)

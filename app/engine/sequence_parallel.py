@@ -119,10 +119,12 @@ def build(size: int, device_type: str) -> Optional[SequenceParallel]:
     return SequenceParallel(group=mesh.get_group("sp"), size=size, rank=mesh.get_local_rank("sp"))
 
 
-def prepare(size: int, device_type: str, use_remove_padding: bool, model_config, attention: str
-            ) -> tuple[Optional[SequenceParallel], str]:
+def prepare(size: int, device_type: str, use_remove_padding: bool, compile_layers: bool, model_config,
+            attention: str) -> tuple[Optional[SequenceParallel], str]:
     """The engine's hook: this rank's group (None for ``size`` 1) and the attention implementation its model is
     built with (``attention`` itself without sequence parallelism). Collective: every rank calls it."""
+    if size > 1 and compile_layers:  # compiled layers around the all-to-alls are not checked against eager ones
+        raise ValueError(f"{KEY}={size} runs the layers eagerly: set use_torch_compile=false or {KEY}=1")
     sp = build(size, device_type)
     if sp is None:
         return None, attention

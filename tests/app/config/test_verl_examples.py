@@ -467,6 +467,11 @@ def test_old_global_micro_batch_sizes_are_divided_by_the_data_parallel_size(path
                                   r"to 1"),
     ("critic.model.use_remove_padding=false", r"^critic\.ulysses_sequence_parallel_size=2 splits packed sequences "
                                               r"across ranks: it needs critic\.model\.use_remove_padding=true"),
+    ("critic.use_torch_compile=true", r"^critic\.ulysses_sequence_parallel_size=2 runs the layers eagerly \(compiled "
+                                      r"layers are not checked around its all-to-alls\): set critic\.use_torch_compile"
+                                      r"=false or ulysses_sequence_parallel_size to 1"),
+    ("actor_rollout_ref.actor.use_torch_compile=true",
+     r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 runs the layers eagerly"),
     ("actor_rollout_ref.model.use_remove_padding=false",
      r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 .* needs actor_rollout_ref\.model\."
      r"use_remove_padding=true"),

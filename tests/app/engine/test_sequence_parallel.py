@@ -13,7 +13,7 @@ from support import engine_spec, optim_spec
 
 from app.batch import TensorBatch
 from app.engine import StepContext, make_engine
-from app.engine.sequence_parallel import SequenceParallel, check_heads
+from app.engine.sequence_parallel import SequenceParallel, check_heads, prepare
 
 VOCAB = 1024
 # each rank's own samples, of other widths than the other rank's (pool re-pads them); rows 0 and 1 of each rank share
@@ -149,3 +149,12 @@ def test_the_deepspeed_engine_refuses_sequence_parallelism(tiny_llama_dir):
     with pytest.raises(ValueError, match=r"^ulysses_sequence_parallel_size=2: strategy=deepspeed has no sequence "
                                          r"parallelism here; use strategy=fsdp2 or set it to 1"):
         make_engine("deepspeed", spec)
+
+
+def test_compiled_layers_are_refused_before_any_group_is_made():
+    with pytest.raises(ValueError, match=r"^ulysses_sequence_parallel_size=2 runs the layers eagerly: set "
+                                         r"use_torch_compile=false"):
+        prepare(2, "cpu", use_remove_padding=True, compile_layers=True, model_config=None, attention="sdpa")
+    # without sequence parallelism nothing is made and the attention is the one given
+    assert prepare(1, "cpu", use_remove_padding=False, compile_layers=True, model_config=None,
+                   attention="sdpa") == (None, "sdpa")
