@@ -209,6 +209,7 @@ def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding:
                       param_offload=False, optimizer_offload=False,
                       use_remove_padding=remove_padding, share_prompt_prefix=share_prompts,
                       micro_batch_size_per_gpu=micro, use_dynamic_bsz=False, max_token_len_per_gpu=16384,
+                      ulysses_sequence_parallel_size=1,
                       logits_chunk_size=None, lora_rank=lora_rank, lora_alpha=2 * max(lora_rank, 1),
                       target_modules="all-linear", exclude_modules=None,
                       enable_gradient_checkpointing=grad_ckpt, compile_layers=compile_layers, device=device)

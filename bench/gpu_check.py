@@ -88,6 +88,7 @@ def _spec(model_dir: Path, device: str, param_dtype: str) -> EngineSpec:
                       target_modules="all-linear", exclude_modules=None, enable_gradient_checkpointing=False,
                       use_remove_padding=True, share_prompt_prefix=False, optim=_optim(), grad_clip=1.0,
                       micro_batch_size_per_gpu=None, use_dynamic_bsz=True, max_token_len_per_gpu=16384,
+                      ulysses_sequence_parallel_size=1,
                       logits_chunk_size=None, model_dtype="fp32", param_dtype=param_dtype, reduce_dtype="fp32",
                       buffer_dtype="fp32", param_offload=False, optimizer_offload=False, compile_layers=False,
                       device=device, load_on_rank0=True)

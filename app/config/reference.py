@@ -41,7 +41,7 @@ OURS = frozenset({
     "trainer.seed", "trainer.ray_address",
 })
 # verl features this framework does not have: accepted at verl's default only (app/config/verl_compat.py)
-DEFAULT_ONLY_NAMES = ("ulysses_sequence_parallel_size", "fsdp_size", "override_config")
+DEFAULT_ONLY_NAMES = ("fsdp_size", "override_config")
 
 # Meanings of the fields the schema leaves uncommented, by (class, field): the schema's own comment wins where it
 # has one (tests/app/config/test_reference.py checks that every key gets a meaning and that no entry here is stale).

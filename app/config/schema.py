@@ -149,7 +149,7 @@ class FSDPConfig:
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
     # ranks one copy of the model is sharded over; -1: all trainer.num_workers (the only layout here: no HSDP)
     fsdp_size: int = -1
-    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+    ulysses_sequence_parallel_size: int = 1  # verl's engine-level copy of the role's key: 1 or that value
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): FSDP2 here shards each decoder layer and
     # reshards after the forward, and offloads only by param_offload / optimizer_offload
     wrap_policy: dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
@@ -206,7 +206,9 @@ class ActorConfig:
     ppo_micro_batch_size: Optional[int] = None
     use_dynamic_bsz: bool = False  # micro-batches by token budget instead of sample count
     ppo_max_token_len_per_gpu: int = 16384
-    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+    # Ulysses sequence parallelism (FSDP2, use_remove_padding): groups of this many ranks share each sequence;
+    # the data-parallel size is ranks / this, and micro-batch sizes and token budgets are per group, as in verl
+    ulysses_sequence_parallel_size: int = 1
     # verl: recompute the entropy in the backward pass to save memory; the same numbers either way: no effect here
     entropy_checkpointing: bool = False
     grad_clip: float = 1.0
@@ -247,7 +249,7 @@ class RefConfig:
     log_prob_micro_batch_size: Optional[int] = None  # verl's older global name, divided by trainer.num_workers
     log_prob_use_dynamic_bsz: Optional[bool] = None  # micro-batches by token budget; None: actor.use_dynamic_bsz
     log_prob_max_token_len_per_gpu: Optional[int] = None  # that budget; None: actor.ppo_max_token_len_per_gpu
-    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+    ulysses_sequence_parallel_size: int = 1  # as actor.ulysses_sequence_parallel_size, for the reference model
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     # verl: the reference's engine; None or the actor's (the reference runs on the actor's strategy here)
     strategy: Optional[Literal["fsdp", "fsdp2", "deepspeed"]] = None
@@ -437,7 +439,7 @@ class CriticConfig:
     ppo_micro_batch_size: Optional[int] = None  # verl's older global name, divided by trainer.num_workers
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 32768
-    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+    ulysses_sequence_parallel_size: int = 1  # as actor.ulysses_sequence_parallel_size, for the critic
     ppo_epochs: Optional[int] = None  # None: actor's
     shuffle: bool = False  # reshuffle the samples into mini-batches each epoch, as actor.shuffle
     cliprange_value: float = 0.5
@@ -515,7 +517,7 @@ class RewardModelConfig:
     # reward_manager=dapo's keyword arguments: overlong_buffer_cfg (becomes overlong_buffer), max_resp_len (must be
     # the response budget, actor_rollout_ref.rollout.response_length)
     reward_kwargs: dict[str, Any] = field(default_factory=dict)
-    ulysses_sequence_parallel_size: int = 1  # sequence parallelism: only 1 (off) here
+    ulysses_sequence_parallel_size: int = 1  # verl's default only: no sequence parallelism for the reward model
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
     enable_resource_pool: bool = False
     n_gpus_per_node: int = 0

@@ -10,6 +10,7 @@ from app.config.layout import derive_layout
 from app.config.placement import check_placement
 from app.config.ranks import derive_ranks, ranks_named
 from app.config.schema import TrainerRunConfig
+from app.config.sequence_parallel_check import check_sequence_parallel, data_parallel_size
 from app.config.verl_compat import apply_verl_names, check_unsupported
 from serve.http_access import http_api_key
 
@@ -49,6 +50,7 @@ def _fill_derived(cfg: TrainerRunConfig) -> None:
         critic.ppo_mini_batch_size = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
     if critic.ppo_epochs is None:
         critic.ppo_epochs = cfg.actor_rollout_ref.actor.ppo_epochs
+    check_sequence_parallel(cfg)  # before the global micro-batch sizes are divided by the data-parallel size
     apply_verl_names(cfg)
 
 
@@ -114,11 +116,16 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
     micro = actor.ppo_micro_batch_size_per_gpu
     if micro is not None and not actor.use_dynamic_bsz:
         _positive("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", micro)
-        per_worker = samples_per_minibatch // workers
-        if per_worker % micro:
+        # with sequence parallelism a micro-batch is per group of S ranks, and there are ranks / S groups (verl's)
+        dp = data_parallel_size(cfg, "actor_rollout_ref.actor")
+        per_replica = samples_per_minibatch // dp
+        if per_replica % micro:
+            where = f"each worker gets {per_replica} samples per mini-batch " if dp == workers else (
+                f"each group of actor_rollout_ref.actor.ulysses_sequence_parallel_size={workers // dp} ranks (data "
+                f"parallel size {dp}) gets {per_replica} samples per mini-batch ")
             raise ConfigError(
-                f"each worker gets {per_worker} samples per mini-batch "
-                f"(ppo_mini_batch_size={actor.ppo_mini_batch_size} × rollout.n={n} / {ranks}), "
+                f"{where}(ppo_mini_batch_size={actor.ppo_mini_batch_size} × rollout.n={n} / "
+                f"{ranks if dp == workers else dp}), "
                 f"which actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} does not divide"
             )
     if _estimator(cfg).needs_critic:

@@ -18,6 +18,7 @@ from app.config.schema import (
     OverlongBufferConfig,
     TrainerRunConfig,
 )
+from app.config.sequence_parallel_check import data_parallel_size, sp_ranks_named
 from app.config.typed import build_typed, coerce
 
 # (section, verl's older global micro-batch key, the per-rank key it becomes)
@@ -159,6 +160,7 @@ NO_EFFECT = {
 
 # verl keys accepted at verl's default (the schema's default) and refused at any other value, and why
 DEFAULT_ONLY = {
+    "reward_model.ulysses_sequence_parallel_size": "the reward model runs without sequence parallelism here",
     "data.tokenizer": "the tokenizer is the one in actor_rollout_ref.model.path",
     "data.custom_cls.path": "custom dataset classes are not supported; rows come from parquet / JSONL / "
                             "save_to_disk files",
@@ -294,23 +296,26 @@ def _section(cfg: Any, dotted: str) -> Any:
 
 
 def _map_global_micro_batches(cfg: TrainerRunConfig) -> None:
-    """verl divides the old global sizes by the number of ranks (trainer.num_workers, derived from the GPU count on
-    GPUs)."""
-    workers = cfg.trainer.num_workers
+    """verl divides the old global sizes by the data-parallel size: the number of ranks (trainer.num_workers, derived
+    from the GPU count on GPUs) over the role's ulysses_sequence_parallel_size."""
     for path, old, new in _GLOBAL_MICRO_BATCHES:
         section = _section(cfg, path)
         total = getattr(section, old)
         if total is None:
             continue
-        if total <= 0 or total % workers:
+        # the log-prob pass of the rollout section runs on the actor's engine
+        role = "actor_rollout_ref.actor" if path == "actor_rollout_ref.rollout" else path
+        ranks = sp_ranks_named(cfg, role)
+        dp = data_parallel_size(cfg, role)
+        if total <= 0 or total % dp:
             raise ConfigError(
                 f"{path}.{old}={total} is verl's older global micro-batch size, which is split evenly over the ranks, "
-                f"and it does not split over {ranks_named(cfg.trainer)}; set {path}.{new} (per rank) instead")
-        per_rank = total // workers
+                f"and it does not split over {ranks}; set {path}.{new} (per rank) instead")
+        per_rank = total // dp
         current = getattr(section, new)
         if current is not None and current != per_rank:
             raise ConfigError(
-                f"{path}.{old}={total} means {per_rank} per rank over {ranks_named(cfg.trainer)}, but "
+                f"{path}.{old}={total} means {per_rank} per rank over {ranks}, but "
                 f"{path}.{new}={current}: they name the same setting; set only one of them")
         setattr(section, new, per_rank)
 
@@ -361,9 +366,6 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
         if value != verl_default:
             raise ConfigError(f"{key}={value!r}: {why}; only verl's default {verl_default!r} is accepted")
     _check_role_copies(cfg)
-    for path, size in _fields_named(cfg, "ulysses_sequence_parallel_size"):
-        if size != 1:
-            raise ConfigError(f"{path}={size}: sequence parallelism is not supported yet; set it to 1 (the default)")
     workers = cfg.trainer.num_workers
     for path, fsdp in _sections_of_type(cfg, FSDPConfig):
         if fsdp.fsdp_size not in (-1, workers):
@@ -465,8 +467,3 @@ def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 def _sections_of_type(cfg: TrainerRunConfig, cls: type) -> Iterator[tuple[str, Any]]:
     return ((path, node) for path, node in _walk(cfg) if isinstance(node, cls))
 
-
-def _fields_named(cfg: TrainerRunConfig, name: str) -> Iterator[tuple[str, Any]]:
-    for path, node in _walk(cfg):
-        if name in {f.name for f in dataclasses.fields(node)}:
-            yield f"{path}.{name}" if path else name, getattr(node, name)

@@ -20,7 +20,8 @@ from app.config.verl_compat import DEFAULT_ONLY, MULTI_TURN, NO_EFFECT
 
 READ, NO_EFFECT_CLASS, DEFAULT_ONLY_CLASS = "read", "no effect", "verl's default only"
 
-_SP = "sequence parallelism is not supported yet: 1 only"
+_SP = "Ulysses sequence parallelism on FSDP2: groups of this many ranks share each sequence (docs/gpu_engine.md)"
+_SP_COPY = "verl's engine-level copy of the role's key, which is the one read: 1 or the role's value"
 _FSDP_SIZE = "hybrid sharding is not supported: -1 only (or the rank count, the same layout)"
 _CKPT = "checkpoints always hold model, optimizer and extra: that set only (any order)"
 
@@ -61,7 +62,7 @@ def classify(key: str) -> tuple[str, str]:
         return DEFAULT_ONLY_CLASS, "multi-turn rollout (tool calls, interactions) is not supported yet"
     name = key.rsplit(".", 1)[-1]
     if name == "ulysses_sequence_parallel_size":
-        return DEFAULT_ONLY_CLASS, _SP
+        return READ, _SP_COPY if ".fsdp_config." in key else _SP
     if name == "fsdp_size":
         return DEFAULT_ONLY_CLASS, _FSDP_SIZE
     if key in schema_leaf_keys():
@@ -121,8 +122,9 @@ def docs_page(keys: list[tuple[str, Any]], source: str) -> str:
         f"- **{DEFAULT_ONLY_CLASS}** ({counts[DEFAULT_ONLY_CLASS]}): accepted at verl's default, refused at any other "
         "value with a message that names the key and why.",
         "",
-        "Sequence parallelism (`*.ulysses_sequence_parallel_size` > 1) is refused with \"sequence parallelism is not "
-        "supported yet\" until the engine has it. `actor_rollout_ref.rollout.name=sglang` is accepted: vLLM serves "
+        "Ulysses sequence parallelism (`*.ulysses_sequence_parallel_size` > 1) runs on the FSDP2 engine for the "
+        "actor, the reference and the critic; the data-parallel size is then ranks / size, as in verl. "
+        "`actor_rollout_ref.rollout.name=sglang` is accepted: vLLM serves "
         "the run with the same sampling keys and a warning says so (refusing would stop verl scripts whose only "
         "difference is the engine, and SGLang's sampling parameters mean the same as vLLM's).",
         "",

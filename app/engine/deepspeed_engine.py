@@ -47,6 +47,9 @@ def engine_config(spec: EngineSpec, world_size: int) -> dict[str, Any]:
 
 class DeepSpeedEngine(ShardedEngine):
     def __init__(self, spec: EngineSpec) -> None:
+        if spec.ulysses_sequence_parallel_size != 1:
+            raise ValueError(f"ulysses_sequence_parallel_size={spec.ulysses_sequence_parallel_size}: "
+                             "strategy=deepspeed has no sequence parallelism here; use strategy=fsdp2 or set it to 1")
         self.device = pick_device(spec.device)
         self.spec = resolve_auto_param_dtype(spec, self.device)
         self.ds: Optional[Any] = None  # deepspeed.DeepSpeedEngine

@@ -17,7 +17,7 @@ from app.engine.packed_attention import SHARED_PROMPT_LAYOUT
 from app.engine.packing import pack_inputs, trim_padding
 
 
-def _position_ids(micro: TensorBatch) -> torch.Tensor:
+def position_ids_of(micro: TensorBatch) -> torch.Tensor:
     if "position_ids" in micro:
         return micro["position_ids"]
     # left-padded prompts: positions count real tokens, padding gets 0
@@ -41,7 +41,7 @@ def logits_chunk_size(vocab_size: int, device: torch.device) -> int:
     return 1 << (tokens.bit_length() - 1)
 
 
-def _lm_outputs(logits: torch.Tensor, labels: torch.Tensor, *, temperature: float, compute_entropy: bool,
+def lm_outputs(logits: torch.Tensor, labels: torch.Tensor, *, temperature: float, compute_entropy: bool,
                 entropy_requires_grad: bool, chunk_size: Optional[int]) -> dict[str, torch.Tensor]:
     """logits ``(..., V)`` and labels ``(...)`` -> log-probs (and entropy) ``(...)`` float32. ``chunk_size`` None:
     ``logits_chunk_size`` of the vocabulary and device."""
@@ -59,7 +59,7 @@ def _lm_outputs(logits: torch.Tensor, labels: torch.Tensor, *, temperature: floa
     return out
 
 
-def _value_model(model: torch.nn.Module, **inputs) -> torch.Tensor:
+def value_model_logits(model: torch.nn.Module, **inputs) -> torch.Tensor:
     """Logits ``(b, L, 1)`` of a value model. Its head returns a view, which FSDP warns about because an in-place op
     on it would skip a hook; we only read it out of place, so the warning is noise here."""
     with warnings.catch_warnings():
@@ -77,7 +77,7 @@ def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: 
     ``app.engine.packed_attention``) computes each distinct prompt once for all its rows."""
     input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
     response_len = micro["responses"].shape[1]
-    position_ids = _position_ids(micro)
+    position_ids = position_ids_of(micro)
     lm_kwargs = dict(temperature=temperature, compute_entropy=compute_entropy,
                      entropy_requires_grad=entropy_requires_grad, chunk_size=chunk_size)
     if remove_padding:
@@ -90,8 +90,8 @@ def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: 
         if model_kind == "causal_lm":
             logits = model(input_ids=p.input_ids, position_ids=p.position_ids, logits_to_keep=p.output_index,
                            use_cache=False, **varlen).logits[0]  # (K, V)
-            return {k: p.scatter(v) for k, v in _lm_outputs(logits, p.labels, **lm_kwargs).items()}
-        values = _value_model(model, input_ids=p.input_ids, position_ids=p.position_ids, **varlen)
+            return {k: p.scatter(v) for k, v in lm_outputs(logits, p.labels, **lm_kwargs).items()}
+        values = value_model_logits(model, input_ids=p.input_ids, position_ids=p.position_ids, **varlen)
         return {"values": p.scatter(values[0, p.output_index, 0].float())}
     t = trim_padding(input_ids, attention_mask, position_ids, response_len)
     kept = t.kept_response_len
@@ -100,9 +100,9 @@ def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: 
         # the last kept+1 positions: P-1 .. P+kept-1; the very last predicts past the kept columns
         logits = model(input_ids=t.input_ids, attention_mask=t.attention_mask, position_ids=t.position_ids,
                        logits_to_keep=kept + 1, use_cache=False).logits[:, :-1]
-        outs = _lm_outputs(logits, labels, **lm_kwargs)
+        outs = lm_outputs(logits, labels, **lm_kwargs)
     else:
-        values = _value_model(model, input_ids=t.input_ids, attention_mask=t.attention_mask,
+        values = value_model_logits(model, input_ids=t.input_ids, attention_mask=t.attention_mask,
                               position_ids=t.position_ids)
         outs = {"values": values[:, -kept - 1:-1, 0].float()}
     real = attention_mask[:, -response_len:][:, :kept].bool()

@@ -30,7 +30,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from app.engine import hf_model
+from app.engine import hf_model, sequence_parallel
 from app.engine.base import WeightSyncPayload
 from app.engine.distributed import ensure_process_group, pick_device
 from app.engine.lora_fast_path import use_fused_lora_forward
@@ -91,10 +91,13 @@ class FSDPEngine(ShardedEngine):
         with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is left untouched
             torch.manual_seed(spec.seed)  # identical fresh heads / adapters on every rank
             self._attn_implementation = hf_model.attention_implementation(self.device)
+            self._sp, attention = sequence_parallel.prepare(
+                spec.ulysses_sequence_parallel_size, self.device.type, spec.use_remove_padding, spec.compile_layers,
+                hf_model.load_config(spec), self._attn_implementation)
             if reads_weights:
-                model = hf_model.load_model(spec, load_dtype, self._attn_implementation)
+                model = hf_model.load_model(spec, load_dtype, attention)
             else:  # its weights come from rank 0 once the model is sharded
-                model = hf_model.build_empty_model(spec, load_dtype, self._attn_implementation)
+                model = hf_model.build_empty_model(spec, load_dtype, attention)
             if spec.enable_gradient_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if spec.use_lora:

@@ -25,6 +25,8 @@ from app.engine.micro_batches import (
     token_budget_groups,
 )
 from app.engine.packed_attention import PACKED_SDPA
+from app.engine.sequence_parallel import KEY as SP_KEY
+from app.engine.sequence_parallel import SequenceParallel
 from app.engine.spec import EngineSpec
 from app.engine.weight_stream import stream_sync_tensors
 
@@ -51,6 +53,7 @@ class ShardedEngine(BaseEngine):
     lr_scheduler: Optional[torch.optim.lr_scheduler.LRScheduler] = None
     _loss_fn: Optional[LossFn] = None
     _attn_implementation: Optional[str] = None
+    _sp: Optional[SequenceParallel] = None  # this rank's Ulysses sequence-parallel group (None: off)
 
     # ------------------------------------------------------------------ hooks
     def _require_model(self) -> torch.nn.Module:
@@ -99,6 +102,8 @@ class ShardedEngine(BaseEngine):
         if dynamic:
             budget = ctx.max_token_len or self.spec.max_token_len_per_gpu
             key = ctx.max_token_len_key or ("max_token_len" if ctx.max_token_len else self.spec.max_token_len_key)
+            if self._sp is not None:  # verl's meaning: the budget is per rank, a group holds size times as many
+                budget, key = budget * self._sp.size, f"{key} (x{self._sp.size}: {SP_KEY})"
             lens = batch["attention_mask"].sum(dim=1).tolist()
             # every rank refuses together (one rank raising alone would leave the others in a collective)
             check_budget([int(self.all_reduce(torch.tensor(max(lens)), "max").item())], budget, key)
@@ -129,6 +134,10 @@ class ShardedEngine(BaseEngine):
         ctx = ctx or StepContext()
         if not forward_only and self._loss_fn is None:
             raise RuntimeError("forward_backward_step(forward_only=False) needs a loss: call set_loss_fn first")
+        own = None
+        if self._sp is not None:  # every rank of the group computes the group's samples together
+            batch, own, response_width = self._sp.pool(batch)
+        forward = response_outputs if self._sp is None else self._sp.response_outputs
         groups = self._micro_groups(batch, ctx)
         out_device = batch["input_ids"].device
         outputs: list[TensorBatch] = []
@@ -142,12 +151,11 @@ class ShardedEngine(BaseEngine):
                 if preprocess_fn is not None:
                     micro = preprocess_fn(micro, ctx)
                 with torch.set_grad_enabled(not forward_only):
-                    out = response_outputs(module, micro, model_kind=self.spec.model_kind,
-                                           remove_padding=self.spec.use_remove_padding,
-                                           share_prompts=self._shares_prompts(),
-                                           temperature=ctx.temperature, compute_entropy=ctx.compute_entropy,
-                                           entropy_requires_grad=ctx.entropy_requires_grad and not forward_only,
-                                           chunk_size=self.spec.logits_chunk_size)
+                    out = forward(module, micro, model_kind=self.spec.model_kind,
+                                  remove_padding=self.spec.use_remove_padding, share_prompts=self._shares_prompts(),
+                                  temperature=ctx.temperature, compute_entropy=ctx.compute_entropy,
+                                  entropy_requires_grad=ctx.entropy_requires_grad and not forward_only,
+                                  chunk_size=self.spec.logits_chunk_size)
                     if not forward_only:
                         loss, metrics = self._loss_fn(out, micro, ctx)
                         self._backward(loss, last_micro_batch=index == len(groups) - 1)
@@ -163,6 +171,12 @@ class ShardedEngine(BaseEngine):
                 self._after_forward_only()
         merged = TensorBatch.concat(outputs).index(restore_order(groups)) if len(groups) > 1 else outputs[0]
         metrics = {k: sums[k] / weights[k] if weights[k] else 0.0 for k in sums}
+        if own is not None:
+            # this rank's rows at its own response width; its share of the group's loss, so that sums and means
+            # over ranks stay those without sequence parallelism
+            merged = TensorBatch({k: v[:, :response_width] if v.dim() >= 2 else v
+                                  for k, v in merged.index(own).tensors.items()}, dict(merged.meta))
+            loss_total /= self._sp.size
         return StepResult(outputs=merged, metrics=metrics, loss=loss_total)
 
     # ------------------------------------------------------------------ optimizer

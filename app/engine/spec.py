@@ -92,6 +92,8 @@ class EngineSpec:
     micro_batch_size_per_gpu: Optional[int]
     use_dynamic_bsz: bool
     max_token_len_per_gpu: int
+    # Ulysses sequence parallelism: groups of this many ranks compute each packed row together (FSDP2 only)
+    ulysses_sequence_parallel_size: int
     # tokens per logits chunk; None: sized to the device and vocabulary (app.engine.forward); a value model has none
     logits_chunk_size: Optional[int]
     # precision and memory (fsdp_config)

@@ -64,7 +64,8 @@ def _trained_engine_spec(model_cfg: Union[ModelConfig, CriticModelConfig], role_
         optim=OptimSpec.from_config(role_cfg.optim),
         grad_clip=role_cfg.grad_clip, micro_batch_size_per_gpu=role_cfg.ppo_micro_batch_size_per_gpu,
         use_dynamic_bsz=role_cfg.use_dynamic_bsz, max_token_len_per_gpu=role_cfg.ppo_max_token_len_per_gpu,
-        device=device, seed=seed, compile_layers=role_cfg.use_torch_compile, **extra, **_precision(fsdp_config))
+        ulysses_sequence_parallel_size=role_cfg.ulysses_sequence_parallel_size, device=device, seed=seed,
+        compile_layers=role_cfg.use_torch_compile, **extra, **_precision(fsdp_config))
 
 
 def actor_engine_spec(model_cfg: ModelConfig, actor_cfg: ActorConfig, *, device: str = "auto", seed: int,
@@ -83,6 +84,7 @@ def ref_engine_spec(model_cfg: ModelConfig, ref_cfg: RefConfig, actor_cfg: Actor
         optim=None, grad_clip=None, enable_gradient_checkpointing=False,  # inference only: no backward, no step
         micro_batch_size_per_gpu=ref_cfg.log_prob_micro_batch_size_per_gpu,
         use_dynamic_bsz=actor_cfg.use_dynamic_bsz, max_token_len_per_gpu=actor_cfg.ppo_max_token_len_per_gpu,
+        ulysses_sequence_parallel_size=ref_cfg.ulysses_sequence_parallel_size,
         logits_chunk_size=actor_cfg.logits_chunk_size, device=device, compile_layers=actor_cfg.use_torch_compile,
         max_token_len_key=ACTOR_TOKEN_BUDGET, deepspeed=_deepspeed(actor_cfg.deepspeed_config, None), **_NO_LORA,
         **_precision(ref_cfg.fsdp_config))

@@ -39,7 +39,8 @@ def _trained(model: str, role: str) -> dict[str, str]:
     """What a trained engine (actor, critic) reads from its role section."""
     return {**_same_names(model, "enable_gradient_checkpointing"), **_same_names(role, "grad_clip", "use_dynamic_bsz"),
             "micro_batch_size_per_gpu": f"{role}.ppo_micro_batch_size_per_gpu",
-            "max_token_len_per_gpu": f"{role}.ppo_max_token_len_per_gpu", "compile_layers": f"{role}.use_torch_compile"}
+            "max_token_len_per_gpu": f"{role}.ppo_max_token_len_per_gpu", "compile_layers": f"{role}.use_torch_compile",
+            **_same_names(role, "ulysses_sequence_parallel_size")}
 
 
 OPTIM = _same_names("optim", "lr", "weight_decay", "betas", "lr_warmup_steps", "lr_warmup_steps_ratio", "warmup_style",
@@ -54,7 +55,8 @@ REF_ENGINE = {**_loaded(MODEL, f"{ARR}.ref.fsdp_config"),
               "micro_batch_size_per_gpu": f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
               **_same_names(ACTOR, "use_dynamic_bsz", "logits_chunk_size"),
               "max_token_len_per_gpu": f"{ACTOR}.ppo_max_token_len_per_gpu",
-              "compile_layers": f"{ACTOR}.use_torch_compile"}
+              "compile_layers": f"{ACTOR}.use_torch_compile",
+              "ulysses_sequence_parallel_size": f"{ARR}.ref.ulysses_sequence_parallel_size"}
 ROLLOUT_ENGINE = {"model_path": f"{MODEL}.path", "trust_remote_code": f"{MODEL}.trust_remote_code",
                   "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
                   **_same_names(ROLLOUT, "dtype", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",

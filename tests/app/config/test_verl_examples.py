@@ -193,9 +193,9 @@ def test_dapo_script_reward_kwargs_become_the_overlong_buffer(paths):
         run_script(DAPO, paths, "+reward_model.reward_kwargs.max_resp_length=8192", **DAPO_SUPPORTED)
 
 
-def test_dapo_script_as_published_is_refused_for_sequence_parallelism(paths):
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=4: sequence "
-                                          r"parallelism is not supported yet"):
+def test_dapo_script_as_published_is_refused_for_hybrid_sharding(paths):
+    # its sequence parallelism (4) is accepted; its fsdp_size=32 over 64 ranks is hybrid sharding
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=32: hybrid sharding"):
         run_script(DAPO, paths, **DAPO_AS_PUBLISHED)
 
 
@@ -210,28 +210,29 @@ def test_gmpo_script_with_sequence_parallelism_off(paths):
     assert cfg.trainer.num_workers == 64 and cfg.trainer.logger == ["console", "wandb"]
 
 
-def test_gmpo_script_as_published_is_refused_for_sequence_parallelism_then_hybrid_sharding_then_override(paths):
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=4: sequence "
-                                          r"parallelism is not supported yet; set it to 1"):
-        run_script(GMPO, paths, **DAPO_AS_PUBLISHED)
-    # without sequence parallelism, its fsdp_size=32 over 64 ranks is hybrid sharding: refused, naming the layout
+def test_gmpo_script_as_published_is_refused_for_hybrid_sharding_then_override(paths):
+    # its sequence parallelism (4) is accepted; its fsdp_size=32 over 64 ranks is hybrid sharding: refused, naming
+    # the layout
     with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=32: hybrid sharding "
                                           r".* over all 64 ranks \(trainer\.n_gpus_per_node=8 × trainer\.nnodes=8"):
-        run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "sp_size": 1})
+        run_script(GMPO, paths, **DAPO_AS_PUBLISHED)
     # and its max_position_embeddings override: the trainer and vLLM load the model folder as it is
     with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.model\.override_config=\{'max_position_embeddings': "
                                           r"32768\}: overriding the model's Hugging Face config is not supported yet"):
-        run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "sp_size": 1, "fsdp_size": -1})
+        run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "fsdp_size": -1})
+    cfg = run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "fsdp_size": -1, "override": ""})
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.ulysses_sequence_parallel_size == arr.ref.ulysses_sequence_parallel_size == 4
 
 
-def test_ppo_sp2_script_loads_with_sequence_parallelism_off_and_is_refused_as_published(paths):
-    cfg = run_script(PPO_SP2, paths, sp_size=1)
-    assert cfg.algorithm.adv_estimator == "gae" and cfg.critic.model.path == paths["model"]
-    assert cfg.critic.ppo_micro_batch_size_per_gpu == 64
-    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 32
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2: sequence "
-                                          r"parallelism is not supported yet; set it to 1"):
-        run_script(PPO_SP2, paths, sp_size=2)
+def test_ppo_sp2_script_loads_as_published_and_with_sequence_parallelism_off(paths):
+    for sp_size in (2, 1):
+        cfg = run_script(PPO_SP2, paths, sp_size=sp_size)
+        assert cfg.algorithm.adv_estimator == "gae" and cfg.critic.model.path == paths["model"]
+        assert cfg.critic.ppo_micro_batch_size_per_gpu == 64
+        assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 32
+        assert cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size == sp_size
+        assert cfg.critic.ulysses_sequence_parallel_size == sp_size
 
 
 def test_sglang_script_loads_as_published_and_vllm_serves_it(paths, caplog):
@@ -292,14 +293,14 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
 
 # ---------------------------------------------------------------- refusals name the key, the value and why
 @pytest.mark.parametrize("override, message", [
-    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
-     r"actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2: sequence parallelism is not supported yet"),
-    ("actor_rollout_ref.ref.ulysses_sequence_parallel_size=2",
-     r"actor_rollout_ref\.ref\.ulysses_sequence_parallel_size=2: sequence parallelism is not supported yet"),
-    ("critic.ulysses_sequence_parallel_size=4",
-     r"critic\.ulysses_sequence_parallel_size=4: sequence parallelism is not supported yet"),
+    ("reward_model.ulysses_sequence_parallel_size=2",
+     r"reward_model\.ulysses_sequence_parallel_size=2: the reward model runs without sequence parallelism here"),
     ("critic.model.fsdp_config.ulysses_sequence_parallel_size=2",
-     r"critic\.model\.fsdp_config\.ulysses_sequence_parallel_size=2: sequence parallelism"),
+     r"critic\.model\.fsdp_config\.ulysses_sequence_parallel_size=2 disagrees with "
+     r"critic\.ulysses_sequence_parallel_size=1, the key read here"),
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=3",
+     r"actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=3: 8 ranks \(trainer\.n_gpus_per_node=8 × "
+     r"trainer\.nnodes=1\) do not split into groups of 3 ranks"),
     ("actor_rollout_ref.actor.fsdp_config.fsdp_size=4",
      r"actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=4: hybrid sharding .* over all 8 ranks \(trainer\.n_gpus_"),
     ("critic.model.fsdp_config.fsdp_size=1", r"critic\.model\.fsdp_config\.fsdp_size=1: hybrid sharding"),
@@ -429,3 +430,61 @@ def test_dry_run_places_each_script_on_the_gpus_it_names(paths, script, extra):
     with pytest.raises(ConfigError, match=rf"the run needs .*{ranks:g} GPU .*but the described cluster .* GPU is "
                                           rf"short by {ranks // 2 if t.nnodes == 1 else t.n_gpus_per_node:g}"):
         run_dry(cfg, fewer)
+
+
+# ---------------------------------------------------------------- Ulysses sequence parallelism: verl's batch meaning
+def test_sequence_parallel_groups_make_the_data_parallel_size_ranks_over_the_group_size(paths):
+    # 256 samples per mini-batch; 8 ranks in groups of 2: 4 data-parallel groups of 64 samples each, which a
+    # micro-batch of 64 divides (per group, as in verl); without sequence parallelism each rank holds 32
+    micro = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64"
+    assert run_script(PPO_SP2, paths, micro, sp_size=2).actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 64
+    with pytest.raises(ConfigError, match=r"^each worker gets 32 samples per mini-batch .*"
+                                          r"ppo_micro_batch_size_per_gpu=64 does not divide"):
+        run_script(PPO_SP2, paths, micro, sp_size=1)
+    with pytest.raises(ConfigError, match=r"^each group of actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 "
+                                          r"ranks \(data parallel size 4\) gets 64 samples per mini-batch "
+                                          r"\(ppo_mini_batch_size=256 × rollout\.n=1 / 4\), which "
+                                          r"actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu=48 does not divide"):
+        run_script(PPO_SP2, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=48", sp_size=2)
+
+
+def test_old_global_micro_batch_sizes_are_divided_by_the_data_parallel_size(paths):
+    old = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",
+           "actor_rollout_ref.actor.ppo_micro_batch_size=128", "critic.ppo_micro_batch_size_per_gpu=null",
+           "critic.ppo_micro_batch_size=128"]
+    for sp_size, per_group in ((2, 32), (1, 16)):  # 128 over 8 ranks / sp_size
+        cfg = run_script(PPO_SP2, paths, *old, sp_size=sp_size)
+        assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == per_group
+        assert cfg.critic.ppo_micro_batch_size_per_gpu == per_group
+    with pytest.raises(ConfigError, match=r"critic\.ppo_micro_batch_size=6 .* does not split over 4 data-parallel "
+                                          r"groups \(8 ranks .* / critic\.ulysses_sequence_parallel_size=2\)"):
+        run_script(PPO_SP2, paths, "critic.ppo_micro_batch_size_per_gpu=null", "critic.ppo_micro_batch_size=6",
+                   sp_size=2)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("critic.strategy=deepspeed", r"^critic\.ulysses_sequence_parallel_size=2: strategy=deepspeed has no sequence "
+                                  r"parallelism here; use strategy=fsdp2 for it or set ulysses_sequence_parallel_size "
+                                  r"to 1"),
+    ("critic.model.use_remove_padding=false", r"^critic\.ulysses_sequence_parallel_size=2 splits packed sequences "
+                                              r"across ranks: it needs critic\.model\.use_remove_padding=true"),
+    ("critic.use_torch_compile=true", r"^critic\.ulysses_sequence_parallel_size=2 runs the layers eagerly \(compiled "
+                                      r"layers are not checked around its all-to-alls\): set critic\.use_torch_compile"
+                                      r"=false or ulysses_sequence_parallel_size to 1"),
+    ("actor_rollout_ref.actor.use_torch_compile=true",
+     r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 runs the layers eagerly"),
+    ("actor_rollout_ref.model.use_remove_padding=false",
+     r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 .* needs actor_rollout_ref\.model\."
+     r"use_remove_padding=true"),
+])
+def test_what_sequence_parallelism_cannot_run_with_is_refused(paths, override, message):
+    with pytest.raises(ConfigError, match=message):
+        run_script(PPO_SP2, paths, override, sp_size=2)
+
+
+def test_a_model_whose_heads_the_group_does_not_divide_is_refused_before_any_worker_starts(paths):
+    (Path(paths["model"]) / "config.json").write_text('{"num_attention_heads": 30, "num_key_value_heads": 2}')
+    assert run_script(PPO_SP2, paths, sp_size=2).critic.ulysses_sequence_parallel_size == 2
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=4: the model "
+                                          r"at .* has 30 attention heads, which 4 ranks cannot share evenly"):
+        run_script(PPO_SP2, paths, sp_size=4)
