@@ -124,20 +124,3 @@ def _one_turn(sampling: Any, row: int) -> Any:
     """One sample per call (each trajectory is its own conversation); a fixed seed differs per trajectory."""
     seed = None if sampling.seed is None else sampling.seed + row
     return dataclasses.replace(sampling, n=1, seed=seed)
-
-
-def trajectory_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Per-step means and totals of a batch's trajectories (`multi_turn/...` metrics)."""
-    count = max(1, len(trajectories))
-    out = {
-        "multi_turn/assistant_turns_mean": sum(t.assistant_turns for t in trajectories) / count,
-        "multi_turn/tool_calls_mean": sum(t.tool_calls for t in trajectories) / count,
-        "multi_turn/tool_calls_total": float(sum(t.tool_calls for t in trajectories)),
-        "multi_turn/tool_errors_total": float(sum(t.tool_error_count for t in trajectories)),
-        "multi_turn/tool_timeouts_total": float(sum(t.tool_errors.get("timeout", 0) for t in trajectories)),
-        "multi_turn/context_tokens_mean": sum(len(t.response_ids) - t.model_token_count
-                                              for t in trajectories) / count,
-    }
-    for reason in ("length", "max_assistant_turns", "max_user_turns"):
-        out[f"multi_turn/finish_{reason}_share"] = sum(t.finish_reason == reason for t in trajectories) / count
-    return out

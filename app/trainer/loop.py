@@ -24,6 +24,7 @@ from app.data import PromptBatch
 from app.trainer.bad_steps import BadStepGuard
 from app.trainer.collectives import RankGroup
 from app.trainer.dynamic_sampling import FILTER_COUNTS, fill_with_informative_groups, filter_metric
+from app.trainer.multi_turn import agent_rollout, multi_turn_metrics, trajectory_group
 from app.trainer.ray_metrics import publish_step_metrics
 from app.trainer.rollout_ahead import RolloutAhead, running_ahead, staleness_metrics
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch
@@ -54,6 +55,7 @@ class RLTrainer(RunStateMixin):
         self.actor, self.reference, self.critic = actor, reference, critic
         self.engine = actor.engine
         self.rollout = rollout
+        self.agents = agent_rollout(cfg, rollout, tokenizer)  # multi-turn tool use (app/agents); None: single-turn
         self.scorer = scorer
         self.report = report or (lambda metrics: None)
         self.tracking = tracking
@@ -132,7 +134,8 @@ class RLTrainer(RunStateMixin):
                     with timer.phase("save_checkpoint"):
                         self.save_checkpoint()
             metrics |= self.ranks.reduce(
-                batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length),
+                batch_metrics(group.batch, self.cfg.actor_rollout_ref.rollout.response_length)
+                | multi_turn_metrics(group),
                 max_min_metrics(group.batch))
             metrics |= timer.metrics() | (self.ahead.take_timings() if self.ahead is not None else {})
             metrics |= self._rollout_fault_metrics()
@@ -180,6 +183,8 @@ class RLTrainer(RunStateMixin):
 
     def generate(self, prompts: PromptBatch, version: int) -> RolloutGroup:
         """`n` samples for each prompt of this rank's share, all made by policy `version` (the service's)."""
+        if self.agents is not None:  # multi-turn: trajectories, tool results masked out of response_mask
+            return trajectory_group(self.agents, prompts, version, self.train_loader.pad_token_id, self.temperature)
         samples = self.rollout.generate(prompts.raw_prompt_ids, expect_version=version)
         prompt_ids = [prompts.raw_prompt_ids[s.prompt_index] for s in samples]
         batch = build_rollout_batch(prompt_ids, [s.response_token_ids for s in samples], [s.logprobs for s in samples],
@@ -216,7 +221,9 @@ class RLTrainer(RunStateMixin):
             group.extras["overlong_penalty"] = penalty.tolist()
             metrics |= {"reward/overlong_penalty/mean": float(penalty.mean()),
                         "reward/overlong_ratio": float((penalty < 0).float().mean())}
-        group.batch["token_level_scores"] = scores_to_token_rewards(rewards, mask.sum(dim=1), mask.shape[1])
+        # on the last response token: the last real one, which a multi-turn row's mask alone would not find
+        ends = group.batch["attention_mask"][:, -mask.shape[1]:].sum(dim=1)
+        group.batch["token_level_scores"] = scores_to_token_rewards(rewards, ends, mask.shape[1])
         return self.ranks.reduce(metrics)
 
     def compute_advantages(self, group: RolloutGroup) -> dict[str, float]:
@@ -266,8 +273,8 @@ class RLTrainer(RunStateMixin):
     def validate(self) -> dict[str, float]:
         """Greedy decoding on this rank's share of the validation prompts; mean reward per `data_source`. Rank 0 hands
         `trainer.log_val_generations` of the samples to the loggers that keep tables."""
-        metrics, samples = validate(self.rollout, self.scorer, self.tokenizer, self.val_dataset, self.ranks,
-                                    self.version, keep_samples=self.cfg.trainer.log_val_generations)
+        metrics, samples = validate(self.agents or self.rollout, self.scorer, self.tokenizer, self.val_dataset,
+                                    self.ranks, self.version, keep_samples=self.cfg.trainer.log_val_generations)
         if samples and self.tracking is not None:
             self.tracking.log_generations(samples, self.step)
         return metrics

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from algos.advantages import grpo
-from app.agents.agent_loop import AgentLoop, AgentLoopLimits, trajectory_metrics
+from app.agents.agent_loop import AgentLoop, AgentLoopLimits
 from app.agents.tool_base import ToolSchema
 from app.agents.tool_runner import ToolRunner
 from app.agents.tools.calculator import CalculatorTool
@@ -163,8 +163,4 @@ def test_a_batch_runs_concurrently_prompt_major_with_tool_errors_counted(tokeniz
     # max_parallel_calls=2) are counted errors
     assert t.tool_errors == {"unknown_tool": 1, "too_many_calls": 1}
     assert t.turns[1]["content"].startswith("Error: only numbers")
-    metrics = trajectory_metrics(trajs)
-    assert metrics["multi_turn/assistant_turns_mean"] == 2.0
-    assert metrics["multi_turn/tool_calls_total"] == 12.0
-    assert metrics["multi_turn/tool_errors_total"] == 8.0
-    assert metrics["multi_turn/tool_timeouts_total"] == 0.0
+    assert all((t.assistant_turns, t.tool_turns, t.tool_calls, t.tool_error_count) == (2, 1, 3, 2) for t in trajs)
