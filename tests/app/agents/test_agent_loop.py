@@ -1,9 +1,8 @@
 """The agent loop against a scripted stand-in policy and the real SmolLM2 tokenizer: every token of a trajectory, its
 mask and its log-probs are checked against a sequence built by hand from the chat template."""
-import threading
-
 import pytest
 import torch
+from scripted_policy import ScriptedPolicy, logprobs_for
 
 from algos.advantages import grpo
 from app.agents.agent_loop import AgentLoop, AgentLoopLimits
@@ -11,7 +10,7 @@ from app.agents.tool_base import ToolSchema
 from app.agents.tool_runner import ToolRunner
 from app.agents.tools.calculator import CalculatorTool
 from app.agents.trajectory import build_trajectory_batch
-from serve.types import RolloutSample, SamplingOptions
+from serve.types import SamplingOptions
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "123456789 * 987654321"}}</tool_call>'
 PRODUCT = str(123456789 * 987654321)
@@ -22,38 +21,6 @@ ANSWER = f"The product is {PRODUCT}.\n#### {PRODUCT}"
 def tokenizer(smollm2_dir):
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(smollm2_dir)
-
-
-def logprobs_for(turn: int, count: int) -> list[float]:
-    """Distinct, recognisable log-probs per turn and position, so a misplaced one shows."""
-    return [-(turn + 1) - k / 1000 for k in range(count)]
-
-
-class ScriptedPolicy:
-    """The rollout client's `generate` signature; answers turn k of a conversation with `script[k]`, where k is the
-    number of assistant turns already in the context (so concurrent trajectories get their own turn)."""
-
-    def __init__(self, tokenizer, script, stop_on_length_at=None):
-        self.tokenizer = tokenizer
-        self.script = script
-        self.calls = []
-        self.lock = threading.Lock()
-        self.header = tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
-
-    def generate(self, prompt_token_ids, *, expect_version, sampling):
-        [context] = prompt_token_ids
-        turn = _count(context, self.header) - 1  # the prompt's own header opens turn 0
-        ids = self.tokenizer.encode(self.script[turn], add_special_tokens=False) + [self.tokenizer.eos_token_id]
-        finish = "stop"
-        if len(ids) > sampling.max_tokens:
-            ids, finish = ids[:sampling.max_tokens], "length"
-        with self.lock:
-            self.calls.append((list(context), expect_version, sampling))
-        return [RolloutSample(0, 0, ids, logprobs_for(turn, len(ids)), finish, expect_version)]
-
-
-def _count(seq, sub):
-    return sum(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
 
 
 def calculator():
