@@ -6,9 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from app.batch import TensorBatch
-from app.trainer.rollout_batch import build_rollout_batch
-
 
 @dataclass
 class Trajectory:
@@ -44,14 +41,3 @@ class Trajectory:
     @property
     def tool_error_count(self) -> int:
         return sum(self.tool_errors.values())
-
-
-def build_trajectory_batch(trajectories: Sequence[Trajectory], pad_token_id: int) -> TensorBatch:
-    """The rollout batch of `build_rollout_batch` (attention on every real token) with `response_mask` zero on the
-    tokens the model did not sample, which every estimator, loss and aggregation reads."""
-    batch = build_rollout_batch([t.prompt_ids for t in trajectories], [t.response_ids for t in trajectories],
-                                [t.response_logprobs for t in trajectories], pad_token_id)
-    mask = batch["response_mask"]
-    for i, t in enumerate(trajectories):
-        mask[i, :len(t.response_mask)] = mask.new_tensor(t.response_mask)
-    return batch

@@ -2,12 +2,13 @@
 trajectories, with tool results and template glue masked out of `response_mask`, and their per-step metrics."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from app.agents.rollout import AgentRollout
-from app.agents.trajectory import build_trajectory_batch
+from app.agents.trajectory import Trajectory
+from app.batch import TensorBatch
 from app.data import PromptBatch
-from app.trainer.rollout_batch import RolloutGroup
+from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch
 
 # per-sample counts kept in `RolloutGroup.extras` (they follow the samples through filtering), averaged per step
 COUNTS = ("assistant_turns", "tool_turns", "tool_calls", "tool_errors", "tool_timeouts")
@@ -38,6 +39,17 @@ def trajectory_group(agents: AgentRollout, prompts: PromptBatch, version: int, p
                                     for i, t in zip(pick, trajs)],
                         messages=[prompts.raw_prompt[i] for i in pick],
                         finish_reason=[t.finish_reason for t in trajs], policy_version=version, extras=extras)
+
+
+def build_trajectory_batch(trajectories: Sequence[Trajectory], pad_token_id: int) -> TensorBatch:
+    """The rollout batch of `build_rollout_batch` (attention on every real token) with `response_mask` zero on the
+    tokens the model did not sample, which every estimator, loss and aggregation reads."""
+    batch = build_rollout_batch([t.prompt_ids for t in trajectories], [t.response_ids for t in trajectories],
+                                [t.response_logprobs for t in trajectories], pad_token_id)
+    mask = batch["response_mask"]
+    for i, t in enumerate(trajectories):
+        mask[i, :len(t.response_mask)] = mask.new_tensor(t.response_mask)
+    return batch
 
 
 def multi_turn_metrics(group: RolloutGroup) -> dict[str, float]:

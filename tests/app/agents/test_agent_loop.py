@@ -9,7 +9,7 @@ from app.agents.agent_loop import AgentLoop, AgentLoopLimits
 from app.agents.tool_base import ToolSchema
 from app.agents.tool_runner import ToolRunner
 from app.agents.tools.calculator import CalculatorTool
-from app.agents.trajectory import build_trajectory_batch
+from app.trainer.multi_turn import build_trajectory_batch
 from serve.types import SamplingOptions
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "123456789 * 987654321"}}</tool_call>'
