@@ -2,6 +2,7 @@
 file and every class it names load, before any worker starts."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from app.agents.tool_calls import FORMATS
@@ -29,6 +30,8 @@ def check_multi_turn(cfg: Any) -> None:
     if mt.tool_timeout_s <= 0:
         raise ConfigError(f"{KEY}.tool_timeout_s={mt.tool_timeout_s}: must be > 0 seconds")
     if mt.tool_config_path:
+        # absolute, so the Ray workers (another working directory) open the file the driver checked
+        mt.tool_config_path = str(Path(mt.tool_config_path).expanduser().resolve())
         try:
             check_tool_config(mt.tool_config_path)
         except ToolConfigError as e:

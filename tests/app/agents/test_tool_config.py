@@ -104,6 +104,7 @@ def test_multi_turn_keys_load_through_the_config_loader(tmp_path, grpo_args):
         f"{KEY}.format=hermes", "data.return_raw_chat=true"]))
     mt = cfg.actor_rollout_ref.rollout.multi_turn
     assert (mt.enable, mt.tool_config_path, mt.max_assistant_turns, mt.max_parallel_calls) == (True, tools, 4, 2)
+    assert Path(mt.tool_config_path).is_absolute()
     assert (mt.max_tool_response_length, mt.tool_response_truncate_side) == (512, "left")
 
 
@@ -118,6 +119,13 @@ def test_multi_turn_keys_load_through_the_config_loader(tmp_path, grpo_args):
 def test_refusals_name_the_key(grpo_args, override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(compose(grpo_args + [override]))
+
+
+def test_a_relative_tool_config_path_is_made_absolute(tmp_path, grpo_args, monkeypatch):
+    write(tmp_path, VERL_STYLE)
+    monkeypatch.chdir(tmp_path)  # the workers run elsewhere: they get the path the driver checked
+    cfg = load_config(compose(grpo_args + [f"{KEY}.tool_config_path=tools.yaml"]))
+    assert cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path == str((tmp_path / "tools.yaml").resolve())
 
 
 def test_an_unknown_tool_class_stops_the_config(tmp_path, grpo_args):
