@@ -23,7 +23,8 @@ def batch_metrics(batch: TensorBatch, response_length_limit: int) -> dict[str, f
         "critic/returns/mean": float((batch["returns"] * mask).sum() / tokens),
         "response_length/mean": float(lengths.mean()),
         "response_length/clip_ratio": float((lengths >= response_length_limit).float().mean()),
-        "prompt_length/mean": float((batch["attention_mask"].sum(dim=1).float() - lengths).mean()),
+        # the prompt columns only: a multi-turn row's tool results are in the response, outside its mask
+        "prompt_length/mean": float(batch["attention_mask"][:, :-mask.shape[1]].sum(dim=1).float().mean()),
     }
     if "old_log_probs" in batch and "rollout_log_probs" in batch:
         diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs()

@@ -84,3 +84,21 @@ def test_single_turn_groups_have_no_multi_turn_metrics(tokenizer, tmp_path):
     group = trajectory_group(agents, prompts(tokenizer, ["q"]), 0, tokenizer.pad_token_id, 1.0)
     group.extras.clear()
     assert multi_turn_metrics(group) == {}
+
+
+def test_step_lengths_count_model_tokens_and_prompt_columns(tokenizer, tmp_path):
+    import torch
+
+    from app.trainer.step_metrics import batch_metrics
+
+    agents, _ = agent_rollout(tokenizer, tmp_path, [CALL, ANSWER], n=1)
+    batch = prompts(tokenizer, ["q one"])
+    group = trajectory_group(agents, batch, 0, tokenizer.pad_token_id, 1.0)
+    b = group.batch
+    for key in ("token_level_scores", "token_level_rewards", "advantages", "returns"):
+        b[key] = torch.zeros_like(b["response_mask"], dtype=torch.float32)
+    metrics = batch_metrics(b, response_length_limit=256)
+    model_tokens = len(tokenizer.encode(CALL, add_special_tokens=False)) + len(
+        tokenizer.encode(ANSWER, add_special_tokens=False)) + 2  # each turn ends with its stop token
+    assert metrics["response_length/mean"] == model_tokens
+    assert metrics["prompt_length/mean"] == len(batch.raw_prompt_ids[0])
