@@ -4,6 +4,8 @@
         DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
     python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S] [--level-weights W,W,W,W]
         generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
+    python -m app.prepare calculator --output DIR [--train-size N] [--test-size M] [--seed S]
+        large-number arithmetic for tool use (multi_turn) -> train.parquet, test.parquet, tool_config.yaml
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from typing import Sequence
 
 from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, generate_splits
+from app.data.calculator_task import TOOL_CONFIG, calculator_rows
 from app.data.errors import DataError
 from app.data.gsm8k_task import gsm8k_rows
 from app.data.verl_rows import ANSWER_INSTRUCTION, write_parquet
@@ -47,6 +50,23 @@ def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int =
     return counts
 
 
+def prepare_calculator(output_dir: str, train_size: int = 2000, test_size: int = 200, seed: int = 0) -> dict[str, int]:
+    """Generate the tool-use task (app.data.calculator_task) and its tool config file (tool_config.yaml, for
+    `actor_rollout_ref.rollout.multi_turn.tool_config_path`); returns rows written per split."""
+    import yaml
+
+    counts = {}
+    for split, size in (("train", train_size), ("test", test_size)):
+        if size <= 0:
+            raise DataError(f"--{split}-size must be positive, got {size}")
+        rows = calculator_rows(size, seed, split)
+        write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
+        counts[split] = len(rows)
+    with open(os.path.join(output_dir, "tool_config.yaml"), "w") as f:
+        yaml.safe_dump(TOOL_CONFIG, f, sort_keys=False)
+    return counts
+
+
 def build_parser() -> argparse.ArgumentParser:
     from app.failure_report import OneLineArgumentParser
 
@@ -64,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--level-weights", type=_weights, default=LEVEL_WEIGHTS, metavar="W1,W2,W3,W4",
                    help="share of problems per difficulty level 1-4 (default %(default)s)")
+    c = sub.add_parser("calculator", help="generate the tool-use task (large-number arithmetic with a calculator tool)")
+    c.add_argument("--output", required=True, help="folder for train.parquet, test.parquet and tool_config.yaml")
+    c.add_argument("--train-size", type=int, default=2000)
+    c.add_argument("--test-size", type=int, default=200)
+    c.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -81,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.task == "gsm8k":
             counts = prepare_gsm8k(args.input, args.output, args.instruction)
+        elif args.task == "calculator":
+            counts = prepare_calculator(args.output, args.train_size, args.test_size, args.seed)
         else:
             counts = prepare_arithmetic(args.output, args.train_size, args.test_size, args.seed, args.level_weights)
     except DataError as err:

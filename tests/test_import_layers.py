@@ -28,6 +28,9 @@ LAYERS: dict[str, int] = {
     "app.engine": 1,
     "app.batch": 1,
     "app.data": 1,
+    # multi-turn tool use: tools, tool calls, trajectories and the agent loop over any rollout client (the tool task in
+    # app.data lists its tools; the config checks a tool config file)
+    "app.agents": 1,
     # 2: the typed config and its checks; above the engine, whose DeepSpeed JSON merging and dtype rule it reuses
     "app.config": 2,
     # 3: roles drive an engine with the config's settings; reward scoring (rule, custom, reward model) beside them
@@ -57,6 +60,8 @@ SERVE_USERS_FROM = LAYERS["app.trainer"]
 SERVE_EXEMPTIONS = {
     ("app.config", "serve.http_access"): "the API-key rule of the OpenAI routes, which the config check applies "
                                          "before a run and the deployment enforces; stdlib only (no Ray, no routes)",
+    ("app.agents", "serve.types"): "the rollout client's request and sample types, which the agent loop sends and "
+                                   "receives turn by turn; plain dataclasses (no Ray, no vLLM)",
 }
 
 

@@ -1,13 +1,20 @@
 """Rule-based rewards, looked up by a sample's data_source.
 
 Built in: ``openai/gsm8k``/``gsm8k`` (``#### N``), MATH-style ``\\boxed{}`` answers (``math``, ``lighteval/MATH``, ...),
-the built-in ``arithmetic`` task, and format-only rewards (``format_hash``, ``format_boxed``).
+the built-in ``arithmetic`` task and its tool-use form ``calculator_arithmetic``, and format-only rewards
+(``format_hash``, ``format_boxed``).
 Importing this package registers them. It imports no torch, so reward worker processes start fast;
 ``algos.rewards.token_level.scores_to_token_rewards`` (torch) is imported from its module.
 """
 
 from algos.registry import load_callable
-from algos.rewards import arithmetic, format_reward, gsm8k, math_answers  # noqa: F401  (registers the built-ins)
+from algos.rewards import (  # noqa: F401  (registers the built-ins)
+    arithmetic,
+    format_reward,
+    gsm8k,
+    math_answers,
+    tool_arithmetic,
+)
 from algos.rewards.default import default_compute_score
 from algos.rewards.registry import (
     UnknownDataSourceError,

@@ -121,7 +121,7 @@ MEANINGS = {
     ("TrainerConfig", "seed"): "seed of the model init, sampling and the rollout",
 }
 # every field of these sections: the section's docstring says what they are
-SECTION_MEANINGS = {"MultiTurnConfig": "verl's multi-turn rollout setting (not supported here)"}
+SECTION_MEANINGS = {"MultiTurnConfig": "verl's multi-turn rollout setting (docs/agents.md)"}
 
 VERL_SAME = "verl"
 VERL_OURS = "ours"
@@ -219,12 +219,12 @@ def verl_reason(key: str) -> str:
 
 
 def verl_status(key: str, meaning: str) -> str:
-    from app.config.verl_compat import DEFAULT_ONLY, MULTI_TURN, NO_EFFECT
+    from app.config.verl_compat import DEFAULT_ONLY, NO_EFFECT
 
     name = key.rsplit(".", 1)[-1]
     if key in NO_EFFECT:
         return VERL_NO_EFFECT
-    if key in DEFAULT_ONLY or key.startswith(MULTI_TURN + ".") or name in DEFAULT_ONLY_NAMES:
+    if key in DEFAULT_ONLY or name in DEFAULT_ONLY_NAMES:
         return VERL_DEFAULT_ONLY
     if "ours, not verl's" in meaning or any(key == k or key.startswith(k + ".") for k in OURS):
         return VERL_OURS

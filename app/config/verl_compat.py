@@ -9,6 +9,7 @@ import logging
 from typing import Any, Iterator
 
 from app.config.errors import ConfigError
+from app.config.multi_turn import check_multi_turn
 from app.config.ranks import ranks_named
 from app.config.schema import (
     RM_MICRO_BATCH_PER_GPU,
@@ -213,7 +214,13 @@ DEFAULT_ONLY = {
     "trainer.default_hdfs_dir": "checkpoints are not copied to HDFS; trainer.default_local_dir is where they go",
     "trainer.del_local_ckpt_after_load": "local checkpoints are kept after resuming",
 }
-MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"  # accepted at verl's defaults only, each field of it
+MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"  # read by app/agents; checked by app.config.multi_turn
+DEFAULT_ONLY[f"{MULTI_TURN}.interaction_config_path"] = ("interactions (a class answering each assistant turn) are not "
+                                                         "supported yet; tools are (multi_turn.tool_config_path)")
+NO_EFFECT[f"{MULTI_TURN}.use_inference_chat_template"] = (
+    "each turn's new messages are templated with the model's chat template; the prompt as the data pipeline wrote it")
+NO_EFFECT[f"{MULTI_TURN}.tokenization_sanity_check_mode"] = (
+    "the sampled tokens are trained on as sampled, never re-tokenized from text, so there is nothing to check")
 
 log = logging.getLogger(__name__)
 
@@ -380,8 +387,7 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
                 f"{path}.override_config={model.override_config!r}: overriding the model's Hugging Face config is not "
                 "supported yet (the trainer and the vLLM rollout load model.path as it is); edit config.json in a "
                 "copy of the model folder instead")
-    _refuse_non_default(arr.rollout.multi_turn, MULTI_TURN,
-                        "multi-turn rollout (tool calls, interactions) is not supported yet")
+    check_multi_turn(cfg)
     for path, checkpoint in _sections_of_type(cfg, CheckpointConfig):
         for name in ("save_contents", "load_contents"):
             value = getattr(checkpoint, name)

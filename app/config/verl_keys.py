@@ -1,7 +1,7 @@
 """What each key of verl's trainer config does here: read with verl's meaning, accepted with no effect (logged), or
 accepted at verl's default only (refused otherwise, naming the key and why).
 
-The lists that decide it live in app/config/verl_compat.py (NO_EFFECT, DEFAULT_ONLY, MULTI_TURN) and below (keys read
+The lists that decide it live in app/config/verl_compat.py (NO_EFFECT, DEFAULT_ONLY) and below (keys read
 with a mapping or a limit); `classify` puts them together for docs/verl_keys.md and its test. A verl key list is a
 text file of `dotted.key = <JSON default>` lines (tests/app/config/verl_keys_<commit>.txt names the verl commit);
 `python -m app.config.verl_keys <that file>` prints the docs page.
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from app.config.schema import TrainerRunConfig
-from app.config.verl_compat import DEFAULT_ONLY, MULTI_TURN, NO_EFFECT
+from app.config.verl_compat import DEFAULT_ONLY, NO_EFFECT
 
 READ, NO_EFFECT_CLASS, DEFAULT_ONLY_CLASS = "read", "no effect", "verl's default only"
 
@@ -58,8 +58,6 @@ def classify(key: str) -> tuple[str, str]:
         for prefix, why in table.items():
             if key == prefix or key.startswith(prefix + "."):  # a key inside a section kept as plain data
                 return kind, why
-    if key.startswith(MULTI_TURN + "."):
-        return DEFAULT_ONLY_CLASS, "multi-turn rollout (tool calls, interactions) is not supported yet"
     name = key.rsplit(".", 1)[-1]
     if name == "ulysses_sequence_parallel_size":
         return READ, _SP_COPY if ".fsdp_config." in key else _SP

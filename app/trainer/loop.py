@@ -21,6 +21,7 @@ from app.data import PromptBatch
 from app.trainer.collectives import RankGroup
 from app.trainer.dynamic_sampling import FILTER_COUNTS, fill_with_informative_groups, filter_metric
 from app.trainer.learner import Learner
+from app.trainer.multi_turn import agent_rollout, multi_turn_metrics, trajectory_group
 from app.trainer.ray_metrics import publish_step_metrics
 from app.trainer.rollout_ahead import RolloutAhead, running_ahead, staleness_metrics
 from app.trainer.rollout_batch import RolloutGroup, decode_responses, dump_rollouts, sampled_group
@@ -51,6 +52,7 @@ class RLTrainer:
                                    model_path=cfg.actor_rollout_ref.model.path,
                                    dtype=getattr(torch, rollout_cfg.dtype),  # what vLLM computes in: half the bytes
                                    sleeps=cfg.trainer.placement == "colocated" and rollout_cfg.free_cache_engine)
+        self.agents = agent_rollout(cfg, rollout, tokenizer)  # multi-turn tool use (app/agents); None: single-turn
         self.state = RunState(step=0, version=self.rollout.served_version(),
                               kl_ctrl=make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon))
         self.learner = Learner(cfg, actor=actor, reference=reference, critic=critic, kl_ctrl=self.state.kl_ctrl,
@@ -115,7 +117,7 @@ class RLTrainer:
                     self.store.save(state, self._loader_state())
         extra = (self.ahead.take_timings() if self.ahead is not None else {}) | self.rollout.fault_metrics()
         metrics |= step_metrics(group.batch, timer, self.ranks, self.cfg.actor_rollout_ref.rollout.response_length,
-                                extra)
+                                extra, means=multi_turn_metrics(group))
         metrics["training/policy_version"] = float(state.version)
         metrics["training/epoch"] = float(self.train_loader.epoch)
         self._log(metrics, state.step)
@@ -151,6 +153,9 @@ class RLTrainer:
 
     def generate(self, prompts: PromptBatch, version: int) -> RolloutGroup:
         """`n` samples for each prompt of this rank's share, all made by policy `version` (the service's)."""
+        if self.agents is not None:  # multi-turn: trajectories, tool results masked out of response_mask
+            return trajectory_group(self.agents, prompts, version, self.train_loader.pad_token_id,
+                                    self.cfg.actor_rollout_ref.rollout.temperature)
         samples = self.rollout.service.generate(prompts.raw_prompt_ids, expect_version=version)
         group = sampled_group(prompts, samples, version, self.train_loader.pad_token_id,
                               self.cfg.actor_rollout_ref.rollout.temperature)
@@ -170,8 +175,9 @@ class RLTrainer:
     def validate(self) -> dict[str, float]:
         """Greedy decoding on this rank's share of the validation prompts; mean reward per `data_source`. Rank 0 hands
         `trainer.log_val_generations` of the samples to the loggers that keep tables."""
-        metrics, samples = validate(self.rollout.service, self.scorer, self.tokenizer, self.val_dataset, self.ranks,
-                                    self.state.version, keep_samples=self.cfg.trainer.log_val_generations)
+        metrics, samples = validate(self.agents or self.rollout.service, self.scorer, self.tokenizer,
+                                    self.val_dataset, self.ranks, self.state.version,
+                                    keep_samples=self.cfg.trainer.log_val_generations)
         if samples and self.tracking is not None:
             self.tracking.log_generations(samples, self.state.step)
         return metrics

@@ -83,7 +83,9 @@ def score_group(scorer: RewardScorer, tokenizer: Any, group: RolloutGroup, overl
         group.extras["overlong_penalty"] = penalty.tolist()
         metrics |= {"reward/overlong_penalty/mean": float(penalty.mean()),
                     "reward/overlong_ratio": float((penalty < 0).float().mean())}
-    group.batch["token_level_scores"] = scores_to_token_rewards(rewards, mask.sum(dim=1), mask.shape[1])
+    # on the last response token: the last real one, which a multi-turn row's mask alone would not find
+    ends = group.batch["attention_mask"][:, -mask.shape[1]:].sum(dim=1)
+    group.batch["token_level_scores"] = scores_to_token_rewards(rewards, ends, mask.shape[1])
     return ranks.reduce(metrics)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 
@@ -68,10 +68,11 @@ class BadStepGuard:
 
 
 def step_metrics(batch: TensorBatch, timer: PhaseTimer, ranks: RankGroup, response_length_limit: int,
-                 extra: dict[str, float]) -> dict[str, float]:
+                 extra: dict[str, float], means: Optional[dict[str, float]] = None) -> dict[str, float]:
     """The end-of-step metrics every rank computes together (collective): the batch's statistics over all ranks, the
-    phase times, `extra` (gathered by the caller), and the throughput in tokens per second of the whole step."""
-    out = ranks.reduce(batch_metrics(batch, response_length_limit), max_min_metrics(batch))
+    phase times, `extra` (gathered by the caller), and the throughput in tokens per second of the whole step.
+    `means`: more per-rank statistics averaged over the ranks (the same names on every rank)."""
+    out = ranks.reduce(batch_metrics(batch, response_length_limit) | (means or {}), max_min_metrics(batch))
     out |= timer.metrics() | extra
     tokens = ranks.sum(float(batch["attention_mask"].sum()))
     out["perf/throughput"] = tokens / max(timer.seconds["step"], 1e-9)
@@ -95,7 +96,8 @@ def batch_metrics(batch: TensorBatch, response_length_limit: int) -> dict[str, f
         "critic/returns/mean": float((batch["returns"] * mask).sum() / tokens),
         "response_length/mean": float(lengths.mean()),
         "response_length/clip_ratio": float((lengths >= response_length_limit).float().mean()),
-        "prompt_length/mean": float((batch["attention_mask"].sum(dim=1).float() - lengths).mean()),
+        # the prompt columns only: a multi-turn row's tool results are in the response, outside its mask
+        "prompt_length/mean": float(batch["attention_mask"][:, :-mask.shape[1]].sum(dim=1).float().mean()),
     }
     if "old_log_probs" in batch and "rollout_log_probs" in batch:
         diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs()

@@ -1,5 +1,5 @@
 """Every key of the typed schema is read by the code, or is one verl_compat documents as having no effect here, or
-is accepted only at verl's default (DEFAULT_ONLY, the multi-turn section); a key nothing reads would silently ignore
+is accepted only at verl's default (DEFAULT_ONLY); a key nothing reads would silently ignore
 what a user sets.
 
 "Read" is checked in the source text: the key's name as an attribute (`.name`) or a string (`"name"`) somewhere in
@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 
 from app.config.schema import TrainerRunConfig
-from app.config.verl_compat import DEFAULT_ONLY, MULTI_TURN, NO_EFFECT
+from app.config.verl_compat import DEFAULT_ONLY, NO_EFFECT
 
 ROOT = Path(__file__).resolve().parents[3]
 SCHEMA = ROOT / "app" / "config" / "schema.py"
@@ -41,7 +41,7 @@ def test_every_schema_key_is_read_or_documented_as_without_effect():
                        if p != SCHEMA)
     assert len(list(leaf_keys(TrainerRunConfig))) > 200  # the walk reached the nested sections
     unread = [k for k in unread_keys(TrainerRunConfig, source)
-              if k not in NO_EFFECT and k not in DEFAULT_ONLY and not k.startswith(MULTI_TURN + ".")]
+              if k not in NO_EFFECT and k not in DEFAULT_ONLY]
     assert unread == []
     assert set(NO_EFFECT) | set(DEFAULT_ONLY) <= set(leaf_keys(TrainerRunConfig))  # the lists name real keys
 

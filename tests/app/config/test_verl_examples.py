@@ -308,10 +308,11 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
      r"actor_rollout_ref\.model\.override_config=\{'attention_dropout': 0\.0\}: overriding the model's Hugging Face "
      r"config is not supported yet"),
     ("+critic.model.override_config.attn_implementation=sdpa", r"critic\.model\.override_config="),
-    ("actor_rollout_ref.rollout.multi_turn.enable=true",
-     r"actor_rollout_ref\.rollout\.multi_turn\.enable=True: multi-turn rollout .* not supported yet"),
-    ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns=5",
-     r"actor_rollout_ref\.rollout\.multi_turn\.max_assistant_turns=5: multi-turn"),
+    ("actor_rollout_ref.rollout.multi_turn.interaction_config_path=interaction.yaml",
+     r"actor_rollout_ref\.rollout\.multi_turn\.interaction_config_path='interaction.yaml': interactions .* not "
+     r"supported yet"),
+    ("actor_rollout_ref.rollout.multi_turn.tool_config_path=/no/such/tools.yaml",
+     r"actor_rollout_ref\.rollout\.multi_turn\.tool_config_path='/no/such/tools.yaml': no such file"),
     ("actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
      r"actor_rollout_ref\.actor\.checkpoint\.save_contents=\['model', 'optimizer', 'extra', 'hf_model'\]: "
      r"checkpoints here always hold"),

@@ -79,7 +79,8 @@ def test_score_group_adds_the_overlong_penalty_on_each_responses_last_token():
 
     # responses of 2 and 4 tokens, limit 4, buffer 2: the 4-token one is 2 past the buffer's start -> -1 * factor 0.5
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
-    batch = TensorBatch({"responses": torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]]), "response_mask": mask})
+    batch = TensorBatch({"responses": torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]]), "response_mask": mask,
+                         "attention_mask": torch.cat([torch.ones(2, 3, dtype=mask.dtype), mask], dim=1)})  # 3 prompt
     group = RolloutGroup(batch=batch, uid=["a", "b"], dataset_index=[0, 1], data_source=["d", "d"],
                          ground_truth=[None, None], extra_info=[{}, {}], messages=[[], []],
                          finish_reason=["stop", "length"], policy_version=0)

@@ -1,0 +1,43 @@
+"""One trajectory as one training sequence: the prompt, then everything after it (the model's turns, the template
+glue and tool results between them) as the response. `response_mask` is 1 on the model's own tokens and 0 on the
+rest; `response_logprobs` holds the sampler's log-probs on the model's tokens and 0 elsewhere."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+@dataclass
+class Trajectory:
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    response_logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "stop"  # "stop" | "length" | "max_assistant_turns" | "max_user_turns" | "abort"
+    assistant_turns: int = 0
+    tool_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: dict[str, int] = field(default_factory=dict)  # error kind -> count
+    tool_rewards: dict[str, float] = field(default_factory=dict)  # tool name -> calc_reward at the end
+    turns: list[dict[str, Any]] = field(default_factory=list)  # {"role", "content"} of each turn after the prompt
+
+    def add_model_tokens(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        if len(ids) != len(logprobs):
+            raise ValueError(f"{len(ids)} sampled tokens but {len(logprobs)} log-probs")
+        self.response_ids += list(ids)
+        self.response_mask += [1] * len(ids)
+        self.response_logprobs += [float(x) for x in logprobs]
+
+    def add_context_tokens(self, ids: Sequence[int]) -> None:
+        """Tokens the model did not sample (tool results, template glue): trained on as context only."""
+        self.response_ids += list(ids)
+        self.response_mask += [0] * len(ids)
+        self.response_logprobs += [0.0] * len(ids)
+
+    @property
+    def model_token_count(self) -> int:
+        return sum(self.response_mask)
+
+    @property
+    def tool_error_count(self) -> int:
+        return sum(self.tool_errors.values())
