@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import uuid
 from typing import Any, Optional
 
@@ -61,8 +62,8 @@ def make_rollout_engine(kind: str, spec: RolloutEngineSpec, replica_rank: int):
 
 @serve.ingress(http_app)
 class RolloutServer:
-    """One replica. Handle methods: generate, update_weights, ensure_version, policy_version, activity, sleep, wake_up,
-    weights_checksum;
+    """One replica. Handle methods: generate, update_weights, ensure_version, policy_version, activity,
+    wait_for_generation, sleep, wake_up, weights_checksum;
     HTTP: the OpenAI routes POST /v1/chat/completions and /v1/completions (streamed or not), GET /v1/models (under
     the application's route prefix), answered by `serve.openai_routes.OpenAIRoutes` (`api_key` None: the routes are
     open, loopback only; deploy_rollout refuses otherwise)."""
@@ -148,6 +149,16 @@ class RolloutServer:
         """{replica, generating: generations running now (handle and HTTP), updating: a weight load is running or
         waiting for them to drain}. What a test waits on to kill a replica in the middle of a call."""
         return {"replica": self._replica, "generating": self._gate.active, "updating": self._gate.exclusive}
+
+    async def wait_for_generation(self, version: int, timeout_s: float) -> Optional[dict]:
+        """{replica, pid, generating} as soon as a generation at policy `version` runs on this replica, or None
+        after `timeout_s`. A fault drill waits on it to kill the replica while a generate is in flight."""
+        try:
+            await asyncio.wait_for(self._gate.wait_until(
+                lambda: self._gate.active > 0 and self._version == version), timeout_s)
+        except asyncio.TimeoutError:
+            return None
+        return {"replica": self._replica, "pid": os.getpid(), "generating": self._gate.active}
 
     async def weights_checksum(self) -> dict:
         """The engine's digest and weights sum, with where this replica runs and where its weights came from."""

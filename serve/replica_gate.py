@@ -55,12 +55,19 @@ class ReplicaGate:
             if self._asleep:
                 raise RolloutAsleep(self._replica)
             self._active += 1
+            self._cond.notify_all()  # for `wait_until`: a generation has started
         try:
             yield
         finally:
             async with self._cond:
                 self._active -= 1
                 self._cond.notify_all()
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Return once `predicate()` holds; it is checked again whenever a generation starts or ends, and when an
+        update, a sleep or a wake-up ends."""
+        async with self._cond:
+            await self._cond.wait_for(predicate)
 
     @contextlib.asynccontextmanager
     async def updating(self):

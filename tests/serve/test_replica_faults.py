@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
+from background_call import in_background
 from support import assert_replicas_loaded
 
 pytestmark = pytest.mark.slow
@@ -111,32 +111,6 @@ def kill_when(client, ready, what: str, call=None, pick=lambda now: sorted(now)[
     pid = replica_pid(victim)
     os.kill(pid, signal.SIGKILL)
     return victim, pid, now[victim]["generating"]
-
-
-class in_background:
-    """Run `fn()` in a thread; calling the object joins it and returns its result or raises its error."""
-
-    def __init__(self, fn):
-        self._out: dict = {}
-
-        def run():
-            try:
-                self._out["value"] = fn()
-            except BaseException as err:  # handed to the test's thread
-                self._out["error"] = err
-
-        self._thread = threading.Thread(target=run)
-        self._thread.start()
-
-    def done(self) -> bool:
-        return not self._thread.is_alive()
-
-    def __call__(self):
-        self._thread.join(timeout=600)
-        assert not self._thread.is_alive(), "the call hangs"
-        if "error" in self._out:
-            raise self._out["error"]
-        return self._out["value"]
 
 
 def version_of(client) -> int:

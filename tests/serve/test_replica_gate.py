@@ -100,6 +100,30 @@ def test_a_request_arriving_during_the_sleep_call_is_refused_not_queued():
     asyncio.run(scenario())
 
 
+def test_wait_until_returns_when_a_generation_starts_at_the_awaited_version_while_it_still_runs():
+    """What the replica's `wait_for_generation` rests on: the waiter wakes on a generation's start and on an update's
+    end, and returns only when its condition holds, here a generation running at version 2."""
+    async def scenario():
+        gate, engine, served = ReplicaGate(), StandInEngine(), {"version": 1}
+        waiter = asyncio.create_task(gate.wait_until(lambda: gate.active > 0 and served["version"] == 2))
+        engine.release.set()
+        assert await _generate(gate, engine, "at v1") == "at v1"  # a generation at version 1 started and ended
+        async with gate.updating():
+            served["version"] = 2
+        await asyncio.sleep(0)
+        assert not waiter.done()  # version 2, but nothing generates
+        engine.release.clear()
+        engine.started.clear()
+        running = asyncio.create_task(_generate(gate, engine, "at v2"))
+        await engine.started.wait()
+        await asyncio.wait_for(waiter, timeout=5)  # returned on the start alone (5 s only turns a hang into a failure)
+        assert not running.done() and gate.active == 1
+        engine.release.set()
+        assert await running == "at v2"
+
+    asyncio.run(scenario())
+
+
 def test_rollout_asleep_survives_pickling_with_its_message():
     import pickle
 
