@@ -101,9 +101,28 @@ def parse_messages(body: dict) -> list[dict]:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ApiError(f"'messages[{i}]' must be an object with a string 'role'", f"messages[{i}]")
-        if not isinstance(message.get("content"), str):
+        # an assistant turn that only called tools may have no content (the OpenAI client sends null)
+        calls_only = message.get("content") is None and isinstance(message.get("tool_calls"), list)
+        if not isinstance(message.get("content"), str) and not calls_only:
             raise ApiError(f"'messages[{i}].content' must be a string", f"messages[{i}].content")
     return messages
+
+
+def parse_tools(body: dict) -> Optional[list[dict]]:
+    """`tools`: OpenAI function tools, handed to the model's chat template as they are (None when absent)."""
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise ApiError("'tools' must be a list of {type: 'function', function: {name, description, parameters}}",
+                       "tools")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            raise ApiError(f"'tools[{i}].type' must be 'function'", f"tools[{i}].type")
+        function = tool.get("function")
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ApiError(f"'tools[{i}].function' must be an object with a string 'name'", f"tools[{i}].function")
+    return tools
 
 
 def parse_prompts(body: dict) -> list[Any]:

@@ -57,10 +57,11 @@ class OpenAIRoutes:
         try:
             body = await self._authorized_body(request)
             messages = openai_api.parse_messages(body)
+            tools = openai_api.parse_tools(body)
             parsed = openai_api.parse_sampling(body, ("max_completion_tokens", "max_tokens"))
             tokenizer = await self._chat_tokenizer()
-            try:
-                prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            try:  # the template renders the tools as the model was taught to see them (a template may ignore them)
+                prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
             except Exception as err:  # e.g. a role the model's chat template does not know
                 raise openai_api.ApiError(f"'messages' do not fit the model's chat template: {err}",
                                           "messages") from err

@@ -88,3 +88,48 @@ def test_a_streamed_completion_sends_the_text_as_it_grows_then_done():
 def test_models_names_the_served_model_and_its_policy_version():
     reply = client(EchoEngine(), version=7).get("/v1/models", headers={"Authorization": f"Bearer {KEY}"})
     assert reply.json()["data"][0] == {"id": "policy", "object": "model", "owned_by": "rayrl", "policy_version": 7}
+
+
+class TemplateTokenizer(LetterTokenizer):
+    """A chat tokenizer whose template writes each message's content and the names of the tools it was given."""
+
+    def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, tokenize=True):
+        names = ",".join(t["function"]["name"] for t in tools or [])
+        return self.encode(f"[{names}]" + "|".join(m.get("content") or "" for m in messages))
+
+
+def chat_client(engine) -> TestClient:
+    routes = OpenAIRoutes(engine=engine, gate=ReplicaGate("r1"), replica="r1", served_model_name="policy",
+                          model_path="unused", api_key=None, version=lambda: 0)
+    routes._tokenizer = TemplateTokenizer()
+    app = FastAPI()
+
+    async def chat(request: Request):
+        return await routes.chat_completions(request)
+
+    app.post("/v1/chat/completions")(chat)
+    return TestClient(app)
+
+
+CALCULATOR = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",
+                                               "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_chat_tools_reach_the_chat_template_and_a_tool_call_turn_may_have_no_content():
+    engine = EchoEngine()
+    messages = [{"role": "user", "content": "12*34"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "calculator", "arguments": "{\"expression\": \"12*34\"}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "408"}]
+    done = chat_client(engine).post("/v1/chat/completions", json={"messages": messages, "tools": [CALCULATOR]})
+    assert done.status_code == 200, done.text
+    # the template saw the tool's name and the three turns (the tool-call turn's content empty)
+    assert LetterTokenizer().decode(engine.prompts[0]) == "[calculator]12*34||408"
+
+
+def test_malformed_tools_are_refused_naming_the_entry():
+    engine = EchoEngine()
+    bad = chat_client(engine).post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "tools": [CALCULATOR, {"type": "function", "function": {}}]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools[1].function"
+    assert engine.prompts == []
