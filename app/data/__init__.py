@@ -15,6 +15,7 @@ _EXPORTS = {
     "PromptDataset": "app.data.dataset",
     "PromptRecord": "app.data.dataset",
     "load_prompt_dataset": "app.data.dataset",
+    "check_data_files": "app.data.dataset",
     "PromptDataLoader": "app.data.loader",
     "pad_token_id_of": "app.data.loader",
     "PromptDataOptions": "app.data.options",

@@ -47,6 +47,19 @@ class PromptDataset:
         return iter(self.records)
 
 
+def check_data_files(files: str | Sequence[str], options: PromptDataOptions) -> int:
+    """What can be checked without a tokenizer: every file exists, reads, and has the columns `options` name. Returns
+    the number of rows. A missing file or column fails here in a second, before transformers is even imported."""
+    paths = as_file_list(files)
+    check_files_exist(paths)
+    rows = 0
+    for path in paths:
+        source = read_table(path)
+        _check_columns(source, options)
+        rows += len(source.rows)
+    return rows
+
+
 def _check_columns(source: TableSource, options: PromptDataOptions) -> None:
     if not source.rows:
         return

@@ -17,6 +17,7 @@ from app.config.schema import TrainerRunConfig
 from app.preflight.checkpoint_model import check_checkpoint_model
 from app.preflight.cluster_address import check_cluster_answers
 from app.preflight.context_length import check_context_length
+from app.preflight.data_files import check_data_files
 from app.preflight.data_rows import check_data_rows
 from app.preflight.http_port import check_http_port
 from app.preflight.model_path import check_model_paths
@@ -36,10 +37,12 @@ CHECKS: list[Check] = [
     Check("model_path", check_model_paths),
     Check("context_length", check_context_length),
     Check("http_port", check_http_port),
+    Check("data_files", check_data_files),  # columns and paths in a second; the full read is the "data" check
     Check("reward_function", check_reward_function, apart=True),
+    # before the tokenizer and the full data read (seconds for a large file): a wrong checkpoint fails sooner
+    Check("checkpoint_model", check_checkpoint_model, apart=True),
     Check("tokenizer", check_tokenizer, apart=True),
     Check("data", check_data_rows, apart=True),  # the same child: transformers and the tokenizer are loaded there
-    Check("checkpoint_model", check_checkpoint_model, apart=True),
 ]
 
 
