@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import free_port
 
 from app.dry_run import DryRun, split_argv
 
@@ -47,7 +48,8 @@ def test_dry_run_prints_a_gpu_plan_and_refuses_a_cluster_too_small(tiny_model_di
             "actor_rollout_ref.actor.ppo_mini_batch_size=4", "algorithm.adv_estimator=grpo",
             "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=4",
             "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-            f"trainer.default_local_dir={tmp_path / 'run'}"]
+            f"trainer.default_local_dir={tmp_path / 'run'}",
+            f"actor_rollout_ref.rollout.http_port={free_port()}"]  # not 8000, which another run may hold
     done, seconds = _train(["--dry-run", "--gpus-per-node", "4", *base])
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
