@@ -29,6 +29,7 @@ endif
 
 test: setup
 	$(VPY) -m ruff check .
+	$(VPY) -m ruff format --check .
 	$(VPY) -m pytest -q --durations=25 tests
 
 # The embedded default: import SmolLM2, prepare the arithmetic task, train, plot. Each step reuses earlier output.

@@ -2,6 +2,7 @@
 
 Names load on first use, so reward worker processes that import `algos.rewards` (pure Python) never pay for torch.
 """
+
 import importlib
 from typing import Any
 

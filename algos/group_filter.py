@@ -5,6 +5,7 @@ estimator (GRPO, RLOO, ...) gives all of them a zero advantage: the group costs 
 nothing. DAPO drops such groups and samples more prompts until the batch is full (verl's
 `algorithm.filter_groups`).
 """
+
 from __future__ import annotations
 
 from typing import Hashable, Sequence

@@ -42,9 +42,7 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
     return sq / denom.clamp(min=1).to(values.dtype)
 
 
-def masked_whiten(
-    values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
-) -> torch.Tensor:
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
     """Normalise kept entries to zero mean and unit (unbiased) variance over the whole tensor; 0 where dropped.
 
     With ``shift_mean=False`` the mean is added back (only the scale changes).

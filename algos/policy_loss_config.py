@@ -73,5 +73,11 @@ class PolicyLossConfig:
             return source[name] if isinstance(source, Mapping) else getattr(source, name)
 
         section = read(actor_config, "policy_loss", "actor.")
-        return cls(**{f.name: read(section, f.name, "actor.policy_loss.") if f.name in _POLICY_LOSS_SECTION
-                      else read(actor_config, f.name, "actor.") for f in fields(cls)})
+        return cls(
+            **{
+                f.name: read(section, f.name, "actor.policy_loss.")
+                if f.name in _POLICY_LOSS_SECTION
+                else read(actor_config, f.name, "actor.")
+                for f in fields(cls)
+            }
+        )

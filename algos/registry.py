@@ -51,8 +51,9 @@ class Registry(Generic[F]):
         existing = self._entries.get(name)
         if existing is not None and existing is not target and not overwrite:
             where = existing if isinstance(existing, str) else f"{existing.__module__}.{existing.__qualname__}"
-            raise ValueError(f"{self.key}: name {name!r} is already registered to {where}; pass overwrite=True to "
-                             "replace it")
+            raise ValueError(
+                f"{self.key}: name {name!r} is already registered to {where}; pass overwrite=True to replace it"
+            )
         self._entries[name] = target
         if traits is not None:
             self._traits[name] = traits
@@ -141,8 +142,9 @@ def load_callable(spec: str) -> Callable[..., Any]:
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-            raise AttributeError(f"{module_part} has no function {attr_path!r}; functions there: "
-                                 f"{', '.join(names) or '(none)'}")
+            raise AttributeError(
+                f"{module_part} has no function {attr_path!r}; functions there: {', '.join(names) or '(none)'}"
+            )
         obj = getattr(obj, part)
     if not callable(obj):
         raise TypeError(f"{attr_path!r} in {module_part} is a {type(obj).__name__}, not a function")

@@ -12,6 +12,7 @@ unlikely token cannot blow up the gradient:
 
 Weights are detached: they re-weight the samples, they are not optimised.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,14 @@ ROLLOUT_IS_LEVELS = ("token", "sequence")
 _LOG_WEIGHT_CLAMP = 20.0
 
 
-def rollout_is_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, *,
-                       level: str, threshold: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def rollout_is_weights(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    level: str,
+    threshold: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Truncated importance weights ``(batch, response_len)`` of the proximal over the behaviour policy.
 
     Args:
@@ -51,6 +58,9 @@ def rollout_is_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tenso
             log_w = log_w.sum(dim=-1, keepdim=True).expand_as(old_log_prob)
         raw = torch.exp(log_w.clamp(-_LOG_WEIGHT_CLAMP, _LOG_WEIGHT_CLAMP))
         weights = raw.clamp(max=threshold) * mask
-        metrics = {"rollout_is_mean": masked_mean(weights, mask), "rollout_is_sq_mean": masked_mean(weights ** 2, mask),
-                   "rollout_is_ratio_fraction_high": masked_mean((raw > threshold).to(mask.dtype), mask)}
+        metrics = {
+            "rollout_is_mean": masked_mean(weights, mask),
+            "rollout_is_sq_mean": masked_mean(weights**2, mask),
+            "rollout_is_ratio_fraction_high": masked_mean((raw > threshold).to(mask.dtype), mask),
+        }
     return weights, metrics

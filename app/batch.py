@@ -7,6 +7,7 @@ response of every row starts at column ``P``.
 
 ``meta`` carries per-batch scalars (e.g. ``temperature``); it is shared, not split, when the batch is cut up.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -68,8 +69,10 @@ class TensorBatch:
         """Rows ``idx`` of every tensor (a slice gives views; an index list copies)."""
         if not isinstance(idx, slice):
             idx = torch.as_tensor(idx, dtype=torch.long)
-        return TensorBatch({k: v[idx.to(v.device) if isinstance(idx, torch.Tensor) else idx]
-                            for k, v in self.tensors.items()}, dict(self.meta))
+        return TensorBatch(
+            {k: v[idx.to(v.device) if isinstance(idx, torch.Tensor) else idx] for k, v in self.tensors.items()},
+            dict(self.meta),
+        )
 
     def split(self, size: int) -> list["TensorBatch"]:
         """Consecutive pieces of ``size`` rows (the last one may be shorter)."""
@@ -84,8 +87,9 @@ class TensorBatch:
         return self.split(len(self) // n)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "TensorBatch":
-        return TensorBatch({k: v.to(device, non_blocking=non_blocking) for k, v in self.tensors.items()},
-                           dict(self.meta))
+        return TensorBatch(
+            {k: v.to(device, non_blocking=non_blocking) for k, v in self.tensors.items()}, dict(self.meta)
+        )
 
     def update(self, other: "TensorBatch | Mapping[str, torch.Tensor]") -> "TensorBatch":
         """Add (or replace) the tensors of ``other`` in place; returns self."""
@@ -104,15 +108,16 @@ class TensorBatch:
         keys = batches[0].keys()
         for i, b in enumerate(batches):
             if sorted(b.keys()) != sorted(keys):
-                raise ValueError(f"TensorBatch.concat: batch {i} has keys {sorted(b.keys())}, "
-                                 f"batch 0 has {sorted(keys)}")
-        return TensorBatch({k: torch.cat([b.tensors[k] for b in batches], dim=0) for k in keys},
-                           dict(batches[0].meta))
+                raise ValueError(
+                    f"TensorBatch.concat: batch {i} has keys {sorted(b.keys())}, batch 0 has {sorted(keys)}"
+                )
+        return TensorBatch({k: torch.cat([b.tensors[k] for b in batches], dim=0) for k in keys}, dict(batches[0].meta))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tensors)
 
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
-                           for k, v in self.tensors.items())
+        shapes = ", ".join(
+            f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}" for k, v in self.tensors.items()
+        )
         return f"TensorBatch({shapes}; meta={self.meta})"

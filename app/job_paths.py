@@ -6,6 +6,7 @@ there.
 job then stops at once with the key, the path and the fix (an absolute path every node can read), instead of a
 file-not-found from deep inside a worker.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,10 +33,12 @@ def read_paths(cfg: TrainerRunConfig) -> Iterator[tuple[str, str]]:
         for path in [files] if isinstance(files, str) else files:
             if path:
                 yield key, path
-    for key, path in (("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path),
-                      ("critic.model.path", cfg.critic.model.path),
-                      ("reward_model.model.path", cfg.reward_model.model.path),
-                      ("custom_reward_function.path", cfg.custom_reward_function.path)):
+    for key, path in (
+        ("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path),
+        ("critic.model.path", cfg.critic.model.path),
+        ("reward_model.model.path", cfg.reward_model.model.path),
+        ("custom_reward_function.path", cfg.custom_reward_function.path),
+    ):
         if path:
             yield key, path
 
@@ -46,16 +49,24 @@ def check_job_paths(cfg: TrainerRunConfig) -> None:
     working directory). Outside a job nothing is checked here (the data check names missing files)."""
     if not in_ray_job():
         return
-    missing = [(key, path) for key, path in read_paths(cfg)
-               if not Path(path).expanduser().is_absolute() and not Path(path).exists()]
+    missing = [
+        (key, path)
+        for key, path in read_paths(cfg)
+        if not Path(path).expanduser().is_absolute() and not Path(path).exists()
+    ]
     if missing:
         listed = "; ".join(f"{key}={path}" for key, path in missing)
         example = " ".join(f"{key}=$PWD/{path}" for key, path in missing)
         raise ConfigError(
             f"{listed}: not in this Ray job's working directory ({os.getcwd()}). `ray job submit --working-dir` "
             "uploads the directory without its git-ignored files (models/, data/, outputs/); give absolute paths "
-            f"that every node of the cluster can read, e.g. {example}")
+            f"that every node of the cluster can read, e.g. {example}"
+        )
     out = cfg.trainer.default_local_dir
     if out and not Path(out).expanduser().is_absolute():
-        log.warning("trainer.default_local_dir=%s is relative: the run's outputs go to the job's copy of the working "
-                    "directory (%s); give an absolute path to keep them", out, os.getcwd())
+        log.warning(
+            "trainer.default_local_dir=%s is relative: the run's outputs go to the job's copy of the working "
+            "directory (%s); give an absolute path to keep them",
+            out,
+            os.getcwd(),
+        )

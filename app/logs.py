@@ -5,6 +5,7 @@ unless asked for.
 this package's DEBUG messages. Without it the console holds the driver's one line per step (app.trainer.progress),
 warnings and errors from every library, and this package's INFO notices (such as a verl key that has no effect).
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,15 @@ import sys
 
 from serve.log_config import VERBOSE_ENV, verbose  # one reading of RAYRL_VERBOSE for both sides
 
-__all__ = ["VERBOSE_ENV", "verbose", "setup_logging", "quiet_env", "quiet_loggers", "train_log_level",
-           "quiet_train_reports"]
+__all__ = [
+    "VERBOSE_ENV",
+    "verbose",
+    "setup_logging",
+    "quiet_env",
+    "quiet_loggers",
+    "train_log_level",
+    "quiet_train_reports",
+]
 
 # Environment of every Ray process of a quiet run (set in the runtime env, so workers on other nodes get it too). A
 # value the user exported wins.

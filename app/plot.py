@@ -10,6 +10,7 @@ trained on, is no measure of progress under dynamic sampling: the kept groups ar
 their mean stays middling while the policy improves. It is drawn only for runs that logged neither rule nor
 reward-model scores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ def find_runs(root: Path) -> dict[str, Path]:
         return {root.name: root / "metrics.jsonl"}
     runs = {str(p.parent.relative_to(root)): p for p in sorted(root.rglob("metrics.jsonl"))}
     if not runs:
-        raise FileNotFoundError(f"{root}: no metrics.jsonl in it or below it "
-                                "(is it a run's trainer.default_local_dir?)")
+        raise FileNotFoundError(
+            f"{root}: no metrics.jsonl in it or below it (is it a run's trainer.default_local_dir?)"
+        )
     return runs
 
 
@@ -71,8 +73,13 @@ def _draw_reward(ax, runs: dict[str, list[dict]]) -> bool:
             xs, ys = _points(rows, key)
             name = "train batch" if key == "critic/score/mean" else "train samples"
             raw = ax.plot(xs, ys, alpha=0.3, linewidth=1, label=_legend(runs, label, name))[0]
-            ax.plot(xs, moving_average(ys, SMOOTH_STEPS), color=raw.get_color(), linewidth=2,
-                    label=_legend(runs, label, f"{name}, {SMOOTH_STEPS}-step mean"))
+            ax.plot(
+                xs,
+                moving_average(ys, SMOOTH_STEPS),
+                color=raw.get_color(),
+                linewidth=2,
+                label=_legend(runs, label, f"{name}, {SMOOTH_STEPS}-step mean"),
+            )
             drawn = True
         xs, ys = _points(rows, "val-core/reward/mean")
         if xs:
@@ -95,8 +102,13 @@ def _draw_series(ax, runs: dict[str, list[dict]], series: list[tuple[str, str]])
 def _reward_field_series(runs: dict[str, list[dict]]) -> list[tuple[str, str]]:
     """(key, label) of the validation means of reward extra fields: `val-aux/<source>/<field>/mean`, labelled
     `<source> <field>`; the response length, also under val-aux/, has its own panel."""
-    keys = {k for rows in runs.values() for r in rows for k in r
-            if k.startswith("val-aux/") and k.endswith("/mean") and k.count("/") == 3}
+    keys = {
+        k
+        for rows in runs.values()
+        for r in rows
+        for k in r
+        if k.startswith("val-aux/") and k.endswith("/mean") and k.count("/") == 3
+    }
     return [(k, " ".join(k.split("/")[1:3])) for k in sorted(keys)]
 
 
@@ -108,8 +120,10 @@ def _draw_reward_fields(ax, runs: dict[str, list[dict]]) -> bool:
 PANELS = [
     ("reward", _draw_reward),
     ("validation: reward fields", _draw_reward_fields),  # every `val-aux/<source>/<field>/mean` the run logged
-    ("KL to reference", partial(_draw_series, series=[("actor/kl_loss", "kl loss"),
-                                                      ("actor/reward_kl_penalty", "kl in reward")])),
+    (
+        "KL to reference",
+        partial(_draw_series, series=[("actor/kl_loss", "kl loss"), ("actor/reward_kl_penalty", "kl in reward")]),
+    ),
     ("entropy", partial(_draw_series, series=[("actor/entropy", "entropy")])),
     ("response length", partial(_draw_series, series=[("response_length/mean", "mean tokens")])),
     ("step time (s)", partial(_draw_series, series=[("timing_s/step", "step")])),

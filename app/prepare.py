@@ -1,11 +1,11 @@
 """Write datasets in the verl parquet schema.
 
-    python -m app.prepare gsm8k --input DIR --output DIR [--instruction TEXT]
-        DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
-    python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S] [--level-weights W,W,W,W]
-        generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
-    python -m app.prepare calculator --output DIR [--train-size N] [--test-size M] [--seed S]
-        large-number arithmetic for tool use (multi_turn) -> train.parquet, test.parquet, tool_config.yaml
+python -m app.prepare gsm8k --input DIR --output DIR [--instruction TEXT]
+    DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
+python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S] [--level-weights W,W,W,W]
+    generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
+python -m app.prepare calculator --output DIR [--train-size N] [--test-size M] [--seed S]
+    large-number arithmetic for tool use (multi_turn) -> train.parquet, test.parquet, tool_config.yaml
 """
 
 from __future__ import annotations
@@ -25,15 +25,21 @@ from app.data.verl_rows import ANSWER_INSTRUCTION, write_parquet
 def prepare_gsm8k(input_dir: str, output_dir: str, instruction: str = ANSWER_INSTRUCTION) -> dict[str, int]:
     """Convert ``input_dir/{train,test}.jsonl``, ``instruction`` after each question; returns rows written per split.
     Both files are read and checked before either parquet is written."""
-    splits = {split: gsm8k_rows(os.path.join(input_dir, f"{split}.jsonl"), split, instruction)
-              for split in ("train", "test")}
+    splits = {
+        split: gsm8k_rows(os.path.join(input_dir, f"{split}.jsonl"), split, instruction) for split in ("train", "test")
+    }
     for split, rows in splits.items():
         write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
     return {split: len(rows) for split, rows in splits.items()}
 
 
-def prepare_arithmetic(output_dir: str, train_size: int = 5000, test_size: int = 500, seed: int = 0,
-                       level_weights: Sequence[float] = LEVEL_WEIGHTS) -> dict[str, int]:
+def prepare_arithmetic(
+    output_dir: str,
+    train_size: int = 5000,
+    test_size: int = 500,
+    seed: int = 0,
+    level_weights: Sequence[float] = LEVEL_WEIGHTS,
+) -> dict[str, int]:
     """Generate and write the arithmetic task; returns rows written per split."""
     for split, size in (("train", train_size), ("test", test_size)):
         if size <= 0:
@@ -75,15 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gsm8k", help="convert GSM8K train.jsonl/test.jsonl")
     g.add_argument("--input", required=True, help="folder with train.jsonl and test.jsonl")
     g.add_argument("--output", required=True, help="folder for train.parquet and test.parquet")
-    g.add_argument("--instruction", default=ANSWER_INSTRUCTION,
-                   help="line added after each question (default: %(default)r; '' keeps the question bare)")
+    g.add_argument(
+        "--instruction",
+        default=ANSWER_INSTRUCTION,
+        help="line added after each question (default: %(default)r; '' keeps the question bare)",
+    )
     a = sub.add_parser("arithmetic", help="generate the built-in arithmetic task")
     a.add_argument("--output", required=True, help="folder for train.parquet and test.parquet")
     a.add_argument("--train-size", type=int, default=5000)
     a.add_argument("--test-size", type=int, default=500)
     a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--level-weights", type=_weights, default=LEVEL_WEIGHTS, metavar="W1,W2,W3,W4",
-                   help="share of problems per difficulty level 1-4 (default %(default)s)")
+    a.add_argument(
+        "--level-weights",
+        type=_weights,
+        default=LEVEL_WEIGHTS,
+        metavar="W1,W2,W3,W4",
+        help="share of problems per difficulty level 1-4 (default %(default)s)",
+    )
     c = sub.add_parser("calculator", help="generate the tool-use task (large-number arithmetic with a calculator tool)")
     c.add_argument("--output", required=True, help="folder for train.parquet, test.parquet and tool_config.yaml")
     c.add_argument("--train-size", type=int, default=2000)

@@ -15,6 +15,7 @@ Examples:
 Sweep files outside configs/: `--config-dir DIR --config-name NAME` (DIR is added to the search path, so base
 configs in configs/ are still found). Works unchanged under `ray job submit --working-dir . -- python -m app.sweep`.
 """
+
 from __future__ import annotations
 
 import sys

@@ -4,6 +4,7 @@ The Hydra config (configs/, verl key names) is validated into the typed schema a
 child of the driver, so a wrong key or a bad row fails here, with its name, before any Ray worker starts.
 Works unchanged under `ray job submit --working-dir . -- python -m app.train ...`.
 """
+
 from __future__ import annotations
 
 import signal
@@ -63,8 +64,10 @@ def run(cfg: DictConfig, preflight_skip: tuple[str, ...] = ()) -> int:
     history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
     if history:
         (first_step, first), (last_step, last) = history[0], history[-1]
-        print(f"validation reward: {first['val-core/reward/mean']:.3f} at step {first_step} -> "
-              f"{last['val-core/reward/mean']:.3f} at step {last_step}")
+        print(
+            f"validation reward: {first['val-core/reward/mean']:.3f} at step {first_step} -> "
+            f"{last['val-core/reward/mean']:.3f} at step {last_step}"
+        )
         for key in sorted(k for k in first.keys() & last.keys() if k.startswith("val-aux/")):
             print(f"  {key.removeprefix('val-aux/').removesuffix('/mean')}: {first[key]:.3f} -> {last[key]:.3f}")
     print(f"model: {Path(run_cfg.trainer.default_local_dir).resolve() / 'hf_model'}")

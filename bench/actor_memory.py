@@ -9,6 +9,7 @@ has it) takes `--steps` updates on synthetic rollouts of make run's shape (4 pro
 set after the first and the last update, the highest seen during any update (sampled every 20 ms) and the mean
 update time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,9 @@ def child(setting: str, steps: int, overrides: list[str]) -> dict:
 
     model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
-        cfg = load_config(compose(config_name="quickstart",
-                                  overrides=[f"actor_rollout_ref.model.path={model}", *overrides]))
+        cfg = load_config(
+            compose(config_name="quickstart", overrides=[f"actor_rollout_ref.model.path={model}", *overrides])
+        )
     torch.set_num_threads(int(cfg.trainer.cpus_per_worker))
     # what app.trainer.setup does: the LR schedule runs over the run's steps (the quickstart's warm-up needs a length)
     cfg.actor_rollout_ref.actor.optim.total_training_steps = cfg.trainer.total_training_steps
@@ -78,16 +80,22 @@ def child(setting: str, steps: int, overrides: list[str]) -> dict:
         start = time.perf_counter()
         if not actor.is_on_policy(len(batch["responses"])):
             batch.update(actor.compute_log_prob(batch))
-        batch["advantages"] = torch.randn(batch["responses"].shape, generator=torch.Generator().manual_seed(0)) \
-            * batch["response_mask"]
+        batch["advantages"] = (
+            torch.randn(batch["responses"].shape, generator=torch.Generator().manual_seed(0)) * batch["response_mask"]
+        )
         actor.update_policy(batch)
         seconds.append(time.perf_counter() - start)
         if setting.endswith("+trim"):
             release_free_heap()  # as the trainer loop did after each step before it stopped trimming (README, speed)
         after.append(proc.memory_info().rss)
     sampling[0] = False
-    return {"setting": setting, "first": after[0], "last": after[-1], "peak": peak[0],
-            "update_s": statistics.mean(seconds[1:] or seconds)}
+    return {
+        "setting": setting,
+        "first": after[0],
+        "last": after[-1],
+        "peak": peak[0],
+        "update_s": statistics.mean(seconds[1:] or seconds),
+    }
 
 
 def main() -> int:
@@ -107,14 +115,21 @@ def main() -> int:
         parser.error(f"--settings: unknown {unknown}; choose from {', '.join(SETTINGS)}")
     rows = []
     for setting in settings:
-        out = subprocess.run([sys.executable, __file__, "--child", setting, "--steps", str(args.steps),
-                              *args.overrides], cwd=REPO, check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", setting, "--steps", str(args.steps), *args.overrides],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"train worker resident set over {args.steps} updates of make run's shape (GiB)")
     print(f"{'setting':<14}{'after 1':>9}{'after ' + str(args.steps):>10}{'peak':>8}{'update s':>10}")
     for r in rows:
-        print(f"{r['setting']:<14}{r['first'] / 2**30:>9.2f}{r['last'] / 2**30:>10.2f}{r['peak'] / 2**30:>8.2f}"
-              f"{r['update_s']:>10.2f}")
+        print(
+            f"{r['setting']:<14}{r['first'] / 2**30:>9.2f}{r['last'] / 2**30:>10.2f}{r['peak'] / 2**30:>8.2f}"
+            f"{r['update_s']:>10.2f}"
+        )
     return 0
 
 

@@ -16,6 +16,7 @@
 Each pair alternates within a repeat, so load from other users of the machine hits both; the median is printed,
 with the ratio old/new (above 1: the engine's choice is faster). Multiply the saving by 30 layers for SmolLM2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,18 +45,20 @@ def _timed(fn) -> float:
 def attention_case(lengths: list[int]):
     total = sum(lengths)
     g = torch.Generator().manual_seed(0)
-    q0, k0, v0 = (torch.randn(1, h, total, HEAD_DIM, generator=g).to(torch.bfloat16)
-                  for h in (HEADS, KV_HEADS, KV_HEADS))
+    q0, k0, v0 = (
+        torch.randn(1, h, total, HEAD_DIM, generator=g).to(torch.bfloat16) for h in (HEADS, KV_HEADS, KV_HEADS)
+    )
     grad = torch.randn(1, HEADS, total, HEAD_DIM, generator=g).to(torch.bfloat16)
 
     def run(per_sequence):
         q, k, v = (t.clone().requires_grad_() for t in (q0, k0, v0))
-        parts = [per_sequence(a, b, c) for a, b, c in zip(q.split(lengths, 2), k.split(lengths, 2),
-                                                          v.split(lengths, 2))]
+        parts = [
+            per_sequence(a, b, c) for a, b, c in zip(q.split(lengths, 2), k.split(lengths, 2), v.split(lengths, 2))
+        ]
         torch.cat(parts, 2).backward(grad)
 
-    flash = (lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True))
-    ours = (lambda a, b, c: _FlashThenMathAttention.apply(a, b, c, HEAD_DIM ** -0.5))
+    flash = lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True)
+    ours = lambda a, b, c: _FlashThenMathAttention.apply(a, b, c, HEAD_DIM**-0.5)
     return ("attention fwd+bwd (flash bwd | matmul bwd)", lambda: run(flash), lambda: run(ours))
 
 
@@ -85,16 +88,28 @@ def flex_case(lengths: list[int], mode: str):
 class _Projections(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        shapes = {"q_proj": (HIDDEN, HIDDEN), "k_proj": (HIDDEN, KV_HEADS * HEAD_DIM),
-                  "v_proj": (HIDDEN, KV_HEADS * HEAD_DIM), "o_proj": (HIDDEN, HIDDEN),
-                  "gate_proj": (HIDDEN, INTERMEDIATE), "up_proj": (HIDDEN, INTERMEDIATE),
-                  "down_proj": (INTERMEDIATE, HIDDEN)}
+        shapes = {
+            "q_proj": (HIDDEN, HIDDEN),
+            "k_proj": (HIDDEN, KV_HEADS * HEAD_DIM),
+            "v_proj": (HIDDEN, KV_HEADS * HEAD_DIM),
+            "o_proj": (HIDDEN, HIDDEN),
+            "gate_proj": (HIDDEN, INTERMEDIATE),
+            "up_proj": (HIDDEN, INTERMEDIATE),
+            "down_proj": (INTERMEDIATE, HIDDEN),
+        }
         for name, (fan_in, fan_out) in shapes.items():
             setattr(self, name, torch.nn.Linear(fan_in, fan_out, bias=False))
 
     def forward(self, x, mlp_in):
-        return [self.q_proj(x), self.k_proj(x), self.v_proj(x), self.o_proj(x), self.gate_proj(x), self.up_proj(x),
-                self.down_proj(mlp_in)]
+        return [
+            self.q_proj(x),
+            self.k_proj(x),
+            self.v_proj(x),
+            self.o_proj(x),
+            self.gate_proj(x),
+            self.up_proj(x),
+            self.down_proj(mlp_in),
+        ]
 
 
 def lora_case(tokens: int):
@@ -111,8 +126,10 @@ def lora_case(tokens: int):
     x0 = torch.randn(tokens, HIDDEN, generator=g).to(torch.bfloat16)
     mlp0 = torch.randn(tokens, INTERMEDIATE, generator=g).to(torch.bfloat16)
 
-    grads = [torch.randn(tokens, n, generator=g).to(torch.bfloat16)
-             for n in (HIDDEN, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, HIDDEN, INTERMEDIATE, INTERMEDIATE, HIDDEN)]
+    grads = [
+        torch.randn(tokens, n, generator=g).to(torch.bfloat16)
+        for n in (HIDDEN, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, HIDDEN, INTERMEDIATE, INTERMEDIATE, HIDDEN)
+    ]
 
     def run(model):
         x, mlp = x0.clone().requires_grad_(), mlp0.clone().requires_grad_()
@@ -134,10 +151,13 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(2)
     spread = args.tokens_per_seq // 5
-    lengths = torch.randint(args.tokens_per_seq - spread, args.tokens_per_seq + spread + 1, (args.seqs,),
-                            generator=g).tolist()
-    print(f"{args.seqs} sequences, {sum(lengths)} tokens, {torch.get_num_threads()} threads; "
-          f"median of {args.repeats} alternating repeats, one layer")
+    lengths = torch.randint(
+        args.tokens_per_seq - spread, args.tokens_per_seq + spread + 1, (args.seqs,), generator=g
+    ).tolist()
+    print(
+        f"{args.seqs} sequences, {sum(lengths)} tokens, {torch.get_num_threads()} threads; "
+        f"median of {args.repeats} alternating repeats, one layer"
+    )
     print(f"{'case':<52}{'old ms':>9}{'new ms':>9}{'old/new':>9}", flush=True)
     chosen = args.cases.split(",")
     cases = [attention_case(lengths)] if "attention" in chosen else []

@@ -23,6 +23,7 @@ gradient checkpointing recomputes the layers' forward, which counts for hardware
 MFU. The peak is a measured square matmul in the run's compute dtype (8192^2 on a GPU; on a CPU 2048^2, bf16 and
 fp32 both reported), so MFU = model FLOPs per second / measured peak.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,33 +47,111 @@ from app.engine.spec import to_dtype  # noqa: E402
 
 # model shapes: (model_type, config); Llama and Qwen2 (Llama with q/k/v biases) shapes of public models
 SHAPES = {
-    "smollm2-135m": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                                   num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
-                                   max_position_embeddings=8192, tie_word_embeddings=True, rope_theta=100000.0,
-                                   rms_norm_eps=1e-5)),
-    "tiny": ("llama", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, vocab_size=1024, max_position_embeddings=1024,
-                           tie_word_embeddings=True)),
+    "smollm2-135m": (
+        "llama",
+        dict(
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            vocab_size=49152,
+            max_position_embeddings=8192,
+            tie_word_embeddings=True,
+            rope_theta=100000.0,
+            rms_norm_eps=1e-5,
+        ),
+    ),
+    "tiny": (
+        "llama",
+        dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=1024,
+            max_position_embeddings=1024,
+            tie_word_embeddings=True,
+        ),
+    ),
     # 0.49B (Qwen2.5-0.5B's shape)
-    "0.5b": ("qwen2", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                           num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
-                           tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6)),
+    "0.5b": (
+        "qwen2",
+        dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            max_position_embeddings=32768,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+        ),
+    ),
     # 1.24B (Llama-3.2-1B's shape)
-    "1b": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                         num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072,
-                         tie_word_embeddings=True, rope_theta=500000.0, rms_norm_eps=1e-5)),
+    "1b": (
+        "llama",
+        dict(
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            max_position_embeddings=131072,
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+            rms_norm_eps=1e-5,
+        ),
+    ),
     # 3.09B (Qwen2.5-3B's shape)
-    "3b": ("qwen2", dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-                         num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
-                         tie_word_embeddings=True, rope_theta=1000000.0, rms_norm_eps=1e-6)),
+    "3b": (
+        "qwen2",
+        dict(
+            hidden_size=2048,
+            intermediate_size=11008,
+            num_hidden_layers=36,
+            num_attention_heads=16,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            max_position_embeddings=32768,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+        ),
+    ),
     # 7.62B (Qwen2.5-7B's shape)
-    "7b": ("qwen2", dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                         num_key_value_heads=4, vocab_size=152064, max_position_embeddings=32768,
-                         tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6)),
+    "7b": (
+        "qwen2",
+        dict(
+            hidden_size=3584,
+            intermediate_size=18944,
+            num_hidden_layers=28,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            vocab_size=152064,
+            max_position_embeddings=32768,
+            tie_word_embeddings=False,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+        ),
+    ),
 }
 # the GPU workloads of issue 50: the batch of every one, then each one's model and training settings
-WORKLOAD_BATCH = dict(batch=64, prompt_len=256, prompt_spread=64, response_len=512, response_min=128, dtypes="bf16",
-                      remove_padding="1", samples_per_prompt=1, share_prompts="0")
+WORKLOAD_BATCH = dict(
+    batch=64,
+    prompt_len=256,
+    prompt_spread=64,
+    response_len=512,
+    response_min=128,
+    dtypes="bf16",
+    remove_padding="1",
+    samples_per_prompt=1,
+    share_prompts="0",
+)
 WORKLOADS = {
     "0.5b": dict(shape="0.5b", lora_rank=0, grad_ckpt="0", micro_batch_sizes="64"),
     "1b": dict(shape="1b", lora_rank=0, grad_ckpt="0", micro_batch_sizes="16"),
@@ -117,38 +196,57 @@ def count_parameters(shape: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def make_batch(n: int, prompt_len: int, spread: int, response_len: int, response_min: int, vocab: int,
-               seed: int = 0, samples_per_prompt: int = 1) -> TensorBatch:
+def make_batch(
+    n: int,
+    prompt_len: int,
+    spread: int,
+    response_len: int,
+    response_min: int,
+    vocab: int,
+    seed: int = 0,
+    samples_per_prompt: int = 1,
+) -> TensorBatch:
     g = torch.Generator().manual_seed(seed)
     groups = -(-n // samples_per_prompt)
-    prompt_lens = torch.randint(prompt_len - spread, prompt_len + spread + 1, (groups,),
-                                generator=g).repeat_interleave(samples_per_prompt)[:n]
+    prompt_lens = torch.randint(prompt_len - spread, prompt_len + spread + 1, (groups,), generator=g).repeat_interleave(
+        samples_per_prompt
+    )[:n]
     response_lens = torch.randint(response_min, response_len + 1, (n,), generator=g)
     width = int(prompt_lens.max())
     ids = torch.randint(3, vocab, (n, width + response_len), generator=g)
     ids[:, :width] = ids[::samples_per_prompt, :width].repeat_interleave(samples_per_prompt, dim=0)[:n]
     mask = torch.zeros_like(ids)
     for i in range(n):
-        mask[i, width - int(prompt_lens[i]):width + int(response_lens[i])] = 1
+        mask[i, width - int(prompt_lens[i]) : width + int(response_lens[i])] = 1
     ids = ids * mask
-    return TensorBatch({"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
-                        "responses": ids[:, width:].clone(), "response_mask": mask[:, width:].clone()})
+    return TensorBatch(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "responses": ids[:, width:].clone(),
+            "response_mask": mask[:, width:].clone(),
+        }
+    )
 
 
-def useful_flops(model: torch.nn.Module, config, batch: TensorBatch, grad_ckpt: bool,
-                 share_prompts: bool = False) -> dict[str, float]:
+def useful_flops(
+    model: torch.nn.Module, config, batch: TensorBatch, grad_ckpt: bool, share_prompts: bool = False
+) -> dict[str, float]:
     """Forward and forward+backward FLOPs on the real tokens of ``batch`` (see the module docstring)."""
     real = batch["attention_mask"].sum(dim=1).double()
     response_real = batch["response_mask"].sum(dim=1).double()
     response_tokens = float(response_real.sum())
     if share_prompts:  # one copy of each distinct prompt; a response attends to it and causally to itself
         width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
-        prompts = {tuple(row[:width][m[:width].bool()].tolist())
-                   for row, m in zip(batch["input_ids"], batch["attention_mask"])}
+        prompts = {
+            tuple(row[:width][m[:width].bool()].tolist()) for row, m in zip(batch["input_ids"], batch["attention_mask"])
+        }
         prompt_real = real - response_real
         tokens = float(sum(len(p) for p in prompts) + response_tokens)
-        attn_pairs = float(sum(len(p) ** 2 for p in prompts) + (2 * prompt_real * response_real
-                                                               + response_real.pow(2)).sum())
+        attn_pairs = float(
+            sum(len(p) ** 2 for p in prompts) + (2 * prompt_real * response_real + response_real.pow(2)).sum()
+        )
     else:
         tokens = float(real.sum())
         attn_pairs = float(real.pow(2).sum())
@@ -168,8 +266,12 @@ def useful_flops(model: torch.nn.Module, config, batch: TensorBatch, grad_ckpt: 
     bwd += 2.0 * attn
     head = 2.0 * config.hidden_size * config.vocab_size * response_tokens
     recompute = (fwd - head) if grad_ckpt else 0.0  # checkpointed layers run their forward again in backward
-    return {"forward": fwd, "forward_backward": fwd + bwd, "hardware_forward_backward": fwd + bwd + recompute,
-            "tokens": tokens}
+    return {
+        "forward": fwd,
+        "forward_backward": fwd + bwd,
+        "hardware_forward_backward": fwd + bwd + recompute,
+        "tokens": tokens,
+    }
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, seconds: float = 2.0) -> float:
@@ -188,7 +290,7 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, n: int, seconds: float
             continue
         sync()
     sync()
-    return 2.0 * n ** 3 * reps / (time.perf_counter() - start) / 1e9
+    return 2.0 * n**3 * reps / (time.perf_counter() - start) / 1e9
 
 
 def _loss(out, micro, ctx):
@@ -196,23 +298,61 @@ def _loss(out, micro, ctx):
     return -(out["log_probs"] * keep).sum() / ctx.loss_normalizer, {}
 
 
-def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding: bool, micro: int, lora_rank: int,
-             grad_ckpt: bool, compile_layers: bool, steps: int, device: str, share_prompts: bool = False,
-             forward_pass: bool = True, profile: Optional[Path] = None) -> dict:
+def run_case(
+    model_dir: Path,
+    batch: TensorBatch,
+    *,
+    dtype: str,
+    remove_padding: bool,
+    micro: int,
+    lora_rank: int,
+    grad_ckpt: bool,
+    compile_layers: bool,
+    steps: int,
+    device: str,
+    share_prompts: bool = False,
+    forward_pass: bool = True,
+    profile: Optional[Path] = None,
+) -> dict:
     """One engine, ``steps`` timed steps after a warm-up: a forward-only pass (unless not ``forward_pass``), then a
     forward+backward and an optimizer step."""
     # every setting stated here: the config schema (app.config) would need Hydra, which a bare GPU box may lack
-    optim = OptimSpec(lr=1e-5, weight_decay=0.01, betas=(0.9, 0.999), lr_warmup_steps=0, lr_warmup_steps_ratio=0.0,
-                      warmup_style="constant", min_lr_ratio=0.0, total_training_steps=-1)
-    spec = EngineSpec(model_path=str(model_dir), trust_remote_code=False, optim=optim, grad_clip=1.0,
-                      param_dtype=dtype, model_dtype="fp32", reduce_dtype="fp32", buffer_dtype="fp32",
-                      param_offload=False, optimizer_offload=False,
-                      use_remove_padding=remove_padding, share_prompt_prefix=share_prompts,
-                      micro_batch_size_per_gpu=micro, use_dynamic_bsz=False, max_token_len_per_gpu=16384,
-                      ulysses_sequence_parallel_size=1,
-                      logits_chunk_size=None, lora_rank=lora_rank, lora_alpha=2 * max(lora_rank, 1),
-                      target_modules="all-linear", exclude_modules=None,
-                      enable_gradient_checkpointing=grad_ckpt, compile_layers=compile_layers, device=device)
+    optim = OptimSpec(
+        lr=1e-5,
+        weight_decay=0.01,
+        betas=(0.9, 0.999),
+        lr_warmup_steps=0,
+        lr_warmup_steps_ratio=0.0,
+        warmup_style="constant",
+        min_lr_ratio=0.0,
+        total_training_steps=-1,
+    )
+    spec = EngineSpec(
+        model_path=str(model_dir),
+        trust_remote_code=False,
+        optim=optim,
+        grad_clip=1.0,
+        param_dtype=dtype,
+        model_dtype="fp32",
+        reduce_dtype="fp32",
+        buffer_dtype="fp32",
+        param_offload=False,
+        optimizer_offload=False,
+        use_remove_padding=remove_padding,
+        share_prompt_prefix=share_prompts,
+        micro_batch_size_per_gpu=micro,
+        use_dynamic_bsz=False,
+        max_token_len_per_gpu=16384,
+        ulysses_sequence_parallel_size=1,
+        logits_chunk_size=None,
+        lora_rank=lora_rank,
+        lora_alpha=2 * max(lora_rank, 1),
+        target_modules="all-linear",
+        exclude_modules=None,
+        enable_gradient_checkpointing=grad_ckpt,
+        compile_layers=compile_layers,
+        device=device,
+    )
     engine = make_engine("fsdp2", spec)
     engine.init_model()
     engine.set_loss_fn(_loss)
@@ -252,36 +392,57 @@ def run_case(model_dir: Path, batch: TensorBatch, *, dtype: str, remove_padding:
     fwd_t, train_t, opt_t = (statistics.median(wall[k]) for k in ("fwd", "train", "opt"))
     fwd_c, train_c, opt_c = (statistics.median(cpu[k]) for k in ("fwd", "train", "opt"))
     parameters = sum(p.numel() for p in engine.model.parameters())  # global sizes (a DTensor's numel is)
-    gpu_peak = torch.cuda.max_memory_allocated() / 2 ** 30 if engine.device.type == "cuda" else None
+    gpu_peak = torch.cuda.max_memory_allocated() / 2**30 if engine.device.type == "cuda" else None
     del engine
-    return {"parameters": parameters, "gpu_peak_allocated_gib": gpu_peak, "steps": steps,
-            "dtype": dtype, "remove_padding": remove_padding, "share_prompts": share_prompts, "micro_batch": micro,
-            "lora_rank": lora_rank,
-            "grad_ckpt": grad_ckpt, "compile": compile_layers, "tokens_per_rank": flops["tokens"],
-            "first_step_s": compile_s, "forward_s": fwd_t, "forward_cpu_s": fwd_c,
-            "forward_backward_cpu_s": train_c, "optimizer_cpu_s": opt_c,
-            "forward_backward_s": train_t, "optimizer_s": opt_t,
-            "forward_gflops": flops["forward"] / fwd_t / 1e9 if fwd_t else float("nan"),
-            "forward_backward_gflops": flops["forward_backward"] / train_t / 1e9,
-            "hardware_forward_backward_gflops": flops["hardware_forward_backward"] / train_t / 1e9,
-            "model_flops_per_step": flops["forward_backward"],
-            "forward_backward_tokens_per_s": flops["tokens"] / train_t,
-            # one RL step's compute on this engine: old log-probs + reference (adapter off) + update
-            "rl_step_compute_s": 2 * fwd_t + train_t + opt_t}
+    return {
+        "parameters": parameters,
+        "gpu_peak_allocated_gib": gpu_peak,
+        "steps": steps,
+        "dtype": dtype,
+        "remove_padding": remove_padding,
+        "share_prompts": share_prompts,
+        "micro_batch": micro,
+        "lora_rank": lora_rank,
+        "grad_ckpt": grad_ckpt,
+        "compile": compile_layers,
+        "tokens_per_rank": flops["tokens"],
+        "first_step_s": compile_s,
+        "forward_s": fwd_t,
+        "forward_cpu_s": fwd_c,
+        "forward_backward_cpu_s": train_c,
+        "optimizer_cpu_s": opt_c,
+        "forward_backward_s": train_t,
+        "optimizer_s": opt_t,
+        "forward_gflops": flops["forward"] / fwd_t / 1e9 if fwd_t else float("nan"),
+        "forward_backward_gflops": flops["forward_backward"] / train_t / 1e9,
+        "hardware_forward_backward_gflops": flops["hardware_forward_backward"] / train_t / 1e9,
+        "model_flops_per_step": flops["forward_backward"],
+        "forward_backward_tokens_per_s": flops["tokens"] / train_t,
+        # one RL step's compute on this engine: old log-probs + reference (adapter off) + update
+        "rl_step_compute_s": 2 * fwd_t + train_t + opt_t,
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="smollm2-135m", choices=PRESETS,
-                   help=f"model shape ({', '.join(SHAPES)}) or GPU workload ({', '.join(WORKLOADS)})")
+    p.add_argument(
+        "--preset",
+        default="smollm2-135m",
+        choices=PRESETS,
+        help=f"model shape ({', '.join(SHAPES)}) or GPU workload ({', '.join(WORKLOADS)})",
+    )
     p.add_argument("--model-path", default=None, help="a real HF folder instead of a random preset")
     p.add_argument("--cache", default=os.environ.get("RAYRL_BENCH_CACHE", "/tmp/rayrl-bench-models"))
     p.add_argument("--batch", type=int, default=32, help="sequences (global, over all ranks)")
     p.add_argument("--prompt-len", type=int, default=150)
     p.add_argument("--prompt-spread", type=int, default=30)
     p.add_argument("--response-len", type=int, default=64)
-    p.add_argument("--response-min", type=int, default=None,
-                   help="shortest response (default: --response-len, i.e. every response full length)")
+    p.add_argument(
+        "--response-min",
+        type=int,
+        default=None,
+        help="shortest response (default: --response-len, i.e. every response full length)",
+    )
     p.add_argument("--samples-per-prompt", type=int, default=1, help="rows sharing each prompt (GRPO's n)")
     p.add_argument("--share-prompts", default="0", help="compute a shared prompt once: 0, 1 or 0,1")
     p.add_argument("--lora-rank", type=int, default=16)
@@ -294,14 +455,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--json", default=None, help="append one JSON line per case to this file")
-    p.add_argument("--profile", default=None,
-                   help="write a torch.profiler table of one more update (ops by own device time, kernel launches)")
-    p.add_argument("--peak-size", type=int, default=None,
-                   help="side of the square matmul that measures the peak (default: 8192 on a GPU, 2048 on a CPU)")
-    p.add_argument("--forward-pass", type=int, default=1,
-                   help="time a forward-only (log-prob) pass before each update: 1, or 0 to time the update only")
-    p.add_argument("--attention", default="auto", choices=["auto", "flex", "per_sequence"],
-                   help="packed attention kernel (auto: app.engine.packed_attention.packed_attention_kernel)")
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="write a torch.profiler table of one more update (ops by own device time, kernel launches)",
+    )
+    p.add_argument(
+        "--peak-size",
+        type=int,
+        default=None,
+        help="side of the square matmul that measures the peak (default: 8192 on a GPU, 2048 on a CPU)",
+    )
+    p.add_argument(
+        "--forward-pass",
+        type=int,
+        default=1,
+        help="time a forward-only (log-prob) pass before each update: 1, or 0 to time the update only",
+    )
+    p.add_argument(
+        "--attention",
+        default="auto",
+        choices=["auto", "flex", "per_sequence"],
+        help="packed attention kernel (auto: app.engine.packed_attention.packed_attention_kernel)",
+    )
     return p
 
 
@@ -332,8 +508,9 @@ def profile_update(engine, shard: TensorBatch, ctx: StepContext, out: Path) -> N
     events = prof.key_averages()
     launches = sum(e.count for e in events if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC"))
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"kernel launches: {launches}\n"
-                   + events.table(sort_by=sort, row_limit=30, max_name_column_width=60))
+    out.write_text(
+        f"kernel launches: {launches}\n" + events.table(sort_by=sort, row_limit=30, max_name_column_width=60)
+    )
 
 
 def main(argv=None) -> list[dict]:
@@ -352,8 +529,11 @@ def main(argv=None) -> list[dict]:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         dist.init_process_group("nccl" if use_cuda else "gloo")
     rank0 = not dist.is_initialized() or dist.get_rank() == 0
-    device = torch.device("cuda", torch.cuda.current_device()) if (
-        args.device != "cpu" and torch.cuda.is_available()) else torch.device("cpu")
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if (args.device != "cpu" and torch.cuda.is_available())
+        else torch.device("cpu")
+    )
     model_dir = Path(args.model_path) if args.model_path else None
     if model_dir is None:
         if rank0:
@@ -365,32 +545,59 @@ def main(argv=None) -> list[dict]:
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
     response_min = args.response_len if args.response_min is None else args.response_min
-    batch = make_batch(args.batch, args.prompt_len, args.prompt_spread, args.response_len, response_min, vocab,
-                       samples_per_prompt=args.samples_per_prompt)
+    batch = make_batch(
+        args.batch,
+        args.prompt_len,
+        args.prompt_spread,
+        args.response_len,
+        response_min,
+        vocab,
+        samples_per_prompt=args.samples_per_prompt,
+    )
     peak_n = args.peak_size or (8192 if device.type == "cuda" else 2048)
     peaks = {d: matmul_peak(device, to_dtype(d), peak_n) for d in sorted(set(args.dtypes.split(",")) | {"bf16"})}
     if rank0:
-        print(f"device={device} threads={torch.get_num_threads()}"
-              f" world={dist.get_world_size() if dist.is_initialized() else 1}"
-              f" model={model_dir} batch={args.batch} real_tokens={int(batch['attention_mask'].sum())}"
-              f" padded_tokens={batch['attention_mask'].numel()}")
+        print(
+            f"device={device} threads={torch.get_num_threads()}"
+            f" world={dist.get_world_size() if dist.is_initialized() else 1}"
+            f" model={model_dir} batch={args.batch} real_tokens={int(batch['attention_mask'].sum())}"
+            f" padded_tokens={batch['attention_mask'].numel()}"
+        )
         print("measured matmul peak GFLOP/s: " + ", ".join(f"{k}={v:.0f}" for k, v in peaks.items()))
         print("wall seconds (median of the timed steps); cpu = process CPU seconds, robust to other load")
-        print(f"{'dtype':5} {'rmpad':5} {'share':5} {'micro':5} {'ckpt':4} {'comp':4} | "
-              f"{'fwd s':>6} {'cpu':>6} {'GF/s':>5} | "
-              f"{'f+b s':>6} {'cpu':>6} {'GF/s':>5} {'MFU':>6} {'HFU':>6} {'MFU/bf16':>8} {'tok/s':>6} | {'opt s':>5} "
-              f"{'RL-step s':>9} | {'1st s':>6} load maxRSS")
+        print(
+            f"{'dtype':5} {'rmpad':5} {'share':5} {'micro':5} {'ckpt':4} {'comp':4} | "
+            f"{'fwd s':>6} {'cpu':>6} {'GF/s':>5} | "
+            f"{'f+b s':>6} {'cpu':>6} {'GF/s':>5} {'MFU':>6} {'HFU':>6} {'MFU/bf16':>8} {'tok/s':>6} | {'opt s':>5} "
+            f"{'RL-step s':>9} | {'1st s':>6} load maxRSS"
+        )
     results: list[dict] = []
     for dtype in args.dtypes.split(","):
-        for rp, share in ((bool(int(x)), bool(int(y))) for x in args.remove_padding.split(",")
-                          for y in args.share_prompts.split(",") if int(x) or not int(y)):
+        for rp, share in (
+            (bool(int(x)), bool(int(y)))
+            for x in args.remove_padding.split(",")
+            for y in args.share_prompts.split(",")
+            if int(x) or not int(y)
+        ):
             for micro in (int(x) for x in args.micro_batch_sizes.split(",")):
-                for ckpt, comp in ((bool(int(c)), bool(int(k))) for c in args.grad_ckpt.split(",")
-                                   for k in args.compile.split(",")):
-                    r = run_case(model_dir, batch, dtype=dtype, remove_padding=rp, micro=micro,
-                                 lora_rank=args.lora_rank, grad_ckpt=ckpt, compile_layers=comp, steps=args.steps,
-                                 device=args.device, share_prompts=share, forward_pass=bool(args.forward_pass),
-                                 profile=Path(args.profile) if args.profile and rank0 else None)
+                for ckpt, comp in (
+                    (bool(int(c)), bool(int(k))) for c in args.grad_ckpt.split(",") for k in args.compile.split(",")
+                ):
+                    r = run_case(
+                        model_dir,
+                        batch,
+                        dtype=dtype,
+                        remove_padding=rp,
+                        micro=micro,
+                        lora_rank=args.lora_rank,
+                        grad_ckpt=ckpt,
+                        compile_layers=comp,
+                        steps=args.steps,
+                        device=args.device,
+                        share_prompts=share,
+                        forward_pass=bool(args.forward_pass),
+                        profile=Path(args.profile) if args.profile and rank0 else None,
+                    )
                     r["preset"], r["model_dir"] = args.preset, str(model_dir)
                     from app.engine import packed_attention
 
@@ -403,16 +610,18 @@ def main(argv=None) -> list[dict]:
                     if rank0:
                         r["load_avg_1m"] = os.getloadavg()[0]
                         # peak resident memory of this process so far (all cases up to this one), GiB
-                        r["max_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
-                        print(f"{dtype:5} {int(rp):5} {int(share):5} {micro:5} {int(ckpt):4} {int(comp):4} | "
-                              f"{r['forward_s']:6.2f} {r['forward_cpu_s']:6.2f} {r['forward_gflops']:5.0f} | "
-                              f"{r['forward_backward_s']:6.2f} {r['forward_backward_cpu_s']:6.2f} "
-                              f"{r['forward_backward_gflops']:5.0f} {r['mfu']:6.1%} {r['hfu']:6.1%} "
-                              f"{r['mfu_vs_bf16_peak']:8.1%} "
-                              f"{r['forward_backward_tokens_per_s']:6.0f} | {r['optimizer_s']:5.2f} "
-                              f"{r['rl_step_compute_s']:9.2f} | {r['first_step_s']:6.1f} {r['load_avg_1m']:4.1f} "
-                              f"{r['max_rss_gib']:5.1f}G",
-                              flush=True)
+                        r["max_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+                        print(
+                            f"{dtype:5} {int(rp):5} {int(share):5} {micro:5} {int(ckpt):4} {int(comp):4} | "
+                            f"{r['forward_s']:6.2f} {r['forward_cpu_s']:6.2f} {r['forward_gflops']:5.0f} | "
+                            f"{r['forward_backward_s']:6.2f} {r['forward_backward_cpu_s']:6.2f} "
+                            f"{r['forward_backward_gflops']:5.0f} {r['mfu']:6.1%} {r['hfu']:6.1%} "
+                            f"{r['mfu_vs_bf16_peak']:8.1%} "
+                            f"{r['forward_backward_tokens_per_s']:6.0f} | {r['optimizer_s']:5.2f} "
+                            f"{r['rl_step_compute_s']:9.2f} | {r['first_step_s']:6.1f} {r['load_avg_1m']:4.1f} "
+                            f"{r['max_rss_gib']:5.1f}G",
+                            flush=True,
+                        )
                         if args.json:
                             with open(args.json, "a") as f:
                                 f.write(json.dumps({**vars(args), **r}) + "\n")

@@ -16,6 +16,7 @@ forward+backward time of one layer of each. ``summary``: the parts' JSON files a
 Imports nothing of Ray, vLLM, Hydra/OmegaConf, DeepSpeed or flash-attn: a bare GPU machine with torch,
 transformers, peft, accelerate and safetensors runs it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,9 +54,14 @@ def _sync(device: torch.device) -> None:
 
 # ---------------------------------------------------------------------------------------------------------- info
 def info(args) -> dict:
-    data = {"python": platform.python_version(), "torch": torch.__version__,
-            "cuda_available": torch.cuda.is_available(),
-            "cuda": torch.version.cuda, "host": platform.node(), "cpus": os.cpu_count()}
+    data = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "cuda": torch.version.cuda,
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+    }
     import shutil
 
     data["c_compiler"] = shutil.which("gcc") or shutil.which("cc")  # Triton builds its launchers with it
@@ -66,32 +72,65 @@ def info(args) -> dict:
             data[name] = f"missing: {e}"
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        data.update(gpu=props.name, gpu_count=torch.cuda.device_count(), gpu_memory_gib=props.total_memory / 2 ** 30,
-                    capability=f"{props.major}.{props.minor}", bf16=torch.cuda.is_bf16_supported(),
-                    nccl=".".join(map(str, torch.cuda.nccl.version())))
+        data.update(
+            gpu=props.name,
+            gpu_count=torch.cuda.device_count(),
+            gpu_memory_gib=props.total_memory / 2**30,
+            capability=f"{props.major}.{props.minor}",
+            bf16=torch.cuda.is_bf16_supported(),
+            nccl=".".join(map(str, torch.cuda.nccl.version())),
+        )
     from app.engine.packed_attention import packed_attention_kernel
 
     data["packed_attention_kernel"] = packed_attention_kernel(
-        torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
     return data
 
 
 # -------------------------------------------------------------------------------------------------------- engine
 def _optim() -> OptimSpec:
-    return OptimSpec(lr=1e-4, weight_decay=0.0, betas=(0.9, 0.999), lr_warmup_steps=0, lr_warmup_steps_ratio=0.0,
-                     warmup_style="constant", min_lr_ratio=0.0, total_training_steps=-1)
+    return OptimSpec(
+        lr=1e-4,
+        weight_decay=0.0,
+        betas=(0.9, 0.999),
+        lr_warmup_steps=0,
+        lr_warmup_steps_ratio=0.0,
+        warmup_style="constant",
+        min_lr_ratio=0.0,
+        total_training_steps=-1,
+    )
 
 
 def _spec(model_dir: Path, device: str, param_dtype: str) -> EngineSpec:
     # every setting stated: the config schema (app.config) needs Hydra, which this machine may lack
-    return EngineSpec(model_path=str(model_dir), trust_remote_code=False, lora_rank=0, lora_alpha=1,
-                      target_modules="all-linear", exclude_modules=None, enable_gradient_checkpointing=False,
-                      use_remove_padding=True, share_prompt_prefix=False, optim=_optim(), grad_clip=1.0,
-                      micro_batch_size_per_gpu=None, use_dynamic_bsz=True, max_token_len_per_gpu=16384,
-                      ulysses_sequence_parallel_size=1,
-                      logits_chunk_size=None, model_dtype="fp32", param_dtype=param_dtype, reduce_dtype="fp32",
-                      buffer_dtype="fp32", param_offload=False, optimizer_offload=False, compile_layers=False,
-                      device=device, load_on_rank0=True)
+    return EngineSpec(
+        model_path=str(model_dir),
+        trust_remote_code=False,
+        lora_rank=0,
+        lora_alpha=1,
+        target_modules="all-linear",
+        exclude_modules=None,
+        enable_gradient_checkpointing=False,
+        use_remove_padding=True,
+        share_prompt_prefix=False,
+        optim=_optim(),
+        grad_clip=1.0,
+        micro_batch_size_per_gpu=None,
+        use_dynamic_bsz=True,
+        max_token_len_per_gpu=16384,
+        ulysses_sequence_parallel_size=1,
+        logits_chunk_size=None,
+        model_dtype="fp32",
+        param_dtype=param_dtype,
+        reduce_dtype="fp32",
+        buffer_dtype="fp32",
+        param_offload=False,
+        optimizer_offload=False,
+        compile_layers=False,
+        device=device,
+        load_on_rank0=True,
+    )
 
 
 def _reference_log_probs(model_dir: Path, batch, device: torch.device) -> torch.Tensor:
@@ -103,8 +142,11 @@ def _reference_log_probs(model_dir: Path, batch, device: torch.device) -> torch.
     ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
     response_len = batch["responses"].shape[1]
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=batch["position_ids"].to(device),
-                       use_cache=False).logits[:, -response_len - 1:-1].float()
+        logits = (
+            model(input_ids=ids, attention_mask=mask, position_ids=batch["position_ids"].to(device), use_cache=False)
+            .logits[:, -response_len - 1 : -1]
+            .float()
+        )
         logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -response_len:, None])[..., 0]
     del model
     return torch.where(batch["response_mask"].to(device).bool(), logp, 0.0).cpu()
@@ -136,10 +178,16 @@ def engine(args) -> dict:
     _sync(device)
     timings["init_model_s"] = time.perf_counter() - start
     params = list(eng.model.parameters())
-    data = {"shape": shape, "parameters": sum(p.numel() for p in params), "engine_device": str(eng.device),
-            "backend": str(dist.get_backend()), "param_devices": sorted({p.device.type for p in params}),
-            "param_dtypes": sorted({str(p.dtype) for p in params}), "param_dtype": param_dtype,
-            "real_tokens": int(batch["attention_mask"].sum())}
+    data = {
+        "shape": shape,
+        "parameters": sum(p.numel() for p in params),
+        "engine_device": str(eng.device),
+        "backend": str(dist.get_backend()),
+        "param_devices": sorted({p.device.type for p in params}),
+        "param_dtypes": sorted({str(p.dtype) for p in params}),
+        "param_dtype": param_dtype,
+        "real_tokens": int(batch["attention_mask"].sum()),
+    }
 
     start = time.perf_counter()
     with eng.eval_mode(), torch.no_grad():
@@ -149,11 +197,16 @@ def engine(args) -> dict:
     reference = _reference_log_probs(model_dir, batch, device)
     keep = batch["response_mask"].bool()
     diff = (logp - reference)[keep].abs()
-    data.update(log_prob_max_abs_diff=float(diff.max()), log_prob_mean_abs_diff=float(diff.mean()),
-                log_prob_mean=float(reference[keep].mean()))
+    data.update(
+        log_prob_max_abs_diff=float(diff.max()),
+        log_prob_mean_abs_diff=float(diff.mean()),
+        log_prob_mean=float(reference[keep].mean()),
+    )
 
-    before = {n: p.detach().to_local().clone() if hasattr(p, "to_local") else p.detach().clone()
-              for n, p in list(eng.model.named_parameters())[:8]}
+    before = {
+        n: p.detach().to_local().clone() if hasattr(p, "to_local") else p.detach().clone()
+        for n, p in list(eng.model.named_parameters())[:8]
+    }
     eng.set_loss_fn(_loss)
     ctx = StepContext(loss_normalizer=float(batch["response_mask"].sum()))
     start = time.perf_counter()
@@ -163,12 +216,21 @@ def engine(args) -> dict:
         grad_norm = eng.optimizer_step()
     _sync(device)
     timings["train_step_s"] = time.perf_counter() - start
-    moved = {n: float((p.detach().to_local() if hasattr(p, "to_local") else p.detach()).float().sub(before[n].float())
-                      .abs().max()) for n, p in eng.model.named_parameters() if n in before}
-    data.update(loss=result.loss, grad_norm=grad_norm, weights_moved=sum(v > 0 for v in moved.values()),
-                weights_checked=len(moved))
+    moved = {
+        n: float(
+            (p.detach().to_local() if hasattr(p, "to_local") else p.detach()).float().sub(before[n].float()).abs().max()
+        )
+        for n, p in eng.model.named_parameters()
+        if n in before
+    }
+    data.update(
+        loss=result.loss,
+        grad_norm=grad_norm,
+        weights_moved=sum(v > 0 for v in moved.values()),
+        weights_checked=len(moved),
+    )
     if device.type == "cuda":
-        data["gpu_peak_allocated_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
+        data["gpu_peak_allocated_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     data["timings"] = timings
 
     # bf16 compute against the fp32 reference: rounding of the weights (2^-8 relative) and of the activations
@@ -177,7 +239,7 @@ def engine(args) -> dict:
         "device": eng.device.type == device.type and data["param_devices"] == [device.type],
         "backend": data["backend"] == ("nccl" if device.type == "cuda" else "gloo"),
         "log_probs_match_reference": data["log_prob_max_abs_diff"] <= tolerance[0]
-                                     and data["log_prob_mean_abs_diff"] <= tolerance[1],
+        and data["log_prob_mean_abs_diff"] <= tolerance[1],
         "loss_finite": math.isfinite(result.loss),
         "grad_norm_finite": math.isfinite(grad_norm) and grad_norm > 0,
         "weights_moved": data["weights_moved"] == len(moved) > 0,
@@ -198,7 +260,7 @@ def _layouts(tiny: bool, seed: int = 0):
         prompts = torch.randint(192, 321, (64,), generator=g)
         responses = torch.randint(128, 513, (64,), generator=g)
         lengths = (prompts + responses).tolist()
-        layout = tuple((int(prompts[i]), tuple(responses[i * 8:(i + 1) * 8].tolist())) for i in range(8))
+        layout = tuple((int(prompts[i]), tuple(responses[i * 8 : (i + 1) * 8].tolist())) for i in range(8))
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     return {"plain": (cu, sum(lengths)), "shared_prompt": (layout, sum(p + sum(r) for p, r in layout))}
 
@@ -244,13 +306,22 @@ def flex(args) -> dict:
     dtype = torch.bfloat16 if cuda else torch.float32
     heads, kv_heads, dim = (4, 2, 8) if args.tiny else (14, 2, 64)  # the 0.5b shape's attention
     backward = cuda  # FlexAttention has no CPU backward
-    data = {"dtype": str(dtype), "heads": heads, "kv_heads": kv_heads, "head_dim": dim, "backward": backward,
-            "compiled": cuda, "cases": {}}
+    data = {
+        "dtype": str(dtype),
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": dim,
+        "backward": backward,
+        "compiled": cuda,
+        "cases": {},
+    }
     ok = True
     for name, (metadata, total) in _layouts(args.tiny).items():
         g = torch.Generator().manual_seed(1)
-        q64, k64, v64, go64 = (torch.randn(1, h, total, dim, generator=g, dtype=torch.float64).to(device)
-                               for h in (heads, kv_heads, kv_heads, heads))
+        q64, k64, v64, go64 = (
+            torch.randn(1, h, total, dim, generator=g, dtype=torch.float64).to(device)
+            for h in (heads, kv_heads, kv_heads, heads)
+        )
         metadata = metadata.to(device) if isinstance(metadata, torch.Tensor) else metadata
         ref = _attention_runs(q64, k64, v64, metadata, go64, "per_sequence", False, backward)
         low = [t.to(dtype) for t in (q64, k64, v64, go64)]
@@ -259,12 +330,14 @@ def flex(args) -> dict:
         _sync(device)
         first_call_s = time.perf_counter() - start
         got_seq = _attention_runs(*low[:3], metadata, low[3], "per_sequence", False, backward)
-        labels = ["out", "grad_q", "grad_k", "grad_v"][:len(ref)]
+        labels = ["out", "grad_q", "grad_k", "grad_v"][: len(ref)]
         errors = {}
         for label, r, f, s in zip(labels, ref, got_flex, got_seq):
             scale = float(r.abs().max())
-            errors[label] = {"flex": float((f.double() - r).abs().max()) / scale,
-                             "per_sequence": float((s.double() - r).abs().max()) / scale}
+            errors[label] = {
+                "flex": float((f.double() - r).abs().max()) / scale,
+                "per_sequence": float((s.double() - r).abs().max()) / scale,
+            }
         # each against the fp64 definition: flex may not be worse than the per-sequence kernel in the same dtype
         # beyond a few roundings of it (fp32 on a CPU: both at rounding level)
         slack = 1e-5 if dtype == torch.float32 else 2e-2
@@ -273,15 +346,16 @@ def flex(args) -> dict:
         case = {"tokens": total, "errors_relative_to_max": errors, "ok": case_ok, "flex_first_call_s": first_call_s}
         repeats = 2 if args.tiny else 10
         for kernel in ("flex", "per_sequence"):
-            run = (lambda k=kernel: _attention_runs(*low[:3], metadata, low[3], k, cuda and k == "flex", backward))
+            run = lambda k=kernel: _attention_runs(*low[:3], metadata, low[3], k, cuda and k == "flex", backward)
             run()
             case[f"{kernel}_{'fwd_bwd' if backward else 'fwd'}_ms"] = _timed_ms(run, device, repeats)
         data["cases"][name] = case
     # a second packed length, as the next micro-batch brings: FlexAttention must not fail or recompile for long
     if cuda:
         metadata, total = _layouts(args.tiny, seed=7)["plain"]
-        q, k, v, go = (torch.randn(1, h, total, dim, device=device, dtype=dtype)
-                       for h in (heads, kv_heads, kv_heads, heads))
+        q, k, v, go = (
+            torch.randn(1, h, total, dim, device=device, dtype=dtype) for h in (heads, kv_heads, kv_heads, heads)
+        )
         start = time.perf_counter()
         _attention_runs(q, k, v, metadata.to(device), go, "flex", True, backward)
         _sync(device)
@@ -294,47 +368,71 @@ def flex(args) -> dict:
 def summary(args) -> dict:
     out = Path(args.out)
     parts = {p: json.loads((out / f"{p}.json").read_text()) for p in PARTS if (out / f"{p}.json").is_file()}
-    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()] \
-        if (out / "steps.jsonl").is_file() else []
-    mfu = [json.loads(line) for line in (out / "mfu.jsonl").read_text().splitlines()] \
-        if (out / "mfu.jsonl").is_file() else []
+    steps = (
+        [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+        if (out / "steps.jsonl").is_file()
+        else []
+    )
+    mfu = (
+        [json.loads(line) for line in (out / "mfu.jsonl").read_text().splitlines()]
+        if (out / "mfu.jsonl").is_file()
+        else []
+    )
     result = {"parts": parts, "steps": steps, "mfu": mfu}
     (out / "summary.json").write_text(json.dumps(result, indent=1, default=str))
     lines = ["# GPU check", ""]
     gpu = parts.get("info", {})
-    lines.append(f"GPU: {gpu.get('gpu', 'none')} ({gpu.get('gpu_memory_gib', 0):.0f} GiB), torch {gpu.get('torch')}, "
-                 f"CUDA {gpu.get('cuda')}, transformers {gpu.get('transformers')}, peft {gpu.get('peft')}")
+    lines.append(
+        f"GPU: {gpu.get('gpu', 'none')} ({gpu.get('gpu_memory_gib', 0):.0f} GiB), torch {gpu.get('torch')}, "
+        f"CUDA {gpu.get('cuda')}, transformers {gpu.get('transformers')}, peft {gpu.get('peft')}"
+    )
     lines += ["", "| step | exit code | seconds |", "|---|---|---|"]
     lines += [f"| {s['step']} | {s['rc']} | {s['seconds']} |" for s in steps]
     if "engine" in parts:
         e = parts["engine"]
-        lines += ["", f"Engine ({e['shape']}, {e['parameters'] / 1e9:.2f}B, {e['backend']}, "
-                  f"compute {e['param_dtype']}): "
-                  f"ok={e['ok']}; log-prob max |diff| {e['log_prob_max_abs_diff']:.4f}, mean "
-                  f"{e['log_prob_mean_abs_diff']:.5f} against fp32 eager; loss {e['loss']:.4f}, grad norm "
-                  f"{e['grad_norm']:.4f}; " + ", ".join(f"{k} {v:.1f}" for k, v in e["timings"].items())]
+        lines += [
+            "",
+            f"Engine ({e['shape']}, {e['parameters'] / 1e9:.2f}B, {e['backend']}, "
+            f"compute {e['param_dtype']}): "
+            f"ok={e['ok']}; log-prob max |diff| {e['log_prob_max_abs_diff']:.4f}, mean "
+            f"{e['log_prob_mean_abs_diff']:.5f} against fp32 eager; loss {e['loss']:.4f}, grad norm "
+            f"{e['grad_norm']:.4f}; " + ", ".join(f"{k} {v:.1f}" for k, v in e["timings"].items()),
+        ]
         lines.append("checks: " + ", ".join(f"{k}={v}" for k, v in e["checks"].items()))
     if "flex" in parts:
         f = parts["flex"]
-        lines += ["", f"Packed attention ({f['dtype']}, {f['heads']}/{f['kv_heads']} heads x {f['head_dim']}): "
-                  f"ok={f['ok']}", "", "| layout | tokens | flex ms | per-sequence ms | flex max rel. error | "
-                  "per-sequence max rel. error | flex first call s |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"Packed attention ({f['dtype']}, {f['heads']}/{f['kv_heads']} heads x {f['head_dim']}): ok={f['ok']}",
+            "",
+            "| layout | tokens | flex ms | per-sequence ms | flex max rel. error | "
+            "per-sequence max rel. error | flex first call s |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, c in f["cases"].items():
             times = [v for k, v in c.items() if k.endswith("_ms")]
             err_flex = max(e["flex"] for e in c["errors_relative_to_max"].values())
             err_seq = max(e["per_sequence"] for e in c["errors_relative_to_max"].values())
-            lines.append(f"| {name} | {c['tokens']} | {times[0]:.2f} | {times[1]:.2f} | {err_flex:.2e} | "
-                         f"{err_seq:.2e} | {c['flex_first_call_s']:.1f} |")
+            lines.append(
+                f"| {name} | {c['tokens']} | {times[0]:.2f} | {times[1]:.2f} | {err_flex:.2e} | "
+                f"{err_seq:.2e} | {c['flex_first_call_s']:.1f} |"
+            )
     if mfu:
-        lines += ["", "| preset | params | micro | ckpt | LoRA | attention | f+b s | MFU | HFU | tok/s | peak TFLOP/s "
-                  "| GPU GiB |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| preset | params | micro | ckpt | LoRA | attention | f+b s | MFU | HFU | tok/s | peak TFLOP/s "
+            "| GPU GiB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in mfu:
             gib = r.get("gpu_peak_allocated_gib")
-            lines.append(f"| {r['preset']} | {r['parameters'] / 1e9:.2f}B | {r['micro_batch']} | {int(r['grad_ckpt'])} "
-                         f"| {r['lora_rank']} | {r.get('attention_kernel')} | {r['forward_backward_s']:.2f} "
-                         f"| {r['mfu']:.1%} | {r['hfu']:.1%} "
-                         f"| {r['forward_backward_tokens_per_s']:.0f} | {r['peak_gflops'] / 1e3:.0f} | "
-                         f"{'-' if gib is None else f'{gib:.1f}'} |")
+            lines.append(
+                f"| {r['preset']} | {r['parameters'] / 1e9:.2f}B | {r['micro_batch']} | {int(r['grad_ckpt'])} "
+                f"| {r['lora_rank']} | {r.get('attention_kernel')} | {r['forward_backward_s']:.2f} "
+                f"| {r['mfu']:.1%} | {r['hfu']:.1%} "
+                f"| {r['forward_backward_tokens_per_s']:.0f} | {r['peak_gflops'] / 1e3:.0f} | "
+                f"{'-' if gib is None else f'{gib:.1f}'} |"
+            )
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return result

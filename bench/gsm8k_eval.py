@@ -8,6 +8,7 @@ verl's rule) and flexible (the last number in the response).
     python bench/gsm8k_eval.py --model DIR [--data ../shared/data/gsm8k/test.jsonl] [--items 200] [--max-tokens 300]
         [--instruction TEXT] [--json OUT.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,11 +42,22 @@ def evaluate(model: Path, data: Path, items: int, max_tokens: int, instruction: 
     dtype = resolve_auto_dtype(False, cpu_has_native_bf16())[1]  # fp32 where bf16 would be emulated
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind_string(threads, 0)
     start = time.perf_counter()
-    llm = LLM(model=str(model), dtype=dtype, enforce_eager=True, seed=0, kv_cache_memory_bytes=3 << 30,
-              max_model_len=max(len(p) for p in prompt_ids) + max_tokens, max_num_seqs=256, disable_log_stats=True)
+    llm = LLM(
+        model=str(model),
+        dtype=dtype,
+        enforce_eager=True,
+        seed=0,
+        kv_cache_memory_bytes=3 << 30,
+        max_model_len=max(len(p) for p in prompt_ids) + max_tokens,
+        max_num_seqs=256,
+        disable_log_stats=True,
+    )
     try:
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids],
-                               SamplingParams(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
+        outputs = llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompt_ids],
+            SamplingParams(temperature=0.0, max_tokens=max_tokens),
+            use_tqdm=False,
+        )
     finally:
         llm.llm_engine.engine_core.shutdown()  # stop vLLM's engine processes now, not at interpreter exit
     texts = [o.outputs[0].text for o in outputs]
@@ -53,14 +65,20 @@ def evaluate(model: Path, data: Path, items: int, max_tokens: int, instruction: 
     strict = [compute_score(t, g, method="strict") for t, g in zip(texts, truth)]
     flexible = [compute_score(t, g, method="flexible") for t, g in zip(texts, truth)]
     return {
-        "model": str(model), "data": str(data), "items": len(rows), "max_tokens": max_tokens,
+        "model": str(model),
+        "data": str(data),
+        "items": len(rows),
+        "max_tokens": max_tokens,
         "instruction": instruction,
-        "strict": statistics.mean(strict), "flexible": statistics.mean(flexible),
+        "strict": statistics.mean(strict),
+        "flexible": statistics.mean(flexible),
         "cut_at_max_tokens": statistics.mean(o.outputs[0].finish_reason == "length" for o in outputs),
         "mean_response_tokens": statistics.mean(len(o.outputs[0].token_ids) for o in outputs),
         "seconds": time.perf_counter() - start,
-        "examples": [{"question": r["extra_info"]["question"], "response": t, "answer": g}
-                     for r, t, g in list(zip(rows, texts, truth))[:3]],
+        "examples": [
+            {"question": r["extra_info"]["question"], "response": t, "answer": g}
+            for r, t, g in list(zip(rows, texts, truth))[:3]
+        ],
     }
 
 
@@ -70,16 +88,21 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl")
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=300)
-    parser.add_argument("--instruction", default=ANSWER_INSTRUCTION,
-                        help="line after each question, as `app.prepare gsm8k --instruction` writes it ('' for none)")
+    parser.add_argument(
+        "--instruction",
+        default=ANSWER_INSTRUCTION,
+        help="line after each question, as `app.prepare gsm8k --instruction` writes it ('' for none)",
+    )
     parser.add_argument("--json", type=Path, help="write the result here as well")
     args = parser.parse_args()
     result = evaluate(args.model, args.data, args.items, args.max_tokens, args.instruction)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
-    print(f"{args.model}: strict {result['strict']:.1%}, flexible {result['flexible']:.1%} on {result['items']} items "
-          f"({result['cut_at_max_tokens']:.0%} cut at {args.max_tokens} tokens, {result['seconds']:.0f} s)")
+    print(
+        f"{args.model}: strict {result['strict']:.1%}, flexible {result['flexible']:.1%} on {result['items']} items "
+        f"({result['cut_at_max_tokens']:.0%} cut at {args.max_tokens} tokens, {result['seconds']:.0f} s)"
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ then a last line `#### N`) plus up to 0.5 for the reference solution's intermedi
 (README: learning on GSM8K). Rows of the built-in arithmetic task mixed in (`--arithmetic`) keep
 their own rule (`algos/rewards/arithmetic.py`).
 """
+
 from algos.rewards import default_compute_score
 from algos.rewards.gsm8k_steps import compute_score as gsm8k_step_score
 

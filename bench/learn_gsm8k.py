@@ -16,6 +16,7 @@
 `--eval-on heldout` evaluates on the last `--items` problems of the *training* file instead, and trains without them:
 settings are compared that way, so that the test items never pick them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,24 +34,41 @@ from app.data.verl_rows import ANSWER_INSTRUCTION  # noqa: E402  (after the path
 
 # What differs from configs/grpo_trainer.yaml, chosen on the training set only (see README: learning).
 TRAINING = [
-    "data.train_batch_size=4", "data.gen_batch_size=4", "data.max_prompt_length=320", "data.max_response_length=256",
+    "data.train_batch_size=4",
+    "data.gen_batch_size=4",
+    "data.max_prompt_length=320",
+    "data.max_response_length=256",
     "data.val_files=''",
-    "actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.model.lora_rank=16",
+    "actor_rollout_ref.model.lora_alpha=32",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
     # the KL loss keeps the policy near the untrained model, whose long worked answers are the ones sometimes right:
     # without it every reward tried taught the format by shortening the work, and the flexible score fell (README)
-    "actor_rollout_ref.actor.optim.lr=3e-4", "actor_rollout_ref.actor.use_kl_loss=true",
-    "actor_rollout_ref.actor.kl_loss_coef=0.1", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-    "actor_rollout_ref.actor.clip_ratio_low=0.2", "actor_rollout_ref.actor.clip_ratio_high=0.28",
-    "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.rollout.temperature=0.7",
-    "actor_rollout_ref.rollout.lora_sync=merged", "actor_rollout_ref.rollout.omp_threads=2",
+    "actor_rollout_ref.actor.optim.lr=3e-4",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "actor_rollout_ref.actor.kl_loss_coef=0.1",
+    "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+    "actor_rollout_ref.actor.clip_ratio_low=0.2",
+    "actor_rollout_ref.actor.clip_ratio_high=0.28",
+    "actor_rollout_ref.rollout.n=8",
+    "actor_rollout_ref.rollout.temperature=0.7",
+    "actor_rollout_ref.rollout.lora_sync=merged",
+    "actor_rollout_ref.rollout.omp_threads=2",
     "actor_rollout_ref.rollout.cpu_kv_cache_gib=1.0",
     "algorithm.norm_adv_by_std_in_grpo=false",
-    "algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=2",
-    "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=56",
+    "algorithm.filter_groups.enable=true",
+    "algorithm.filter_groups.max_num_gen_batches=2",
+    "reward_model.overlong_buffer.enable=true",
+    "reward_model.overlong_buffer.len=56",
     "reward_model.overlong_buffer.penalty_factor=0.2",
-    "trainer.num_workers=1", "trainer.cpus_per_worker=2", "trainer.val_before_train=false", "trainer.test_freq=-1",
-    "trainer.save_freq=5", "trainer.max_ckpt_to_keep=1", "trainer.logger=[console,jsonl]",
+    "trainer.num_workers=1",
+    "trainer.cpus_per_worker=2",
+    "trainer.val_before_train=false",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=5",
+    "trainer.max_ckpt_to_keep=1",
+    "trainer.logger=[console,jsonl]",
     "trainer.experiment_name=learn-gsm8k",
 ]
 
@@ -73,8 +91,9 @@ def checked_lines(path: Path, split: str) -> list[str]:
     return [line for line in path.read_text().splitlines() if line.strip()]
 
 
-def write_gsm8k_source(gsm8k_dir: Path, source: Path, eval_on: str, items: int,
-                       max_calc_steps: int | None) -> tuple[int, int]:
+def write_gsm8k_source(
+    gsm8k_dir: Path, source: Path, eval_on: str, items: int, max_calc_steps: int | None
+) -> tuple[int, int]:
     """Write `source`/train.jsonl (the training problems kept) and `source`/test.jsonl (the evaluation items).
 
     eval_on="heldout" splits the training JSONL itself, so training and evaluation read disjoint lines; "test" copies
@@ -89,44 +108,67 @@ def write_gsm8k_source(gsm8k_dir: Path, source: Path, eval_on: str, items: int,
         eval_lines = checked_lines(gsm8k_dir / "test.jsonl", "test")
     train_lines = lines if max_calc_steps is None else easy_problems(lines, max_calc_steps)
     if not train_lines:
-        raise ValueError(f"--max-calc-steps {max_calc_steps} leaves none of the {len(lines)} training problems of "
-                         f"{path}")
+        raise ValueError(
+            f"--max-calc-steps {max_calc_steps} leaves none of the {len(lines)} training problems of {path}"
+        )
     source.mkdir(parents=True, exist_ok=True)
     (source / "train.jsonl").write_text("\n".join(train_lines) + "\n")
     (source / "test.jsonl").write_text("\n".join(eval_lines) + "\n")
     return len(train_lines), len(lines)
 
 
-def training_overrides(model: Path, train_files: list[Path], run_dir: Path, steps: int,
-                       extra: list[str]) -> list[str]:
+def training_overrides(model: Path, train_files: list[Path], run_dir: Path, steps: int, extra: list[str]) -> list[str]:
     """The `python -m app.train --config-name grpo_trainer` arguments of the training run: TRAINING, then the paths,
     the step count and the user's `extra` overrides, which win."""
-    return [*TRAINING, f"actor_rollout_ref.model.path={model}", f"data.train_files=[{','.join(map(str, train_files))}]",
-            f"custom_reward_function.path={REPO / 'bench' / 'gsm8k_train_reward.py'}",
-            f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={run_dir}", *extra]
+    return [
+        *TRAINING,
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files=[{','.join(map(str, train_files))}]",
+        f"custom_reward_function.path={REPO / 'bench' / 'gsm8k_train_reward.py'}",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.default_local_dir={run_dir}",
+        *extra,
+    ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gsm8k-dir", type=Path, default=REPO.parent / "shared" / "data" / "gsm8k")
-    parser.add_argument("--steps", type=int, default=42,
-                        help="GRPO steps (45-95 s each on a 2-core CPU with native bf16, several minutes on an "
-                             "AVX2-only one)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=42,
+        help="GRPO steps (45-95 s each on a 2-core CPU with native bf16, several minutes on an AVX2-only one)",
+    )
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=300)
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "learn_gsm8k")
-    parser.add_argument("--arithmetic", type=int, default=2000,
-                        help="built-in arithmetic problems mixed into the training set (0: GSM8K alone)")
-    parser.add_argument("--eval-on", choices=("test", "heldout"), default="test",
-                        help="heldout: the last --items training problems, left out of training (to compare settings)")
-    parser.add_argument("--max-calc-steps", type=int,
-                        help="train only on the GSM8K problems whose reference solution has at most this many <<a=b>> "
-                             "calculations (default: all; the evaluation items are never filtered)")
+    parser.add_argument(
+        "--arithmetic",
+        type=int,
+        default=2000,
+        help="built-in arithmetic problems mixed into the training set (0: GSM8K alone)",
+    )
+    parser.add_argument(
+        "--eval-on",
+        choices=("test", "heldout"),
+        default="test",
+        help="heldout: the last --items training problems, left out of training (to compare settings)",
+    )
+    parser.add_argument(
+        "--max-calc-steps",
+        type=int,
+        help="train only on the GSM8K problems whose reference solution has at most this many <<a=b>> "
+        "calculations (default: all; the evaluation items are never filtered)",
+    )
     # The bare question gave the untrained model a better start on the last 200 training problems (1.5% strict / 4.0%
     # flexible, against 1.0% / 3.0%), but training on it did not teach the `#### N` line (README: GSM8K)
-    parser.add_argument("--instruction", default=ANSWER_INSTRUCTION,
-                        help="line after each question, in training and in both evaluations ('' keeps the question "
-                             "bare; default: %(default)r)")
+    parser.add_argument(
+        "--instruction",
+        default=ANSWER_INSTRUCTION,
+        help="line after each question, in training and in both evaluations ('' keeps the question "
+        "bare; default: %(default)r)",
+    )
     parser.add_argument("overrides", nargs="*", help="extra training overrides, e.g. actor_rollout_ref.rollout.n=4")
     args = parser.parse_args()
     py = sys.executable
@@ -139,21 +181,65 @@ def main() -> int:
     except ValueError as err:
         parser.error(str(err))
     print(f"GSM8K training problems: {kept} of {total}")
-    subprocess.run([py, "-m", "app.prepare", "gsm8k", "--input", str(source), "--output", str(data),
-                    "--instruction", args.instruction], cwd=REPO, check=True)
+    subprocess.run(
+        [
+            py,
+            "-m",
+            "app.prepare",
+            "gsm8k",
+            "--input",
+            str(source),
+            "--output",
+            str(data),
+            "--instruction",
+            args.instruction,
+        ],
+        cwd=REPO,
+        check=True,
+    )
     train_files, eval_file = [data / "train.parquet"], source / "test.jsonl"
     if args.arithmetic:
-        subprocess.run([py, "-m", "app.prepare", "arithmetic", "--output", str(data / "arithmetic"), "--train-size",
-                        str(args.arithmetic), "--test-size", "1"], cwd=REPO, check=True)
+        subprocess.run(
+            [
+                py,
+                "-m",
+                "app.prepare",
+                "arithmetic",
+                "--output",
+                str(data / "arithmetic"),
+                "--train-size",
+                str(args.arithmetic),
+                "--test-size",
+                "1",
+            ],
+            cwd=REPO,
+            check=True,
+        )
         train_files.append(data / "arithmetic" / "train.parquet")
     model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
 
     def evaluate(model_dir: Path, name: str) -> dict:
         out = args.out / f"eval_{name}.json"
-        subprocess.run([py, "bench/gsm8k_eval.py", "--model", str(model_dir), "--data", str(eval_file),
-                        "--items", str(args.items), "--max-tokens", str(args.max_tokens), "--instruction",
-                        args.instruction, "--json", str(out)],
-                       cwd=REPO, check=True)
+        subprocess.run(
+            [
+                py,
+                "bench/gsm8k_eval.py",
+                "--model",
+                str(model_dir),
+                "--data",
+                str(eval_file),
+                "--items",
+                str(args.items),
+                "--max-tokens",
+                str(args.max_tokens),
+                "--instruction",
+                args.instruction,
+                "--json",
+                str(out),
+            ],
+            cwd=REPO,
+            check=True,
+        )
         return json.loads(out.read_text())
 
     before = evaluate(model, "before")
@@ -164,12 +250,18 @@ def main() -> int:
     subprocess.run([py, "-m", "app.train", "--config-name", "grpo_trainer", *training], cwd=REPO, check=True)
     train_minutes = (time.perf_counter() - start) / 60
     after = evaluate(run_dir / "hf_model", "after")
-    subprocess.run([py, "-m", "app.plot", str(run_dir), "--output", str(args.out / "curves.png")], cwd=REPO,
-                   check=True)
-    results = {"eval_on": args.eval_on, "before": before, "after": after, "train_minutes": train_minutes,
-               "steps": args.steps, "max_calc_steps": args.max_calc_steps, "instruction": args.instruction,
-               "training_problems": kept,
-               "training_overrides": training[:len(TRAINING)] + list(args.overrides)}
+    subprocess.run([py, "-m", "app.plot", str(run_dir), "--output", str(args.out / "curves.png")], cwd=REPO, check=True)
+    results = {
+        "eval_on": args.eval_on,
+        "before": before,
+        "after": after,
+        "train_minutes": train_minutes,
+        "steps": args.steps,
+        "max_calc_steps": args.max_calc_steps,
+        "instruction": args.instruction,
+        "training_problems": kept,
+        "training_overrides": training[: len(TRAINING)] + list(args.overrides),
+    }
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     which = f"first {args.items} test" if args.eval_on == "test" else f"last {args.items} training (held out)"
     print(f"\nGSM8K, {which} items, greedy, {args.max_tokens} new tokens at most")

@@ -13,6 +13,7 @@ Reading every process's smaps costs CPU (at a 0.5 s interval about a third of a 
 box, which slowed its steps), so the interval defaults to 2 s and the tool prints its own CPU time: a step time
 measured under it is not a clean one.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -52,7 +53,7 @@ def by_name(per_process: list[tuple[int, int, str]]) -> list[tuple[str, int, int
 def main(argv: list[str]) -> int:
     interval = 2.0
     if "--" in argv:
-        options, argv = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+        options, argv = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
         if options[:1] == ["--interval"] and len(options) == 2:
             interval = float(options[1])
         elif options:
@@ -77,18 +78,30 @@ def main(argv: list[str]) -> int:
         if pss > peak_pss:
             peak_pss, at_pss_peak = pss, per_process
         time.sleep(interval)
-    print(f"peak RSS of the process tree: {peak_rss / 2**30:.2f} GiB; peak PSS: {peak_pss / 2**30:.2f} GiB; "
-          f"over {time.monotonic() - start:.0f} s (exit code {child.returncode})", flush=True)
+    print(
+        f"peak RSS of the process tree: {peak_rss / 2**30:.2f} GiB; peak PSS: {peak_pss / 2**30:.2f} GiB; "
+        f"over {time.monotonic() - start:.0f} s (exit code {child.returncode})",
+        flush=True,
+    )
     own = psutil.Process().cpu_times()
     print(f"this tool's own CPU time: {own.user + own.system:.0f} s (sampling every {interval:g} s)", flush=True)
     top = sorted(at_peak, reverse=True)[:8]
-    print("largest at the RSS peak (RSS, GiB): " + ", ".join(f"{name} {rss / 2**30:.2f}" for rss, _, name in top),
-          flush=True)
+    print(
+        "largest at the RSS peak (RSS, GiB): " + ", ".join(f"{name} {rss / 2**30:.2f}" for rss, _, name in top),
+        flush=True,
+    )
     top = sorted(at_pss_peak, key=lambda entry: entry[1], reverse=True)[:10]
-    print("largest at the PSS peak (PSS, GiB): " + ", ".join(f"{name} {pss / 2**30:.2f}" for _, pss, name in top)
-          + f"; {len(at_pss_peak)} processes", flush=True)
-    print("all at the PSS peak, by name (count x, summed PSS GiB): " + ", ".join(
-        f"{name} {count}x {pss / 2**30:.2f}" for name, count, pss in by_name(at_pss_peak)), flush=True)
+    print(
+        "largest at the PSS peak (PSS, GiB): "
+        + ", ".join(f"{name} {pss / 2**30:.2f}" for _, pss, name in top)
+        + f"; {len(at_pss_peak)} processes",
+        flush=True,
+    )
+    print(
+        "all at the PSS peak, by name (count x, summed PSS GiB): "
+        + ", ".join(f"{name} {count}x {pss / 2**30:.2f}" for name, count, pss in by_name(at_pss_peak)),
+        flush=True,
+    )
     return child.returncode
 
 

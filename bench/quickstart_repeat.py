@@ -12,6 +12,7 @@ data must already be where `make run` puts them (run `make run` once first).
 
 Extra `key=value` arguments are Hydra overrides passed to every run. Writes `results.json` in the output root.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,11 +54,19 @@ def summarize_run(metrics_path: Path) -> RunSummary:
     rows = read_metrics(metrics_path)  # in step order
     validations = [(r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r]
     if len(validations) < 2:
-        raise ValueError(f"{metrics_path}: {len(validations)} rows with {VAL_KEY}; a before/after needs two "
-                         f"(trainer.val_before_train and trainer.test_freq)")
+        raise ValueError(
+            f"{metrics_path}: {len(validations)} rows with {VAL_KEY}; a before/after needs two "
+            f"(trainer.val_before_train and trainer.test_freq)"
+        )
     minutes = sum(r.get("timing_s/step", 0.0) for r in rows) / 60
-    return RunSummary(first_step=validations[0][0], last_step=validations[-1][0], before=validations[0][1],
-                      after=validations[-1][1], curve=[v for _, v in validations], train_minutes=minutes)
+    return RunSummary(
+        first_step=validations[0][0],
+        last_step=validations[-1][0],
+        before=validations[0][1],
+        after=validations[-1][1],
+        curve=[v for _, v in validations],
+        train_minutes=minutes,
+    )
 
 
 def quickstart_seed() -> int:
@@ -71,8 +80,17 @@ def quickstart_seed() -> int:
 
 
 def train_command(out: Path, index: int, seed: int, overrides: list[str]) -> list[str]:
-    return [sys.executable, "-m", "app.train", "--config-name", "quickstart", f"trainer.default_local_dir={out}",
-            f"trainer.experiment_name=quickstart_repeat_{index}", f"trainer.seed={seed}", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "app.train",
+        "--config-name",
+        "quickstart",
+        f"trainer.default_local_dir={out}",
+        f"trainer.experiment_name=quickstart_repeat_{index}",
+        f"trainer.seed={seed}",
+        *overrides,
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,8 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--target", type=float, default=0.30, help="the gain a run must reach")
     parser.add_argument("--output-root", type=Path, default=REPO / "outputs" / "quickstart_repeat")
-    parser.add_argument("--first-seed", type=int, default=None,
-                        help="trainer.seed of the first run, +1 for each next one (default: the quickstart's seed)")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=None,
+        help="trainer.seed of the first run, +1 for each next one (default: the quickstart's seed)",
+    )
     args, overrides = parser.parse_known_args(argv)
     bad = [o for o in overrides if "=" not in o]
     if bad:
@@ -118,18 +140,24 @@ def main(argv: list[str] | None = None) -> int:
         run = summarize_run(out / "metrics.jsonl")
         results.append({"run": i, "seed": first_seed + i, **asdict(run), "gain": run.gain, "wall_minutes": wall})
         curve = ", ".join(f"{v:.3f}" for v in run.curve)
-        print(f"run {i} (trainer.seed={first_seed + i}): validation reward {run.before:.3f} at step {run.first_step} "
-              f"-> {run.after:.3f} at step "
-              f"{run.last_step} ({run.gain:+.3f}); curve {curve}; {run.train_minutes:.1f} min of steps, "
-              f"{wall:.1f} min in all", flush=True)
+        print(
+            f"run {i} (trainer.seed={first_seed + i}): validation reward {run.before:.3f} at step {run.first_step} "
+            f"-> {run.after:.3f} at step "
+            f"{run.last_step} ({run.gain:+.3f}); curve {curve}; {run.train_minutes:.1f} min of steps, "
+            f"{wall:.1f} min in all",
+            flush=True,
+        )
     gains = [r["gain"] for r in results]
     met = sum(g >= args.target for g in gains)
     minutes = ", ".join(f"{r['train_minutes']:.1f}" for r in results)
-    print(f"{met} of {len(gains)} runs gained at least {args.target:+.2f}: gains "
-          f"{', '.join(f'{g:+.3f}' for g in gains)} (median {statistics.median(gains):+.3f}); "
-          f"minutes of steps {minutes}")
-    (args.output_root / "results.json").write_text(json.dumps({"overrides": overrides, "target": args.target,
-                                                                "runs": results}, indent=2))
+    print(
+        f"{met} of {len(gains)} runs gained at least {args.target:+.2f}: gains "
+        f"{', '.join(f'{g:+.3f}' for g in gains)} (median {statistics.median(gains):+.3f}); "
+        f"minutes of steps {minutes}"
+    )
+    (args.output_root / "results.json").write_text(
+        json.dumps({"overrides": overrides, "target": args.target, "runs": results}, indent=2)
+    )
     return 0
 
 

@@ -21,6 +21,7 @@ Measured 2026-11 on the shared 2-core box (load average 5-14 from other jobs, so
                cores with the busy engine-core scheduler. So keep one OMP thread per core left after the scheduler
                (omp_threads=None -> cpus_per_replica=1 here, what vLLM's own "auto" binding picks on 2 cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,11 +65,26 @@ class RawVLLM:
         from serve.vllm_engine import cpu_bind_string
 
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind_string(spec.cpu_threads, 0)
-        self.llm = LLM(model=spec.model_path, dtype=spec.dtype, enforce_eager=True, seed=0,
-                       kv_cache_memory_bytes=spec.cpu_kv_cache_bytes, max_model_len=spec.max_model_len,
-                       max_num_seqs=spec.max_num_seqs, logprobs_mode="processed_logprobs", disable_log_stats=True)
-        self.params = SamplingParams(temperature=1.0, max_tokens=tokens, ignore_eos=True, logprobs=0,
-                                     flat_logprobs=True, detokenize=False, seed=0)
+        self.llm = LLM(
+            model=spec.model_path,
+            dtype=spec.dtype,
+            enforce_eager=True,
+            seed=0,
+            kv_cache_memory_bytes=spec.cpu_kv_cache_bytes,
+            max_model_len=spec.max_model_len,
+            max_num_seqs=spec.max_num_seqs,
+            logprobs_mode="processed_logprobs",
+            disable_log_stats=True,
+        )
+        self.params = SamplingParams(
+            temperature=1.0,
+            max_tokens=tokens,
+            ignore_eos=True,
+            logprobs=0,
+            flat_logprobs=True,
+            detokenize=False,
+            seed=0,
+        )
         self.inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
 
     def run(self) -> int:
@@ -96,18 +112,35 @@ def llmserver_runner(spec, prompts, tokens):
     config = LLMConfig(
         model_loading_config={"model_id": "policy", "model_source": spec.model_path},
         placement_group_config={"bundles": [{"CPU": 1}]},  # without it the replica asks for a GPU
-        engine_kwargs=dict(dtype=spec.dtype, enforce_eager=True, seed=0, kv_cache_memory_bytes=spec.cpu_kv_cache_bytes,
-                           max_model_len=spec.max_model_len, max_num_seqs=spec.max_num_seqs,
-                           logprobs_mode="processed_logprobs"),
+        engine_kwargs=dict(
+            dtype=spec.dtype,
+            enforce_eager=True,
+            seed=0,
+            kv_cache_memory_bytes=spec.cpu_kv_cache_bytes,
+            max_model_len=spec.max_model_len,
+            max_num_seqs=spec.max_num_seqs,
+            logprobs_mode="processed_logprobs",
+        ),
         runtime_env={"env_vars": {"VLLM_CPU_OMP_THREADS_BIND": cpu_bind_string(spec.cpu_threads, 0)}},
         deployment_config={"ray_actor_options": {"num_cpus": 0}, "max_ongoing_requests": 256},
     )
     handle = serve.run(build_llm_deployment(config), name="bench-llmserver", route_prefix=None)
 
     def run() -> int:
-        streams = [handle.options(stream=True).completions.remote(CompletionRequest(
-            model="policy", prompt=p, max_tokens=tokens, temperature=1.0, logprobs=0, ignore_eos=True,
-            return_tokens_as_token_ids=True)) for p in prompts]
+        streams = [
+            handle.options(stream=True).completions.remote(
+                CompletionRequest(
+                    model="policy",
+                    prompt=p,
+                    max_tokens=tokens,
+                    temperature=1.0,
+                    logprobs=0,
+                    ignore_eos=True,
+                    return_tokens_as_token_ids=True,
+                )
+            )
+            for p in prompts
+        ]
         total = 0
         for stream in streams:
             response = list(stream)[-1]
@@ -130,8 +163,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="OMP threads bound per vLLM worker")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--llmserver", action="store_true",
-                        help="also measure ray.serve.llm.LLMServer (completions API) against raw vLLM")
+    parser.add_argument(
+        "--llmserver",
+        action="store_true",
+        help="also measure ray.serve.llm.LLMServer (completions API) against raw vLLM",
+    )
     args = parser.parse_args()
 
     import ray
@@ -145,17 +181,31 @@ def main() -> None:
     if args.model is None:
         from app.import_model import import_model
 
-        args.model = str(import_model("smollm2-135m-instruct",
-                                      REPO / ".cache" / "test-models" / "smollm2-135m-instruct"))
-    cfg = replace(RolloutConfig(), dtype="bfloat16", prompt_length=args.prompt_len, response_length=args.tokens,
-                  max_num_seqs=max(64, args.prompts), cpu_kv_cache_gib=1.0, cpus_per_replica=1.0,
-                  omp_threads=args.threads, replicas=1, temperature=1.0, ignore_eos=True,
-                  gpu_memory_utilization=0.5, enforce_eager=True)  # a validated CPU config's (app/config/layout.py)
+        args.model = str(
+            import_model("smollm2-135m-instruct", REPO / ".cache" / "test-models" / "smollm2-135m-instruct")
+        )
+    cfg = replace(
+        RolloutConfig(),
+        dtype="bfloat16",
+        prompt_length=args.prompt_len,
+        response_length=args.tokens,
+        max_num_seqs=max(64, args.prompts),
+        cpu_kv_cache_gib=1.0,
+        cpus_per_replica=1.0,
+        omp_threads=args.threads,
+        replicas=1,
+        temperature=1.0,
+        ignore_eos=True,
+        gpu_memory_utilization=0.5,
+        enforce_eager=True,
+    )  # a validated CPU config's (app/config/layout.py)
     spec = engine_spec_from_config(cfg, args.model, trust_remote_code=False)
     prompts = make_prompts(args.prompts, args.prompt_len)
-    print(f"model={args.model} prompts={args.prompts}x{args.prompt_len} new_tokens={args.tokens} "
-          f"threads={args.threads} cores={len(os.sched_getaffinity(0))} load_before={os.getloadavg()[0]:.2f}",
-          flush=True)
+    print(
+        f"model={args.model} prompts={args.prompts}x{args.prompt_len} new_tokens={args.tokens} "
+        f"threads={args.threads} cores={len(os.sched_getaffinity(0))} load_before={os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
     # The raw engine stays up (idle engines sleep on their input queue) so raw and Serve runs can alternate: the
     # other users of this machine then load both sides alike.
@@ -201,8 +251,9 @@ def main() -> None:
 
         peft_model = get_peft_model(hf, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
         adapter = LoraAdapter(peft_model.peft_config["default"].to_dict(), get_peft_model_state_dict(peft_model))
-        lora_client = deploy_rollout(cfg, args.model, "bench-rollout-lora", trust_remote_code=False, max_lora_rank=16,
-                                     route_prefix=None)
+        lora_client = deploy_rollout(
+            cfg, args.model, "bench-rollout-lora", trust_remote_code=False, max_lora_rank=16, route_prefix=None
+        )
         lora_s = []
         for version in (1, 2):
             start = time.perf_counter()
@@ -220,18 +271,25 @@ def main() -> None:
     print(f"deploy (engine start) {deploy_s:.1f} s")
     print(f"raw vLLM tokens/s per run: {', '.join(f'{r:.1f}' for r in raw)}")
     print(f"Serve    tokens/s per run: {', '.join(f'{r:.1f}' for r in via_serve)}")
-    print(f"[1] throughput ratio Serve/raw = {paired:.3f} (median of alternating pairs; medians {serve_med:.1f} / "
-          f"{raw_med:.1f} tok/s)")
+    print(
+        f"[1] throughput ratio Serve/raw = {paired:.3f} (median of alternating pairs; medians {serve_med:.1f} / "
+        f"{raw_med:.1f} tok/s)"
+    )
     if llm_serve:
         ratio = statistics.median(s / r for s, r in zip(llm_serve, llm_raw))
-        print(f"    LLMServer (completions API) tokens/s per run: {', '.join(f'{r:.1f}' for r in llm_serve)}; "
-              f"ratio to raw = {ratio:.3f} (median of alternating pairs)")
+        print(
+            f"    LLMServer (completions API) tokens/s per run: {', '.join(f'{r:.1f}' for r in llm_serve)}; "
+            f"ratio to raw = {ratio:.3f} (median of alternating pairs)"
+        )
     nbytes = model_bytes(state)
-    print(f"[2] full-weight sync: {full_s[-1]:.2f} s for {nbytes / 1e6:.1f} MB ({nbytes / 1e6 / full_s[-1]:.0f} MB/s; "
-          f"first sync {full_s[0]:.2f} s)")
+    print(
+        f"[2] full-weight sync: {full_s[-1]:.2f} s for {nbytes / 1e6:.1f} MB ({nbytes / 1e6 / full_s[-1]:.0f} MB/s; "
+        f"first sync {full_s[0]:.2f} s)"
+    )
     lbytes = model_bytes(adapter.tensors)
-    print(f"[3] LoRA sync (r=16, all-linear): {lora_s[-1]:.2f} s for {lbytes / 1e6:.1f} MB "
-          f"(first sync {lora_s[0]:.2f} s)")
+    print(
+        f"[3] LoRA sync (r=16, all-linear): {lora_s[-1]:.2f} s for {lbytes / 1e6:.1f} MB (first sync {lora_s[0]:.2f} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ reward per difficulty level.
     python bench/sampling_signal.py [--data data/arithmetic/train.parquet] [--prompts 64] [--n 8]
         [--max-tokens 64] [--temperatures 1.0 0.7 0.5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,16 +49,24 @@ def main() -> int:
     records = list(load_prompt_dataset(str(args.data), tokenizer, options, max_samples=args.prompts))
     dtype = resolve_auto_dtype(False, cpu_has_native_bf16())[1]  # fp32 where bf16 would be emulated
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_bind_string(args.threads, 0)
-    llm = LLM(model=str(args.model), dtype=dtype, enforce_eager=True, seed=0, kv_cache_memory_bytes=2 << 30,
-              max_model_len=512 + args.max_tokens, disable_log_stats=True)
+    llm = LLM(
+        model=str(args.model),
+        dtype=dtype,
+        enforce_eager=True,
+        seed=0,
+        kv_cache_memory_bytes=2 << 30,
+        max_model_len=512 + args.max_tokens,
+        disable_log_stats=True,
+    )
     inputs = [TokensPrompt(prompt_token_ids=r.prompt_ids) for r in records]
 
     def run(params) -> list[list[tuple[float, bool]]]:
         """(score, cut at the limit) for every sample of every prompt."""
         out = []
         for rec, result in zip(records, llm.generate(inputs, params, use_tqdm=False)):
-            scored = [default_compute_score(rec.data_source, c.text, rec.ground_truth, rec.extra_info)
-                      for c in result.outputs]
+            scored = [
+                default_compute_score(rec.data_source, c.text, rec.ground_truth, rec.extra_info) for c in result.outputs
+            ]
             out.append([(split_score(s)[0], c.finish_reason == "length") for s, c in zip(scored, result.outputs)])
         return out
 
@@ -67,7 +76,8 @@ def main() -> int:
     print(f"\n{len(records)} prompts from {args.data}, {args.n} samples each, {args.max_tokens} tokens at most")
     print(f"greedy: mean reward {greedy_mean:.3f}, cut {statistics.mean(g[0][1] for g in greedy):.0%}")
     header = f"{'temperature':>11}{'mean reward':>13}{'mixed groups':>14}{'cut':>7}" + "".join(
-        f"{'level ' + str(lv):>10}" for lv in levels)
+        f"{'level ' + str(lv):>10}" for lv in levels
+    )
     print(header)
     for t in args.temperatures:
         groups = run(SamplingParams(temperature=t, n=args.n, max_tokens=args.max_tokens))
@@ -77,8 +87,10 @@ def main() -> int:
         per_level = defaultdict(list)
         for rec, g in zip(records, scores):
             per_level[rec.extra_info.get("level")].extend(g)
-        print(f"{t:>11.2f}{statistics.mean(s for g in scores for s in g):>13.3f}{mixed:>14.0%}{cut:>7.0%}" + "".join(
-            f"{statistics.mean(per_level[lv]):>10.3f}" for lv in levels))
+        print(
+            f"{t:>11.2f}{statistics.mean(s for g in scores for s in g):>13.3f}{mixed:>14.0%}{cut:>7.0%}"
+            + "".join(f"{statistics.mean(per_level[lv]):>10.3f}" for lv in levels)
+        )
     return 0
 
 

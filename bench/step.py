@@ -15,6 +15,7 @@ synchronous, then with `async_training` (generation of the next batch overlappin
 prints both step times with the speedup the phase times predict: a synchronous step costs gen + train, an
 overlapped one max(gen, train), train being everything else the step does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,26 +53,46 @@ def main() -> int:
     import shutil
 
     overrides = [
-        f"actor_rollout_ref.model.path={model}", f"data.train_files={data / 'train.parquet'}", "data.val_files=''",
-        "data.train_batch_size=8", "data.max_prompt_length=320", "data.max_response_length=64",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={data / 'train.parquet'}",
+        "data.val_files=''",
+        "data.train_batch_size=8",
+        "data.max_prompt_length=320",
+        "data.max_response_length=64",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.model.lora_rank=16",
+        "actor_rollout_ref.model.lora_alpha=32",
         "actor_rollout_ref.model.target_modules=all-linear",
-        "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-        "actor_rollout_ref.actor.kl_loss_coef=0.04", "actor_rollout_ref.actor.optim.lr=1e-5",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        "actor_rollout_ref.actor.kl_loss_coef=0.04",
+        "actor_rollout_ref.actor.optim.lr=1e-5",
         # how this repository runs it on a 2-core box (the make-run settings): merged LoRA sync, so vLLM generates
         # without its slow CPU LoRA kernels, and both cores for vLLM's threads while the trainer waits
-        "actor_rollout_ref.rollout.lora_sync=merged", "actor_rollout_ref.rollout.omp_threads=2",
-        "trainer.num_workers=1", "trainer.cpus_per_worker=2", f"trainer.total_training_steps={args.steps}",
-        "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[jsonl]",
+        "actor_rollout_ref.rollout.lora_sync=merged",
+        "actor_rollout_ref.rollout.omp_threads=2",
+        "trainer.num_workers=1",
+        "trainer.cpus_per_worker=2",
+        f"trainer.total_training_steps={args.steps}",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[jsonl]",
         *args.overrides,
     ]
 
     def run(extra: list[str], name: str) -> list[dict]:
         shutil.rmtree(out / name, ignore_errors=True)
         with initialize_config_dir(str(REPO / "configs"), version_base=None):
-            cfg = load_config(compose("grpo_trainer", overrides=overrides + extra + [
-                f"trainer.default_local_dir={out / name}", f"trainer.experiment_name=bench-{name}"]))
+            cfg = load_config(
+                compose(
+                    "grpo_trainer",
+                    overrides=overrides
+                    + extra
+                    + [f"trainer.default_local_dir={out / name}", f"trainer.experiment_name=bench-{name}"],
+                )
+            )
         train(cfg)
         return [r for r in read_metrics(out / name / "metrics.jsonl") if r.get("step", 0) >= 1]
 
@@ -90,16 +111,21 @@ def main() -> int:
         print(f"{phase:<14}{first[key]:>12.2f}{mean:>14.2f}{mean / step_mean:>8.0%}")
     tokens = statistics.mean(r["response_length/mean"] * 32 for r in rest)
     gen = statistics.mean(r["timing_s/gen"] for r in rest)
-    print(f"rollout: {tokens / gen:.0f} generated tokens/s; whole step: "
-          f"{statistics.mean(r['perf/throughput'] for r in rest):.0f} tokens/s (prompt+response)")
+    print(
+        f"rollout: {tokens / gen:.0f} generated tokens/s; whole step: "
+        f"{statistics.mean(r['perf/throughput'] for r in rest):.0f} tokens/s (prompt+response)"
+    )
     verdict = "met" if step_mean <= TARGET_S else "NOT met"
     print(f"step time {step_mean:.1f} s against the {TARGET_S} s target: {verdict}")
     return 0
 
 
 # one core each, so generation and the update can really run at once on a 2-core box
-SPLIT = ["actor_rollout_ref.rollout.omp_threads=1", "actor_rollout_ref.rollout.cpus_per_replica=1",
-         "trainer.cpus_per_worker=1"]
+SPLIT = [
+    "actor_rollout_ref.rollout.omp_threads=1",
+    "actor_rollout_ref.rollout.cpus_per_replica=1",
+    "trainer.cpus_per_worker=1",
+]
 ASYNC = ["async_training.enable=true", "algorithm.rollout_correction.rollout_is=token"]
 
 
@@ -119,8 +145,10 @@ def compare_async(run) -> int:
     print(f"{'generation (s)':<28}{gen:>10.2f}{mean(overlapped, 'timing_s/gen'):>10.2f}")
     print(f"{'  of it overlapped (s)':<28}{0.0:>10.2f}{mean(overlapped, 'timing_s/gen_overlap'):>10.2f}")
     print(f"{'  waited for (s)':<28}{gen:>10.2f}{mean(overlapped, 'timing_s/gen_wait'):>10.2f}")
-    print(f"measured speedup: {sync_step / async_step:.2f}x; predicted (gen + train) / max(gen, train) from the sync "
-          f"phases = ({gen:.1f} + {rest:.1f}) / {max(gen, rest):.1f} = {sync_step / max(gen, rest):.2f}x")
+    print(
+        f"measured speedup: {sync_step / async_step:.2f}x; predicted (gen + train) / max(gen, train) from the sync "
+        f"phases = ({gen:.1f} + {rest:.1f}) / {max(gen, rest):.1f} = {sync_step / max(gen, rest):.2f}x"
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ Workload: make run's config (`configs/quickstart.yaml`: SmolLM2-135M-Instruct, L
 to one vLLM replica (Serve) on the same node. Each sync is timed from the engine's gathers to every replica serving
 the new version. Prints each sync's seconds and the medians; the first pair is a warm-up and is left out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,12 @@ def main() -> int:
 
     model = import_model("smollm2-135m-instruct", CACHE / "smollm2-135m-instruct")
     with initialize_config_dir(str(REPO / "configs"), version_base=None):
-        cfg = load_config(compose("quickstart", overrides=[f"actor_rollout_ref.model.path={model}",
-                                                           "data.train_files=unused", "data.val_files=''"]))
+        cfg = load_config(
+            compose(
+                "quickstart",
+                overrides=[f"actor_rollout_ref.model.path={model}", "data.train_files=unused", "data.val_files=''"],
+            )
+        )
     rollout = cfg.actor_rollout_ref.rollout
     threads = int(cfg.trainer.cpus_per_worker)  # the train worker's torch threads (app.trainer.launch)
     ray.init(num_cpus=threads + int(rollout.cpus_per_replica + 0.999), include_dashboard=False, log_to_driver=False)
@@ -50,14 +55,18 @@ def main() -> int:
 
         serve.shutdown()
         ray.shutdown()
-    print(f"\nmerged-LoRA sync of SmolLM2-135M ({result['mbytes']:.0f} MB of merged {rollout.dtype} weights), "
-          f"{args.pairs} alternating pairs")
+    print(
+        f"\nmerged-LoRA sync of SmolLM2-135M ({result['mbytes']:.0f} MB of merged {rollout.dtype} weights), "
+        f"{args.pairs} alternating pairs"
+    )
     for mode, seconds in result["seconds"].items():
         print(f"{mode:<8} " + " ".join(f"{s:6.2f}" for s in seconds))
     trainer = statistics.median(result["seconds"]["trainer"][1:])
     replica = statistics.median(result["seconds"]["replica"][1:])
-    print(f"median after the first pair: merged on the trainer {trainer:.2f} s, folded on the replica {replica:.2f} s: "
-          f"{trainer / replica:.2f}x")
+    print(
+        f"median after the first pair: merged on the trainer {trainer:.2f} s, folded on the replica {replica:.2f} s: "
+        f"{trainer / replica:.2f}x"
+    )
     return 0
 
 
@@ -74,8 +83,13 @@ class Syncer:
 
         torch.set_num_threads(threads)  # as many as make run's train worker merges with
 
-        spec = actor_engine_spec(actor_rollout_ref.model, actor_rollout_ref.actor, device="cpu", seed=0,
-                                 rollout_n=actor_rollout_ref.rollout.n)
+        spec = actor_engine_spec(
+            actor_rollout_ref.model,
+            actor_rollout_ref.actor,
+            device="cpu",
+            seed=0,
+            rollout_n=actor_rollout_ref.rollout.n,
+        )
         self.engine = make_engine("fsdp2", spec)
         self.engine.init_model()
         self.rollout = actor_rollout_ref.rollout
@@ -101,8 +115,10 @@ class Syncer:
                 start = time.perf_counter()
                 client.update_weights(version, payload())
                 seconds[mode].append(time.perf_counter() - start)
-        mbytes = sum(t.numel() * t.element_size() / 1e6 for _, t in self.engine.get_per_tensor_param(
-            dtype=dtype, merge_lora=True))
+        mbytes = sum(
+            t.numel() * t.element_size() / 1e6
+            for _, t in self.engine.get_per_tensor_param(dtype=dtype, merge_lora=True)
+        )
         return {"seconds": seconds, "mbytes": mbytes}
 
 

@@ -4,6 +4,7 @@ The trainer imports `module:function` and calls it per micro-batch with (batch, 
 scalar loss and a dict of 0-d metric tensors (logged as `actor/<name>`). Aggregate with `agg_loss` and its
 `normalizer`, so that cutting the mini-batch into micro-batches does not change the gradient.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,9 +21,11 @@ def clipped_pg(old_log_prob, log_prob, advantages, response_mask, *, loss_agg_mo
         weight = ratio.clamp(1.0 - config.low, 1.0 + config.high)
     losses = -weight * advantages * log_prob
     loss = agg_loss(losses, response_mask, loss_agg_mode, normalizer)
-    metrics = {"pg_clipfrac": masked_mean((weight != ratio).float(), response_mask),
-               "ppo_kl": masked_mean(old_log_prob - log_prob, response_mask).detach(),
-               "pg_clipfrac_lower": torch.zeros((), device=loss.device)}
+    metrics = {
+        "pg_clipfrac": masked_mean((weight != ratio).float(), response_mask),
+        "ppo_kl": masked_mean(old_log_prob - log_prob, response_mask).detach(),
+        "pg_clipfrac_lower": torch.zeros((), device=loss.device),
+    }
     return loss, metrics
 
 

@@ -4,6 +4,7 @@ It is called once per sample, in a reward worker process, with the row's data so
 row's ground truth and its extra_info. It returns a number, or a dict with `score` and other numbers, which are
 logged as `reward/extra/<key>/mean` (and per data source in validation).
 """
+
 from __future__ import annotations
 
 import re

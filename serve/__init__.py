@@ -26,6 +26,7 @@ Public API (see each docstring):
     PolicyVersionMismatch, RolloutAsleep, SamplingOptions, RolloutSample, FullWeights, LoraAdapter, MergedLora
     ReplicaRetryExhausted   # a call whose replica died, not completed within rollout.replica_retry_max / _timeout_s
 """
+
 import importlib
 from typing import TYPE_CHECKING
 

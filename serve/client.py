@@ -3,6 +3,7 @@
 The trainer talks to the rollout service only through this client (generate / update_weights / sleep / wake_up)
 and the payload classes in `serve.types`.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -119,14 +120,20 @@ class RolloutClient:
         `rollout.replica_retry_max` / `replica_retry_timeout_s` (`ReplicaRetryExhausted` past them); the other chunks
         are not (docs/fault_tolerance.md).
         """
-        samples = [s for chunk in self.generate_iter(prompt_token_ids, expect_version=expect_version,
-                                                     sampling=sampling, validation=validation) for s in chunk]
+        samples = [
+            s
+            for chunk in self.generate_iter(
+                prompt_token_ids, expect_version=expect_version, sampling=sampling, validation=validation
+            )
+            for s in chunk
+        ]
         samples.sort(key=lambda s: (s.prompt_index, s.sample_index))
         return samples
 
     # ------------------------------------------------------------------ weights
-    def update_weights(self, version: int, payload: Union[FullWeights, LoraAdapter, MergedLora],
-                       chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict[str, int]:
+    def update_weights(
+        self, version: int, payload: Union[FullWeights, LoraAdapter, MergedLora], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    ) -> dict[str, int]:
         """Send `payload` through the object store to every replica as policy `version`.
 
         Full fine-tuning: `FullWeights(state_dict)` with HF names. LoRA: `LoraAdapter(adapter_config, adapter
@@ -190,7 +197,8 @@ class RolloutClient:
             if time.monotonic() >= deadline:
                 raise ReplicaRetryExhausted(
                     f"{what}: replicas {versions} (of {reached[0]}) do not all serve version {version} after "
-                    f"replica_retry_timeout_s={retry.timeout_s:g}; raise {RETRY_KEYS}")
+                    f"replica_retry_timeout_s={retry.timeout_s:g}; raise {RETRY_KEYS}"
+                )
             if stale:
                 logger.warning("%s: replicas %s came back on other versions; sending the sync again", what, stale)
                 retry.run(send, what, self.faults)
@@ -217,8 +225,9 @@ class RolloutClient:
         self.handle.broadcast("wake_up").results()
 
 
-def to_wire(payload: Union[FullWeights, LoraAdapter, MergedLora], chunk_bytes: int = DEFAULT_CHUNK_BYTES
-            ) -> WirePayload:
+def to_wire(
+    payload: Union[FullWeights, LoraAdapter, MergedLora], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> WirePayload:
     """`ray.put` the payload's tensors as safetensors chunks; the refs travel, the bytes stay in the object store
     of this node (named in the payload) until a replica on another node pulls them."""
     node = ray.get_runtime_context().get_node_id()
@@ -233,11 +242,17 @@ def to_wire(payload: Union[FullWeights, LoraAdapter, MergedLora], chunk_bytes: i
     if isinstance(payload, (LoraAdapter, MergedLora)):
         chunks = encode_tensors(payload.tensors, chunk_bytes=1 << 62)  # one chunk: one adapter file
         merged = isinstance(payload, MergedLora)
-        return WirePayload("merged_lora" if merged else "lora", [ray.put(c) for c in chunks],
-                           sum(c.nbytes for c in chunks), adapter_config=_jsonable(dict(payload.adapter_config)),
-                           dtype=payload.dtype if merged else None, source_node=node)
-    raise TypeError(f"update_weights payload must be FullWeights, LoraAdapter or MergedLora, "
-                    f"got {type(payload).__name__}")
+        return WirePayload(
+            "merged_lora" if merged else "lora",
+            [ray.put(c) for c in chunks],
+            sum(c.nbytes for c in chunks),
+            adapter_config=_jsonable(dict(payload.adapter_config)),
+            dtype=payload.dtype if merged else None,
+            source_node=node,
+        )
+    raise TypeError(
+        f"update_weights payload must be FullWeights, LoraAdapter or MergedLora, got {type(payload).__name__}"
+    )
 
 
 def _jsonable(config: dict) -> dict:
@@ -302,10 +317,18 @@ def deploy_rollout(
     from serve.log_config import serve_logging_config
 
     RetryPolicy.from_rollout_config(rollout)  # a bad retry bound fails here, before any replica starts
-    serve.start(http_options={"host": rollout.http_host, "port": int(rollout.http_port)},
-                logging_config=serve_logging_config())
-    app = build_rollout_app(rollout, str(model_path), trust_remote_code=trust_remote_code, max_lora_rank=max_lora_rank,
-                            seed=seed, served_model_name=app_name, placement=placement)
+    serve.start(
+        http_options={"host": rollout.http_host, "port": int(rollout.http_port)}, logging_config=serve_logging_config()
+    )
+    app = build_rollout_app(
+        rollout,
+        str(model_path),
+        trust_remote_code=trust_remote_code,
+        max_lora_rank=max_lora_rank,
+        seed=seed,
+        served_model_name=app_name,
+        placement=placement,
+    )
     serve.run(app, name=app_name, route_prefix=route_prefix)
     return RolloutClient(app_name, rollout)
 

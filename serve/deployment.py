@@ -13,6 +13,7 @@ that expects the newer version. The refs are owned by the process that called `u
 that process is gone, a new replica starts at version 0 and generate says so. A call whose replica dies under it is
 resent by the client (`serve.replica_retry`): a generate chunk at the same version, a sync as `ensure_version`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -68,8 +69,9 @@ class RolloutServer:
     the application's route prefix), answered by `serve.openai_routes.OpenAIRoutes` (`api_key` None: the routes are
     open, loopback only; deploy_rollout refuses otherwise)."""
 
-    async def __init__(self, engine_kind: str, spec: RolloutEngineSpec, served_model_name: str,
-                       api_key: Optional[str] = None):
+    async def __init__(
+        self, engine_kind: str, spec: RolloutEngineSpec, served_model_name: str, api_key: Optional[str] = None
+    ):
         context = serve.get_replica_context()
         self._replica = context.replica_tag
         self._engine_kind = engine_kind
@@ -79,9 +81,15 @@ class RolloutServer:
         self._weights_from: Optional[str] = None  # the Ray node that put the last payload loaded
         self._staged: Optional[str] = None  # staged LoRA folder still in use by the engine
         self._stage_root = stage_dir(f"{context.app_name}-{self._replica}")
-        self._routes = OpenAIRoutes(engine=self._engine, gate=self._gate, replica=self._replica,
-                                    served_model_name=served_model_name, model_path=spec.model_path, api_key=api_key,
-                                    version=lambda: self._version)
+        self._routes = OpenAIRoutes(
+            engine=self._engine,
+            gate=self._gate,
+            replica=self._replica,
+            served_model_name=served_model_name,
+            model_path=spec.model_path,
+            api_key=api_key,
+            version=lambda: self._version,
+        )
         reap_dead_replicas()  # shared memory of replicas killed on this node
         await self._engine.start()
         record_engine_segments(self._stage_root)
@@ -92,8 +100,9 @@ class RolloutServer:
                 await self._replay(version, chain)
                 logger.info("replica %s caught up with policy version %d", self._replica, version)
             except Exception as err:  # e.g. the trainer that owned the refs is gone
-                logger.warning("replica %s could not load policy version %d (%s); serving version 0",
-                               self._replica, version, err)
+                logger.warning(
+                    "replica %s could not load policy version %d (%s); serving version 0", self._replica, version, err
+                )
 
     def _store(self):
         return serve.get_deployment_actor(POLICY_STORE)
@@ -154,8 +163,9 @@ class RolloutServer:
         """{replica, pid, generating} as soon as a generation at policy `version` runs on this replica, or None
         after `timeout_s`. A fault drill waits on it to kill the replica while a generate is in flight."""
         try:
-            await asyncio.wait_for(self._gate.wait_until(
-                lambda: self._gate.active > 0 and self._version == version), timeout_s)
+            await asyncio.wait_for(
+                self._gate.wait_until(lambda: self._gate.active > 0 and self._version == version), timeout_s
+            )
         except asyncio.TimeoutError:
             return None
         return {"replica": self._replica, "pid": os.getpid(), "generating": self._gate.active}
@@ -164,8 +174,13 @@ class RolloutServer:
         """The engine's digest and weights sum, with where this replica runs and where its weights came from."""
         async with self._gate.updating():  # not halfway through a load
             checksum = await self._engine.weights_checksum()
-            return {"replica": self._replica, "node_id": ray.get_runtime_context().get_node_id(),
-                    "version": self._version, "weights_from_node": self._weights_from, **checksum}
+            return {
+                "replica": self._replica,
+                "node_id": ray.get_runtime_context().get_node_id(),
+                "version": self._version,
+                "weights_from_node": self._weights_from,
+                **checksum,
+            }
 
     async def sleep(self, level: int = 1) -> None:
         """Colocated GPU placement: free the engine's GPU memory while the trainer runs, once the generations in
@@ -232,8 +247,9 @@ class RolloutServer:
                     await asyncio.to_thread(remove_quietly, previous)
             elif payload.kind in ("full", "merged_lora"):  # both replace every weight and drop any LoRA adapter
                 if payload.kind == "full":
-                    paths = [await self._stage_chunk(ref, full_weights_path(folder, i))
-                             for i, ref in enumerate(payload.refs)]
+                    paths = [
+                        await self._stage_chunk(ref, full_weights_path(folder, i)) for i, ref in enumerate(payload.refs)
+                    ]
                     await self._engine.load_full_weights(paths)
                 else:
                     chunks = await asyncio.gather(*payload.refs)
@@ -271,6 +287,7 @@ class ReplicaPlacement:
     TP > 1) has one more bundle per worker, all packed on one node, and `engine_env` tells vLLM which bundles and
     what share of a GPU each worker takes. `engine_tensor_parallel_size` is the workers vLLM starts: the config's
     tensor_model_parallel_size on CUDA, 1 where the replica holds GPUs but computes on the CPU (trainer.device=cpu)."""
+
     bundles: tuple[dict[str, float], ...]
     engine_tensor_parallel_size: int = 1
     engine_env: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -279,8 +296,10 @@ class ReplicaPlacement:
     @classmethod
     def on_cpu(cls, rollout: Any) -> "ReplicaPlacement":
         """One CPU bundle per replica (`rollout.cpus_per_replica` plus `rollout.replica_resources`)."""
-        own = {"CPU": float(rollout.cpus_per_replica),
-               **{name: float(amount) for name, amount in rollout.replica_resources.items()}}
+        own = {
+            "CPU": float(rollout.cpus_per_replica),
+            **{name: float(amount) for name, amount in rollout.replica_resources.items()},
+        }
         return cls((own,), int(rollout.tensor_model_parallel_size))
 
     def deployment_options(self) -> dict[str, Any]:
@@ -300,9 +319,15 @@ class ReplicaPlacement:
         return out
 
 
-def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code: bool,
-                            max_lora_rank: Optional[int] = None, seed: int = 0,
-                            placement: Optional[ReplicaPlacement] = None) -> RolloutEngineSpec:
+def engine_spec_from_config(
+    rollout: Any,
+    model_path: str,
+    *,
+    trust_remote_code: bool,
+    max_lora_rank: Optional[int] = None,
+    seed: int = 0,
+    placement: Optional[ReplicaPlacement] = None,
+) -> RolloutEngineSpec:
     """`RolloutEngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
     it by attribute so that it does not import the trainer's packages), the model's `path` and `trust_remote_code`,
     and the replica's placement (None: `ReplicaPlacement.on_cpu`)."""
@@ -311,12 +336,16 @@ def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code:
     threads = rollout.omp_threads or max(1, int(rollout.cpus_per_replica))
     kv_gib = rollout.cpu_kv_cache_gib
     if rollout.dtype == "auto":  # the trainer's config validation resolves it for the machine
-        raise ValueError("rollout dtype 'auto' reached the rollout engine unresolved: validate the config "
-                         "(app.config.load_config) or pass bfloat16 / float16 / float32")
+        raise ValueError(
+            "rollout dtype 'auto' reached the rollout engine unresolved: validate the config "
+            "(app.config.load_config) or pass bfloat16 / float16 / float32"
+        )
     for key in ("gpu_memory_utilization", "enforce_eager"):  # the layout's defaults (app/config/layout.py)
         if getattr(rollout, key) is None:
-            raise ValueError(f"rollout {key}=None reached the rollout engine unresolved: validate the config "
-                             "(app.config.load_config) or set it")
+            raise ValueError(
+                f"rollout {key}=None reached the rollout engine unresolved: validate the config "
+                "(app.config.load_config) or set it"
+            )
     return RolloutEngineSpec(
         model_path=str(model_path),
         dtype=rollout.dtype,
@@ -337,17 +366,30 @@ def engine_spec_from_config(rollout: Any, model_path: str, *, trust_remote_code:
     )
 
 
-def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool, max_lora_rank: Optional[int] = None,
-                      seed: int = 0, served_model_name: str = "policy",
-                      placement: Optional[ReplicaPlacement] = None):
+def build_rollout_app(
+    rollout: Any,
+    model_path: str,
+    *,
+    trust_remote_code: bool,
+    max_lora_rank: Optional[int] = None,
+    seed: int = 0,
+    served_model_name: str = "policy",
+    placement: Optional[ReplicaPlacement] = None,
+):
     """The bound Serve application (not yet running) for `rollout` (a `RolloutConfig`), each replica placed as
     `placement` says (None: `ReplicaPlacement.on_cpu`)."""
     from ray.serve.config import DeploymentActorConfig
 
     api_key = http_api_key(rollout)
     placement = placement or ReplicaPlacement.on_cpu(rollout)
-    spec = engine_spec_from_config(rollout, model_path, trust_remote_code=trust_remote_code,
-                                   max_lora_rank=max_lora_rank, seed=seed, placement=placement)
+    spec = engine_spec_from_config(
+        rollout,
+        model_path,
+        trust_remote_code=trust_remote_code,
+        max_lora_rank=max_lora_rank,
+        seed=seed,
+        placement=placement,
+    )
     deployment = serve.deployment(
         RolloutServer,
         name="rollout",
@@ -355,8 +397,9 @@ def build_rollout_app(rollout: Any, model_path: str, *, trust_remote_code: bool,
         max_ongoing_requests=256,  # generate chunks queue inside the engine, which batches them
         health_check_period_s=5,
         logging_config=serve_logging_config(),  # access lines and INFO only with RAYRL_VERBOSE
-        deployment_actors=[DeploymentActorConfig(name=POLICY_STORE, actor_class=ray.remote(PolicyStore),
-                                                 actor_options={"num_cpus": 0})],
+        deployment_actors=[
+            DeploymentActorConfig(name=POLICY_STORE, actor_class=ray.remote(PolicyStore), actor_options={"num_cpus": 0})
+        ],
         **placement.deployment_options(),
     )
     return deployment.bind(rollout.name, spec, served_model_name, api_key)

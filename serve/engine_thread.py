@@ -8,6 +8,7 @@ thread-safe, and the replica's event loop only queues work and awaits results.
 The engine is duck-typed (`add_request`, `abort_request`, `has_unfinished_requests`, `step` returning outputs with
 `request_id` and `finished`), so the loop below is tested without vLLM (tests/serve/test_engine_thread.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,8 +36,9 @@ class EngineThread:
     """Owns one engine built by `build()` on its thread. Between two engine steps it runs every queued call; it steps
     while requests are unfinished and otherwise blocks on its queue (no polling)."""
 
-    def __init__(self, build: Callable[[], Any], close: Callable[[Any], None] = lambda engine: None,
-                 name: str = "engine"):
+    def __init__(
+        self, build: Callable[[], Any], close: Callable[[Any], None] = lambda engine: None, name: str = "engine"
+    ):
         self._build = build
         self._close = close
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()

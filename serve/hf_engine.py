@@ -5,6 +5,7 @@ engine: the scores `generate` samples from (logits / temperature, then top-k/top
 greedy decoding no warper runs, so they are log_softmax(logits). LoRA adapters are merged into a fresh copy of the
 base weights with peft, so each version is exactly base + adapter.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,14 @@ from typing import Any, AsyncIterator, Iterator, Optional
 from serve.payload import iter_safetensors
 from serve.types import GeneratedSequence, RolloutEngineSpec, SamplingOptions, TokenDelta
 
-_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-           "float32": "float32", "fp32": "float32"}
+_DTYPES = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+}
 
 
 class HFRolloutEngine:
@@ -37,9 +44,13 @@ class HFRolloutEngine:
         self._device = "cuda" if torch.cuda.is_available() else "cpu"
         if self._device == "cpu":
             torch.set_num_threads(max(1, self.spec.cpu_threads))
-        self._model = AutoModelForCausalLM.from_pretrained(
-            self.spec.model_path, dtype=dtype, trust_remote_code=self.spec.trust_remote_code
-        ).to(self._device).eval()
+        self._model = (
+            AutoModelForCausalLM.from_pretrained(
+                self.spec.model_path, dtype=dtype, trust_remote_code=self.spec.trust_remote_code
+            )
+            .to(self._device)
+            .eval()
+        )
         tokenizer = AutoTokenizer.from_pretrained(self.spec.model_path)
         self._eos_ids = _eos_ids(self._model, tokenizer)
         # generate() fills an unset eos_token_id from the model's generation config, which would make ignore_eos
@@ -93,7 +104,7 @@ class HFRolloutEngine:
                 result = self._model.generate(
                     input_ids=input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config
                 )
-            new = result.sequences[:, input_ids.shape[1]:]
+            new = result.sequences[:, input_ids.shape[1] :]
             # scores[t]: (runs, vocab) processed logits at step t; log-softmax then pick the sampled token.
             steps = torch.stack(result.scores, dim=1).float().log_softmax(dim=-1)
             chosen = steps.gather(-1, new[:, : steps.shape[1]].unsqueeze(-1)).squeeze(-1)
@@ -117,8 +128,9 @@ class HFRolloutEngine:
         from serve.lora_fold import iter_folded_adapter
 
         async with self._lock:
-            await asyncio.to_thread(lambda: self._copy_weights(iter_folded_adapter(self.spec.model_path, adapter_dir,
-                                                                                    dtype)))
+            await asyncio.to_thread(
+                lambda: self._copy_weights(iter_folded_adapter(self.spec.model_path, adapter_dir, dtype))
+            )
 
     def _copy_weights(self, items: Iterator[tuple[str, Any]]) -> None:
         import torch

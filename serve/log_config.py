@@ -1,5 +1,6 @@
 """Serve's logging for the rollout application: per-call access lines and INFO messages only when RAYRL_VERBOSE is
 set (app/logs.py reads the same variable for the trainer's side), warnings and errors always."""
+
 from __future__ import annotations
 
 import os

@@ -9,6 +9,7 @@ LoRA wraps the same weights and never changes them.
 The fold is the trainer's (`app.engine.lora_merge`): `W + scaling * B @ A` in float32, cast to the sync dtype;
 tests/serve/test_lora_fold.py holds the two equal bit for bit.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,24 +44,32 @@ def adapter_pairs(adapter: Mapping[str, "torch.Tensor"]) -> dict[str, dict[str, 
     for name, tensor in adapter.items():
         suffix = next((s for s in _HALVES if name.endswith(s)), None)
         if suffix is None or not name.startswith(PEFT_PREFIX):
-            raise KeyError(f"adapter tensor {name!r} is not a peft LoRA weight ({PEFT_PREFIX}<module>.lora_A/B.weight);"
-                           " only LoRA adapters can be folded on the rollout side")
-        pairs.setdefault(name[len(PEFT_PREFIX):-len(suffix)] + ".weight", {})[_HALVES[suffix]] = tensor
+            raise KeyError(
+                f"adapter tensor {name!r} is not a peft LoRA weight ({PEFT_PREFIX}<module>.lora_A/B.weight);"
+                " only LoRA adapters can be folded on the rollout side"
+            )
+        pairs.setdefault(name[len(PEFT_PREFIX) : -len(suffix)] + ".weight", {})[_HALVES[suffix]] = tensor
     for base, pair in pairs.items():
         if len(pair) != 2:
             raise KeyError(f"adapter has only lora_{next(iter(pair))} for {base!r}; a LoRA pair needs both A and B")
     return pairs
 
 
-def fold(weight: "torch.Tensor", lora_a: "torch.Tensor", lora_b: "torch.Tensor", scaling: float,
-         dtype: "torch.dtype") -> "torch.Tensor":
+def fold(
+    weight: "torch.Tensor", lora_a: "torch.Tensor", lora_b: "torch.Tensor", scaling: float, dtype: "torch.dtype"
+) -> "torch.Tensor":
     """`weight + scaling * lora_b @ lora_a`, computed in float32, in `dtype`. weight (out, in), A (r, in),
     B (out, r)."""
     return (weight.float() + scaling * (lora_b.float() @ lora_a.float())).to(dtype)
 
 
-def iter_folded(base_files: list[str], adapter: Mapping[str, "torch.Tensor"], scaling: float, dtype: "torch.dtype",
-                skip: Collection[str] = ()) -> Iterator[tuple[str, "torch.Tensor"]]:
+def iter_folded(
+    base_files: list[str],
+    adapter: Mapping[str, "torch.Tensor"],
+    scaling: float,
+    dtype: "torch.dtype",
+    skip: Collection[str] = (),
+) -> Iterator[tuple[str, "torch.Tensor"]]:
     """(name, tensor) for every tensor of `base_files` except `skip`, in `dtype`, the adapter folded into the weights
     it wraps. Every pair is matched against the files' names before the first tensor is yielded, so a mismatched
     adapter fails before the receiver has loaded anything."""
@@ -77,8 +86,10 @@ def iter_folded(base_files: list[str], adapter: Mapping[str, "torch.Tensor"], sc
             names.update(f.keys())
     missing = sorted(set(pairs) - names)
     if missing:
-        raise KeyError(f"the adapter wraps {missing[:3]} ({len(missing)} in all), which "
-                       f"{Path(base_files[0]).parent} does not hold: is the rollout's model the trainer's base?")
+        raise KeyError(
+            f"the adapter wraps {missing[:3]} ({len(missing)} in all), which "
+            f"{Path(base_files[0]).parent} does not hold: is the rollout's model the trainer's base?"
+        )
     for name, tensor in iter_safetensors(base_files):
         if name in skip:
             continue
@@ -86,8 +97,9 @@ def iter_folded(base_files: list[str], adapter: Mapping[str, "torch.Tensor"], sc
         yield name, (tensor.to(dtype) if pair is None else fold(tensor, pair["A"], pair["B"], scaling, dtype))
 
 
-def iter_folded_adapter(model_path: str, adapter_dir: str, dtype: str, skip: Collection[str] = ()
-                        ) -> Iterator[tuple[str, "torch.Tensor"]]:
+def iter_folded_adapter(
+    model_path: str, adapter_dir: str, dtype: str, skip: Collection[str] = ()
+) -> Iterator[tuple[str, "torch.Tensor"]]:
     """`iter_folded` from a model folder and a staged peft folder (adapter_config.json + adapter_model.safetensors),
     in the torch dtype named `dtype`."""
     import torch

@@ -6,6 +6,7 @@ temporary (a weight payload, a batch's activations) keeps that resident size for
 replica and the vLLM worker call this once a weight load's temporaries are gone. The trainer does not: its next
 update needs the same pages again, and faulting them back in cost more time than the memory was worth (README).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -32,4 +33,3 @@ def release_free_heap() -> bool:
         return False
     trim(0)
     return True
-

@@ -5,6 +5,7 @@ reads them). Everything here is plain data: a request body in, `SamplingOptions`
 `ApiError` naming the field (a 400, never a 500); responses and stream chunks are dicts in OpenAI's layout. The
 deployment (`serve.deployment`) does the tokenizing and the generating.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -37,8 +38,11 @@ def check_bearer(authorization: Optional[str], api_key: Optional[str]) -> None:
         return
     given = (authorization or "").encode()
     if not hmac.compare_digest(given, f"Bearer {api_key}".encode()):
-        raise ApiError("a valid API key is required: send 'Authorization: Bearer <key>' (rollout.http_api_key or "
-                       "RAYRL_API_KEY on the server)", status=401)
+        raise ApiError(
+            "a valid API key is required: send 'Authorization: Bearer <key>' (rollout.http_api_key or "
+            "RAYRL_API_KEY on the server)",
+            status=401,
+        )
 
 
 @dataclass(frozen=True)
@@ -82,15 +86,21 @@ def parse_sampling(body: dict, max_tokens_keys: tuple[str, ...] = ("max_tokens",
     temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
     top_p = _number(body, "top_p", 1.0, 0.0, 1.0, low_open=True)
     n = _integer(body, "n", 1, 1)
-    seed = _integer(body, "seed", None, -2**63)
+    seed = _integer(body, "seed", None, -(2**63))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(f"'stream' must be true or false, got {stream!r}", "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(f"'stream_options' must be an object, got {options!r}", "stream_options")
-    sampling = SamplingOptions(max_tokens=max_tokens or DEFAULT_MAX_TOKENS, temperature=temperature or 1.0,
-                               do_sample=temperature > 0, top_p=top_p, n=n, seed=seed)
+    sampling = SamplingOptions(
+        max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
+        temperature=temperature or 1.0,
+        do_sample=temperature > 0,
+        top_p=top_p,
+        n=n,
+        seed=seed,
+    )
     return ParsedRequest(sampling, stream, bool(options.get("include_usage", False)))
 
 
@@ -114,8 +124,9 @@ def parse_tools(body: dict) -> Optional[list[dict]]:
     if tools is None:
         return None
     if not isinstance(tools, list):
-        raise ApiError("'tools' must be a list of {type: 'function', function: {name, description, parameters}}",
-                       "tools")
+        raise ApiError(
+            "'tools' must be a list of {type: 'function', function: {name, description, parameters}}", "tools"
+        )
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") != "function":
             raise ApiError(f"'tools[{i}].type' must be 'function'", f"tools[{i}].type")
@@ -145,43 +156,80 @@ def new_id(prefix: str) -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
-def chat_response(rid: str, model: str, version: int, texts: list[tuple[str, str]], prompt_tokens: int,
-                  completion_tokens: int) -> dict:
+def chat_response(
+    rid: str, model: str, version: int, texts: list[tuple[str, str]], prompt_tokens: int, completion_tokens: int
+) -> dict:
     """`texts`: (content, finish_reason) per choice."""
-    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "system_fingerprint": f"policy-v{version}",
-            "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
-                        for i, (text, reason) in enumerate(texts)],
-            "usage": usage(prompt_tokens, completion_tokens)}
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": f"policy-v{version}",
+        "choices": [
+            {"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": reason}
+            for i, (text, reason) in enumerate(texts)
+        ],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
 
 
-def completion_response(rid: str, model: str, version: int, texts: list[tuple[str, str]], prompt_tokens: int,
-                        completion_tokens: int) -> dict:
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "system_fingerprint": f"policy-v{version}",
-            "choices": [{"index": i, "text": text, "logprobs": None, "finish_reason": reason}
-                        for i, (text, reason) in enumerate(texts)],
-            "usage": usage(prompt_tokens, completion_tokens)}
+def completion_response(
+    rid: str, model: str, version: int, texts: list[tuple[str, str]], prompt_tokens: int, completion_tokens: int
+) -> dict:
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": f"policy-v{version}",
+        "choices": [
+            {"index": i, "text": text, "logprobs": None, "finish_reason": reason}
+            for i, (text, reason) in enumerate(texts)
+        ],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
 
 
 def chat_chunk(rid: str, model: str, version: int, index: int, delta: dict, finish_reason: Optional[str]) -> dict:
-    return {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
-            "system_fingerprint": f"policy-v{version}",
-            "choices": [{"index": index, "delta": delta, "finish_reason": finish_reason}]}
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": f"policy-v{version}",
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish_reason}],
+    }
 
 
 def completion_chunk(rid: str, model: str, version: int, index: int, text: str, finish_reason: Optional[str]) -> dict:
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "system_fingerprint": f"policy-v{version}",
-            "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}]}
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": f"policy-v{version}",
+        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+    }
 
 
-def stream_chunk(kind: str, rid: str, model: str, version: int, index: int, text: Optional[str] = None,
-                 finish_reason: Optional[str] = None, role: bool = False) -> dict:
+def stream_chunk(
+    kind: str,
+    rid: str,
+    model: str,
+    version: int,
+    index: int,
+    text: Optional[str] = None,
+    finish_reason: Optional[str] = None,
+    role: bool = False,
+) -> dict:
     """One piece of choice `index` of a `kind` ("chat" or "completion") stream: new `text`, the role that opens a
     chat choice, or (no text) the choice's end with its `finish_reason`."""
     if kind == "chat":
@@ -214,7 +262,7 @@ class IncrementalText:
         self._ids.extend(token_ids)
         text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
         end = len(text) if final or not text.endswith("\ufffd") else len(text.rstrip("\ufffd"))
-        delta, self._sent = text[self._sent:end], max(self._sent, end)
+        delta, self._sent = text[self._sent : end], max(self._sent, end)
         return delta
 
     @property

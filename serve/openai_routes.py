@@ -6,6 +6,7 @@ the route functions on the deployment class, so each one there hands its request
 which does the work: the API key, the body, tokenising (the chat template for chat), generating with the policy the
 replica serves, and OpenAI's response layout (`serve.openai_api`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -38,8 +39,17 @@ class OpenAIRoutes:
     an answer; `version`: the policy version the replica serves now; `api_key` None: the routes are open (loopback
     only; `serve.deploy_rollout` refuses otherwise); `model_path`: where the tokenizer is read from, on first use."""
 
-    def __init__(self, *, engine: Any, gate: ReplicaGate, replica: str, served_model_name: str, model_path: str,
-                 api_key: Optional[str], version: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Any,
+        gate: ReplicaGate,
+        replica: str,
+        served_model_name: str,
+        model_path: str,
+        api_key: Optional[str],
+        version: Callable[[], int],
+    ) -> None:
         self._engine, self._gate, self._replica = engine, gate, replica
         self._served_model_name, self._model_path, self._api_key = served_model_name, model_path, api_key
         self._version = version
@@ -50,8 +60,17 @@ class OpenAIRoutes:
             openai_api.check_bearer(request.headers.get("authorization"), self._api_key)
         except openai_api.ApiError as err:
             return JSONResponse(status_code=err.status, content=err.body())
-        return {"object": "list", "data": [{"id": self._served_model_name, "object": "model",
-                                            "owned_by": "rayrl", "policy_version": self._version()}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self._served_model_name,
+                    "object": "model",
+                    "owned_by": "rayrl",
+                    "policy_version": self._version(),
+                }
+            ],
+        }
 
     async def chat_completions(self, request: Request):
         try:
@@ -63,8 +82,9 @@ class OpenAIRoutes:
             try:  # the template renders the tools as the model was taught to see them (a template may ignore them)
                 prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
             except Exception as err:  # e.g. a role the model's chat template does not know
-                raise openai_api.ApiError(f"'messages' do not fit the model's chat template: {err}",
-                                          "messages") from err
+                raise openai_api.ApiError(
+                    f"'messages' do not fit the model's chat template: {err}", "messages"
+                ) from err
             prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
         except openai_api.ApiError as err:
             return JSONResponse(status_code=err.status, content=err.body())
@@ -76,8 +96,9 @@ class OpenAIRoutes:
             parsed = openai_api.parse_sampling(body)
             prompts = openai_api.parse_prompts(body)
             if parsed.stream and len(prompts) > 1:
-                raise openai_api.ApiError(f"'prompt' holds {len(prompts)} prompts; with 'stream' give one per request",
-                                          "prompt")
+                raise openai_api.ApiError(
+                    f"'prompt' holds {len(prompts)} prompts; with 'stream' give one per request", "prompt"
+                )
             tokenizer = await self._chat_tokenizer()
             prompts = [tokenizer.encode(p) if isinstance(p, str) else p for p in prompts]
         except openai_api.ApiError as err:
@@ -96,19 +117,22 @@ class OpenAIRoutes:
             if parsed.stream:
                 if self._gate.asleep:  # refused before the stream's 200 goes out
                     raise RolloutAsleep(self._replica)
-                return StreamingResponse(self._events(kind, rid, prompts[0], parsed, tokenizer),
-                                         media_type="text/event-stream")
+                return StreamingResponse(
+                    self._events(kind, rid, prompts[0], parsed, tokenizer), media_type="text/event-stream"
+                )
             async with self._gate.generating():
                 version = self._version()
                 per_prompt = await self._engine.generate(prompts, parsed.sampling)
         except RolloutAsleep as err:
-            return JSONResponse(status_code=503, content=openai_api.ApiError(str(err), status=503).body(),
-                                headers={"Retry-After": "5"})
+            return JSONResponse(
+                status_code=503, content=openai_api.ApiError(str(err), status=503).body(), headers={"Retry-After": "5"}
+            )
         seqs = [seq for seqs in per_prompt for seq in seqs]  # choice index: prompt * n + sample, as OpenAI orders
         texts = [(tokenizer.decode(s.token_ids, skip_special_tokens=True), s.finish_reason) for s in seqs]
         build = openai_api.chat_response if kind == "chat" else openai_api.completion_response
-        return build(rid, self._served_model_name, version, texts, sum(map(len, prompts)),
-                     sum(len(s.token_ids) for s in seqs))
+        return build(
+            rid, self._served_model_name, version, texts, sum(map(len, prompts)), sum(len(s.token_ids) for s in seqs)
+        )
 
     async def _events(self, kind: str, rid: str, prompt: list[int], parsed: openai_api.ParsedRequest, tokenizer):
         """Server-sent events of one streamed generation; the policy version cannot change while it runs."""
@@ -127,8 +151,7 @@ class OpenAIRoutes:
                     if d.finish_reason is not None:
                         yield openai_api.sse(piece(d.index, finish_reason=d.finish_reason))
             if parsed.include_usage:
-                yield openai_api.sse(openai_api.usage_chunk(piece(0), len(prompt),
-                                                            sum(t.token_count for t in texts)))
+                yield openai_api.sse(openai_api.usage_chunk(piece(0), len(prompt), sum(t.token_count for t in texts)))
         yield openai_api.sse("[DONE]")
 
     async def _chat_tokenizer(self):

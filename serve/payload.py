@@ -5,6 +5,7 @@ Why safetensors: uint8 numpy views are stored in Ray's object store with one cop
 same node; every dtype (bf16 included) survives as bytes; and the replica can hand vLLM's worker process a file
 path, because tensors nested in vLLM `collective_rpc` arguments arrive as plain lists.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,14 +27,16 @@ SHM_ROOT = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 SHM_HEADROOM_BYTES = 256 << 20
 
 
-def encode_tensors(tensors: Mapping[str, "torch.Tensor"], chunk_bytes: int = DEFAULT_CHUNK_BYTES
-                   ) -> list["SafetensorsChunk"]:
+def encode_tensors(
+    tensors: Mapping[str, "torch.Tensor"], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> list["SafetensorsChunk"]:
     """Split `tensors` into chunks of about `chunk_bytes`, each one safetensors file (`SafetensorsChunk`)."""
     return list(iter_encoded_chunks(tensors.items(), chunk_bytes))
 
 
-def iter_encoded_chunks(pairs: Iterable[tuple[str, "torch.Tensor"]], chunk_bytes: int = DEFAULT_CHUNK_BYTES
-                        ) -> Iterator["SafetensorsChunk"]:
+def iter_encoded_chunks(
+    pairs: Iterable[tuple[str, "torch.Tensor"]], chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator["SafetensorsChunk"]:
     """Safetensors chunks of about `chunk_bytes` each, from (name, tensor) pairs pulled only as a chunk fills:
     a chunk is yielded (and its tensors dropped) before the next pair is pulled, so a stream from the engine never
     holds the whole state dict."""
@@ -52,8 +55,18 @@ def iter_encoded_chunks(pairs: Iterable[tuple[str, "torch.Tensor"]], chunk_bytes
 
 
 _SAFETENSORS_DTYPES = {  # torch dtype name -> safetensors dtype code
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
-    "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2",
 }
 
 
@@ -66,6 +79,7 @@ class SafetensorsChunk:
     writes the parts one after the other into a file. Joining them first (as `safetensors.torch.save` does, through
     two more copies) cost 3-5 s of a 540 MB merged SmolLM2 sync on a 2-core box, where writing fresh memory is slow.
     """
+
     header: bytes
     parts: list[np.ndarray]
 

@@ -4,6 +4,7 @@ A module of its own, importing nothing heavy: the actor's process imports only t
 payloads it holds): 0.06 GiB of PSS in `make run` against 0.11 when it imported Ray Serve and FastAPI with the
 deployment module.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

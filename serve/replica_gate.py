@@ -6,6 +6,7 @@ A request that reached a sleeping vLLM would block its engine thread (vLLM's sch
 between its `sleep` and `wake_up`, and an HTTP caller gets a 503 that says when to come back. `sleep` first waits for
 the generations in flight to finish, so none is cut off. Pure asyncio: tested without Ray or vLLM.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,10 @@ class RolloutAsleep(RuntimeError):
 
     def __init__(self, replica: str = ""):
         self.replica = replica
-        super().__init__(f"rollout replica {replica or '?'} is asleep while the trainer updates the policy "
-                         "(trainer.placement=colocated); it serves again after the next weight sync (wake_up)")
+        super().__init__(
+            f"rollout replica {replica or '?'} is asleep while the trainer updates the policy "
+            "(trainer.placement=colocated); it serves again after the next weight sync (wake_up)"
+        )
 
     def __reduce__(self):  # Ray pickles exceptions by their init arguments
         return (RolloutAsleep, (self.replica,))

@@ -6,6 +6,7 @@ purpose is final: a `PolicyVersionMismatch` (a resend would sample another polic
 request, a failure in the engine's own code. The resend names the same policy version, and a replica refuses
 any other, so a retried sample is as on-policy as the first try.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,11 @@ def replica_name(err: BaseException) -> str:
     """The replica an error names (Serve's actor name `SERVE_REPLICA::<app>#<deployment>#<tag>` ends in the tag),
     else Ray's actor id, else 'unknown'."""
     text = str(err)
-    match = re.search(r"SERVE_REPLICA::(\S+)", text) or re.search(r"Replica\(id='([^']+)'", text) or \
-        re.search(r"Replica (\S+) is no longer available", text)
+    match = (
+        re.search(r"SERVE_REPLICA::(\S+)", text)
+        or re.search(r"Replica\(id='([^']+)'", text)
+        or re.search(r"Replica (\S+) is no longer available", text)
+    )
     if match:
         return match.group(1).rsplit("#", 1)[-1]
     actor_id = getattr(err, "actor_id", None)
@@ -99,8 +103,10 @@ class RetryPolicy:
 
     def __post_init__(self):
         if self.max_retries < 0:
-            raise ValueError(f"actor_rollout_ref.rollout.replica_retry_max={self.max_retries}: must be >= 0 "
-                             "(0: a replica death stops the run)")
+            raise ValueError(
+                f"actor_rollout_ref.rollout.replica_retry_max={self.max_retries}: must be >= 0 "
+                "(0: a replica death stops the run)"
+            )
         if not self.timeout_s > 0:
             raise ValueError(f"actor_rollout_ref.rollout.replica_retry_timeout_s={self.timeout_s}: must be > 0")
 
@@ -125,7 +131,8 @@ class RetryPolicy:
                     raise
                 raise ReplicaRetryExhausted(
                     f"{what}: a resend after a replica died did not finish within replica_retry_timeout_s="
-                    f"{self.timeout_s:g} ({_first_line(err)}); raise {RETRY_KEYS}") from None
+                    f"{self.timeout_s:g} ({_first_line(err)}); raise {RETRY_KEYS}"
+                ) from None
             except Exception as err:
                 cause = replica_death(err)
                 if cause is None:
@@ -139,8 +146,15 @@ class RetryPolicy:
                     raise ReplicaRetryExhausted(
                         f"{what}: rollout replica {replica} died ({cause}) and {attempt - 1} resends within "
                         f"replica_retry_max={self.max_retries}, replica_retry_timeout_s={self.timeout_s:g} did not "
-                        f"complete it; raise {RETRY_KEYS}") from None
-                logger.warning("%s: rollout replica %s died (%s); resending it (retry %d of %d)", what, replica,
-                               cause, attempt, self.max_retries)
+                        f"complete it; raise {RETRY_KEYS}"
+                    ) from None
+                logger.warning(
+                    "%s: rollout replica %s died (%s); resending it (retry %d of %d)",
+                    what,
+                    replica,
+                    cause,
+                    attempt,
+                    self.max_retries,
+                )
                 counts.resent()
                 self.wait(self.backoff_s(attempt))

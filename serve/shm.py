@@ -7,6 +7,7 @@ records the /dev/shm names its engine processes map, in its own scratch folder (
 replica that starts on the node reaps the folders of dead pids: it unlinks the recorded names that no live process
 still maps, then the folder. Only names a replica of ours recorded are ever touched.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ def _mapped_shm(pid: int, root: str = SHM_ROOT) -> set[str]:
                 parts = line.rstrip("\n").split(maxsplit=5)  # address perms offset dev inode [path]
                 path = parts[5] if len(parts) == 6 else ""
                 if path.startswith(root + "/"):
-                    names.add(path[len(root) + 1:].split("/")[0].removesuffix(" (deleted)"))
+                    names.add(path[len(root) + 1 :].split("/")[0].removesuffix(" (deleted)"))
     except OSError:
         pass
     return names

@@ -2,6 +2,7 @@
 
 Nothing here imports Ray or vLLM, so the trainer can build these objects cheaply and tests can use them alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -133,6 +134,7 @@ class MergedLora:
     travels. `tensors` should be the trainer's float32 ones (the fold is computed from them); `dtype` is the torch dtype
     name every tensor is loaded in (the rollout's). The base must be the unchanged model the trainer's LoRA wraps.
     """
+
     adapter_config: Mapping[str, Any]
     tensors: Mapping[str, Any]
     dtype: str
@@ -186,6 +188,7 @@ class RolloutEngineSpec:
 @dataclass
 class TokenDelta:
     """New tokens of one choice of a streamed generation; `finish_reason` is set on its last delta."""
+
     index: int
     token_ids: list[int]
     finish_reason: Optional[str]

@@ -14,6 +14,7 @@ touches these two files:
 - LoRA adapters as `LoRARequest`s (a fresh `lora_int_id` per loaded adapter, because vLLM caches by id);
 - sleep mode for colocated GPU placement (`enable_sleep_mode`), where the trainer uses the GPU memory vLLM frees.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -183,10 +184,16 @@ class VLLMRolloutEngine:
         runs = 1 if opts.greedy else opts.n
         batch = uuid.uuid4().hex[:12]
         streams = await self._llm.add_requests(
-            [(f"{batch}-{index}", TokensPrompt(prompt_token_ids=list(ids)),
-              self._sampling_params(opts, runs, None if opts.seed is None else opts.seed + index))
-             for index, ids in enumerate(prompts)],
-            lora_request=self._lora_request)
+            [
+                (
+                    f"{batch}-{index}",
+                    TokensPrompt(prompt_token_ids=list(ids)),
+                    self._sampling_params(opts, runs, None if opts.seed is None else opts.seed + index),
+                )
+                for index, ids in enumerate(prompts)
+            ],
+            lora_request=self._lora_request,
+        )
 
         async def final(outputs) -> list[GeneratedSequence]:
             last = None
@@ -204,13 +211,22 @@ class VLLMRolloutEngine:
 
         runs = 1 if opts.greedy else opts.n
         (outputs,) = await self._llm.add_requests(
-            [(f"stream-{uuid.uuid4().hex[:12]}", TokensPrompt(prompt_token_ids=list(prompt)),
-              self._sampling_params(opts, runs, opts.seed, stream=True))],
-            lora_request=self._lora_request)
+            [
+                (
+                    f"stream-{uuid.uuid4().hex[:12]}",
+                    TokensPrompt(prompt_token_ids=list(prompt)),
+                    self._sampling_params(opts, runs, opts.seed, stream=True),
+                )
+            ],
+            lora_request=self._lora_request,
+        )
         async for out in outputs:
             deltas = [TokenDelta(c.index, list(c.token_ids), c.finish_reason) for c in out.outputs]
-            yield deltas if runs == opts.n else [TokenDelta(i, d.token_ids, d.finish_reason)
-                                                 for d in deltas for i in range(opts.n)]
+            yield (
+                deltas
+                if runs == opts.n
+                else [TokenDelta(i, d.token_ids, d.finish_reason) for d in deltas for i in range(opts.n)]
+            )
 
     # ------------------------------------------------------------------ weights
     async def load_full_weights(self, paths: list[str]) -> None:

@@ -8,6 +8,7 @@ is_checkpoint_format=True)`, which undoes the repacking layer by layer, and re-p
 tied to another's. The reload's per-layer "Failed to load weights" warning is filtered for the layers no checkpoint
 feeds by design.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,9 @@ class WeightSyncWorkerExtension:
 
         # the trainer leaves a tied LM head out of its merged weights; so does the fold
         tied = getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False)
-        return self._rayrl_reload(iter_folded_adapter(model_path, adapter_dir, dtype,
-                                                      skip={"lm_head.weight"} if tied else ()))
+        return self._rayrl_reload(
+            iter_folded_adapter(model_path, adapter_dir, dtype, skip={"lm_head.weight"} if tied else ())
+        )
 
     def _rayrl_reload(self, items: Iterator[tuple[str, Any]]) -> int:
         from serve.payload import weights_sum

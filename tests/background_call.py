@@ -1,5 +1,6 @@
 """A call run in a thread while the test's own thread acts on the system under it (kills a replica, waits for an
 event); shared by the fault tests."""
+
 from __future__ import annotations
 
 import threading

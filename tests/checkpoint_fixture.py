@@ -1,5 +1,6 @@
 """A resumable checkpoint folder as the trainer writes it (global_step_<N>/ with trainer_state.json and an FSDP DCP
 actor/ folder), for a model's full weights, written in this process without a process group."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,8 @@ def write_checkpoint(model_dir: Path, root: Path, step: int = 1) -> Path:
     actor.mkdir(parents=True)
     dcp.save({"model": model.state_dict()}, checkpoint_id=str(actor))
     torch.save({"step": step}, actor / "engine_state.pt")
-    (ckpt / "trainer_state.json").write_text(json.dumps(
-        {"global_step": step, "policy_version": step, "kl_coef": 0.0, "data": {}, "world_size": 1}))
+    (ckpt / "trainer_state.json").write_text(
+        json.dumps({"global_step": step, "policy_version": step, "kl_coef": 0.0, "data": {}, "world_size": 1})
+    )
     (root / "latest_checkpointed_iteration.txt").write_text(str(step))
     return ckpt

@@ -2,6 +2,7 @@
 with `python`, `ray` and the installers replaced by recorders, and every recorded `python -m app.<verb>` call is
 checked with the loader the verb itself uses (Hydra compose + load_config for app.train, the sweep file's parser
 for app.sweep, argparse for the others). Nothing starts Ray, reads a model or writes data."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,14 @@ def record_calls(script_text: str, record_file: Path, args: tuple[str, ...] = ()
     """The argument lists of every `python` call `script_text` makes when bash runs it (with `args` as $@)."""
     record_file.write_text("")
     env = {**os.environ, "RECORD_FILE": str(record_file)}
-    done = subprocess.run(["bash", "-c", RECORDERS + script_text, "script", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "-c", RECORDERS + script_text, "script", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return [call.split(FIELD)[:-1] for call in record_file.read_text().split(RECORD)[:-1]]
 

@@ -2,6 +2,7 @@
 
 Models are cached under `.cache/test-models` (git-ignored) so a second session does not rebuild them.
 """
+
 from __future__ import annotations
 
 import os
@@ -112,8 +113,14 @@ def ray_cluster():
         yield ray
         return
     # a worker group of 4 ranks on 2 busy cores can take longer to start than Ray Train's 60 s default allows
-    ray.init(num_cpus=8, num_gpus=SESSION_GPUS, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300"}})
+    ray.init(
+        num_cpus=8,
+        num_gpus=SESSION_GPUS,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300"}},
+    )
     _SERVE_PORT[:] = [start_serve_on_free_port()]
     try:
         yield ray

@@ -1,6 +1,7 @@
 """Running an entry point (`python -m app.<verb> ...`) as a user would, in a subprocess, and recording how it ended:
 exit code, the lines on stderr, the seconds taken, whether `ray.init` was called, and a tag in its environment that
 every process it starts inherits (so the Ray processes it left, if any, can be told from other users' clusters)."""
+
 from __future__ import annotations
 
 import os
@@ -42,23 +43,37 @@ class EntryRun:
     @property
     def error(self) -> str:
         """The one line on stderr (the test fails when there are more or none)."""
-        assert len(self.stderr_lines) == 1, f"expected one line on stderr, got {len(self.stderr_lines)}:\n" + \
-            "\n".join(self.stderr_lines)
+        assert len(self.stderr_lines) == 1, f"expected one line on stderr, got {len(self.stderr_lines)}:\n" + "\n".join(
+            self.stderr_lines
+        )
         return self.stderr_lines[0]
 
 
-def run_entry(module: str, args: list[str], cwd: Path, env: dict[str, str] | None = None,
-              timeout: float = 120) -> EntryRun:
+def run_entry(
+    module: str, args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> EntryRun:
     mark = Path(cwd) / f".ray-init-{uuid.uuid4().hex}"
     tag = uuid.uuid4().hex
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), "RAYRL_TEST_RAY_MARK": str(mark), TAG_ENV: tag,
-                "HF_HUB_OFFLINE": "1", **(env or {})}
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "RAYRL_TEST_RAY_MARK": str(mark),
+        TAG_ENV: tag,
+        "HF_HUB_OFFLINE": "1",
+        **(env or {}),
+    }
     for name in ("RAY_ADDRESS", "RAYRL_TRACEBACK"):
         if env is None or name not in env:
             full_env.pop(name, None)
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", _WRAPPER, module, *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", _WRAPPER, module, *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     seconds = time.monotonic() - start
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     return EntryRun(done.returncode, lines, done.stdout, seconds, mark.exists(), tag)

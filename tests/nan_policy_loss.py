@@ -4,6 +4,7 @@ training steps listed in `NAN_STEPS`.
 The tests' runs take one mini-batch in one micro-batch per step, so the loss is called once a step and its call
 count is the step number.
 """
+
 from __future__ import annotations
 
 from algos.policy_loss import vanilla

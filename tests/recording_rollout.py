@@ -1,5 +1,6 @@
 """A stand-in for `serve.RolloutClient` in trainer-loop tests: random response tokens, a fixed log-prob per token,
 and a record of the lifecycle calls the loop makes (generate, sleep, wake_up, update_weights)."""
+
 from __future__ import annotations
 
 import torch
@@ -23,12 +24,18 @@ class RecordingRollout:
         self.calls.append("generate")
         g = torch.Generator().manual_seed(len(self.calls))
         n = 1 if validation else self.n
-        return [RolloutSample(prompt_index=i, sample_index=j,
-                              response_token_ids=torch.randint(10, self.vocab_size, (self.response_len,),
-                                                               generator=g).tolist(),
-                              logprobs=[self.logprob] * self.response_len, finish_reason="length",
-                              policy_version=self.version)
-                for i in range(len(prompt_token_ids)) for j in range(n)]
+        return [
+            RolloutSample(
+                prompt_index=i,
+                sample_index=j,
+                response_token_ids=torch.randint(10, self.vocab_size, (self.response_len,), generator=g).tolist(),
+                logprobs=[self.logprob] * self.response_len,
+                finish_reason="length",
+                policy_version=self.version,
+            )
+            for i in range(len(prompt_token_ids))
+            for j in range(n)
+        ]
 
     def update_weights(self, version, payload):
         assert not self.asleep, "weights pushed into a sleeping engine"

@@ -1,6 +1,7 @@
 """A stand-in for the rollout client in multi-turn tests: `generate` with the client's signature answers turn k of a
 conversation with `script[k]`, where k is the number of assistant turns already in the context (so concurrent
 trajectories each get their own turn), and records every call."""
+
 from __future__ import annotations
 
 import threading
@@ -27,11 +28,11 @@ class ScriptedPolicy:
         ids = self.tokenizer.encode(self.script[turn], add_special_tokens=False) + [self.tokenizer.eos_token_id]
         finish = "stop"
         if len(ids) > sampling.max_tokens:
-            ids, finish = ids[:sampling.max_tokens], "length"
+            ids, finish = ids[: sampling.max_tokens], "length"
         with self.lock:
             self.calls.append((list(context), expect_version, sampling))
         return [RolloutSample(0, 0, ids, logprobs_for(turn, len(ids)), finish, expect_version)]
 
 
 def _count(seq, sub):
-    return sum(seq[i:i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))
+    return sum(seq[i : i + len(sub)] == sub for i in range(len(seq) - len(sub) + 1))

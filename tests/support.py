@@ -1,4 +1,5 @@
 """Plain helpers several test modules use (on pytest's `pythonpath`, so `from support import ...` works anywhere)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -77,14 +78,24 @@ def tiny_run_overrides(model_dir, data_dir) -> list[str]:
     `data_dir`, 2 steps of 2 prompts x n=2 with 16 response tokens, hf rollout, one train worker, validation every
     step, no checkpoints. Callers add the output folder, loggers and experiment name."""
     return [
-        f"data.train_files={data_dir / 'train.parquet'}", f"data.val_files={data_dir / 'test.parquet'}",
-        "data.train_batch_size=2", "data.max_prompt_length=256", "data.max_response_length=16",
-        f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.model.lora_rank=0",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.dtype=float32",
-        f"actor_rollout_ref.rollout.http_port={free_port()}", "reward_model.num_workers=1",
-        "trainer.num_workers=1", "trainer.cpus_per_worker=1", "trainer.total_training_steps=2",
-        "trainer.test_freq=1", "trainer.save_freq=-1",
+        f"data.train_files={data_dir / 'train.parquet'}",
+        f"data.val_files={data_dir / 'test.parquet'}",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=256",
+        "data.max_response_length=16",
+        f"actor_rollout_ref.model.path={model_dir}",
+        "actor_rollout_ref.model.lora_rank=0",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.rollout.http_port={free_port()}",
+        "reward_model.num_workers=1",
+        "trainer.num_workers=1",
+        "trainer.cpus_per_worker=1",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=1",
+        "trainer.save_freq=-1",
     ]
 
 
@@ -104,8 +115,7 @@ def engine_spec(model_path, **overrides):
     from app.config.schema import ActorConfig, ModelConfig, RolloutConfig
     from app.roles.factory import actor_engine_spec
 
-    spec = actor_engine_spec(ModelConfig(path=str(model_path)), ActorConfig(), seed=0,
-                             rollout_n=RolloutConfig().n)
+    spec = actor_engine_spec(ModelConfig(path=str(model_path)), ActorConfig(), seed=0, rollout_n=RolloutConfig().n)
     return dataclasses.replace(spec, **overrides)
 
 
@@ -180,7 +190,7 @@ def wandb_records(path: Path):
             pos += room
             continue
         length, kind = struct.unpack_from("<HB", data, pos + 4)
-        pieces += data[pos + 7:pos + 7 + length]
+        pieces += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):
             record = wandb_internal_pb2.Record()

@@ -11,6 +11,7 @@ its parent's names, so they cannot form a circle that fails at import time. Impo
 run: they count for the layers (a type from above is still a dependency on above) but not for circles (a Protocol
 may name the config type of the module that implements it).
 """
+
 from __future__ import annotations
 
 import ast
@@ -59,9 +60,9 @@ SERVE_USERS_FROM = LAYERS["app.trainer"]
 # (importing package, serve module) allowed below SERVE_USERS_FROM, and why
 SERVE_EXEMPTIONS = {
     ("app.config", "serve.http_access"): "the API-key rule of the OpenAI routes, which the config check applies "
-                                         "before a run and the deployment enforces; stdlib only (no Ray, no routes)",
+    "before a run and the deployment enforces; stdlib only (no Ray, no routes)",
     ("app.agents", "serve.types"): "the rollout client's request and sample types, which the agent loop sends and "
-                                   "receives turn by turn; plain dataclasses (no Ray, no vLLM)",
+    "receives turn by turn; plain dataclasses (no Ray, no vLLM)",
 }
 
 
@@ -124,7 +125,8 @@ def _is_type_checking(node: ast.AST) -> bool:
         return False
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _layer(module: str) -> int | None:
@@ -165,8 +167,10 @@ def test_no_import_goes_up_a_layer():
             continue
         src_layer, dst_layer = _layer(edge.source), _layer(edge.target)
         if src_layer is not None and dst_layer is not None and dst_layer > src_layer:
-            upward.append(f"{edge}: layer {src_layer} ({_package(edge.source, LAYERS)}) imports layer {dst_layer} "
-                          f"({_package(edge.target, LAYERS)})")
+            upward.append(
+                f"{edge}: layer {src_layer} ({_package(edge.source, LAYERS)}) imports layer {dst_layer} "
+                f"({_package(edge.target, LAYERS)})"
+            )
     assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
 
 
@@ -229,8 +233,9 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def test_the_checks_see_a_circle_and_an_upward_import():
     # the checks themselves: a made-up graph with a circle, and a made-up upward edge
-    assert {frozenset(c) for c in _strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
-            if len(c) > 1} == {frozenset("abc")}
+    assert {
+        frozenset(c) for c in _strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) if len(c) > 1
+    } == {frozenset("abc")}
     assert _layer("app.engine.sharded") == 1 and _layer("app.config.new_check") == 2
     assert _layer("app.trainer.new_module") == 4  # a new module in a known package needs no edit
     mods = _modules()
@@ -239,5 +244,6 @@ def test_the_checks_see_a_circle_and_an_upward_import():
     # imports inside functions count: check_deepspeed imports the engine's DeepSpeed JSON code when it runs
     assert any(e.source == "app.config.deepspeed_check" and e.target == "app.engine.deepspeed_config" for e in edges)
     # a Protocol's TYPE_CHECKING import of the config type it names is seen, and known as never run
-    assert [e.typing_only for e in edges if (e.source, e.target) == ("algos.protocols", "algos.policy_loss_config")
-            ] == [True]
+    assert [
+        e.typing_only for e in edges if (e.source, e.target) == ("algos.protocols", "algos.policy_loss_config")
+    ] == [True]

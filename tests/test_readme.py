@@ -2,6 +2,7 @@
 (with `python` and `ray` recorded, not run) and each call is checked with the loader its entry point uses; a `...`
 in a command stands for "the rest of your command" and is read as the quickstart's config. The data row it shows
 loads, and the job-submit command passes the check a Ray job makes of its paths."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """A stand-in rollout service whose groups' scores under tests/app/trainer/yes_reward.py are known in advance."""
+
 from __future__ import annotations
 
 from serve.types import RolloutSample
@@ -22,9 +23,16 @@ class YesNoRollout:
             for j in range(1 if validation else self.n):
                 yes = self.mixed and i % 2 == 0 and j == 0
                 ids = [self.yes_id] * self.long_len if yes else [self.no_id]
-                out.append(RolloutSample(prompt_index=i, sample_index=j, response_token_ids=ids,
-                                         logprobs=[-1.0] * len(ids), finish_reason="stop",
-                                         policy_version=self.version))
+                out.append(
+                    RolloutSample(
+                        prompt_index=i,
+                        sample_index=j,
+                        response_token_ids=ids,
+                        logprobs=[-1.0] * len(ids),
+                        finish_reason="stop",
+                        policy_version=self.version,
+                    )
+                )
         return out
 
     def update_weights(self, version, payload):

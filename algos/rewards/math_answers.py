@@ -139,9 +139,7 @@ def math_answers_equal(predicted: str | None, gold: str) -> bool:
     return fa is not None and fb is not None and fa == fb
 
 
-@register_reward(
-    "math", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"
-)
+@register_reward("math", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
 def compute_score(
     solution_str: str,
     ground_truth: Any,

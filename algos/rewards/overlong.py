@@ -9,6 +9,7 @@ verl: `reward_model.overlong_buffer.{enable,len,penalty_factor}`. With a respons
 added to its score, so the policy learns to finish before the hard cut instead of being told nothing by a truncated,
 unscored answer.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -16,8 +17,9 @@ from typing import Sequence
 import torch
 
 
-def overlong_penalty(response_lengths: Sequence[int] | torch.Tensor, max_response_length: int, buffer_len: int,
-                     penalty_factor: float) -> torch.Tensor:
+def overlong_penalty(
+    response_lengths: Sequence[int] | torch.Tensor, max_response_length: int, buffer_len: int, penalty_factor: float
+) -> torch.Tensor:
     """`(batch,)` the penalty (<= 0) for each response length; see the module docstring for the formula.
 
     Args:

@@ -1,6 +1,7 @@
 """The tokens that follow an assistant turn that called tools: the rest of the assistant message after its stop
 token, the tool messages and the next assistant header, as the model's chat template writes them. Only these new
 tokens are templated, so the tokens the model sampled are kept exactly as it sampled them."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -11,18 +12,24 @@ _SYSTEM, _USER, _ASSISTANT = "<<system>>", "<<user>>", "<<assistant>>"
 class ChatGlue:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        self._base = [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": _USER},
-                      {"role": "assistant", "content": _ASSISTANT}]
+        self._base = [
+            {"role": "system", "content": _SYSTEM},
+            {"role": "user", "content": _USER},
+            {"role": "assistant", "content": _ASSISTANT},
+        ]
         self._base_text = self._render(self._base, add_generation_prompt=False)
         if _ASSISTANT not in self._base_text:
-            raise ValueError("the tokenizer's chat template drops assistant messages; multi-turn rollouts need a "
-                             "template that writes them")
+            raise ValueError(
+                "the tokenizer's chat template drops assistant messages; multi-turn rollouts need a "
+                "template that writes them"
+            )
         # what the template writes after an assistant message's content: its end token, then glue ("\n" in ChatML)
-        self._after_assistant = self._base_text[self._base_text.rindex(_ASSISTANT) + len(_ASSISTANT):]
+        self._after_assistant = self._base_text[self._base_text.rindex(_ASSISTANT) + len(_ASSISTANT) :]
 
     def _render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+        return self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
 
     def after_turn(self, last_token_id: int, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Token ids to append after an assistant turn that ended with `last_token_id` (its stop token): the end of
@@ -30,9 +37,11 @@ class ChatGlue:
         stop_text = self.tokenizer.decode([last_token_id])
         rest = self._after_assistant
         if stop_text and rest.startswith(stop_text):
-            rest = rest[len(stop_text):]
+            rest = rest[len(stop_text) :]
         full = self._render(self._base + list(messages), add_generation_prompt=True)
         if not full.startswith(self._base_text):
-            raise ValueError("the chat template rewrites earlier turns when messages are added; multi-turn rollouts "
-                             "need a template that appends")
-        return self.tokenizer.encode(rest + full[len(self._base_text):], add_special_tokens=False)
+            raise ValueError(
+                "the chat template rewrites earlier turns when messages are added; multi-turn rollouts "
+                "need a template that appends"
+            )
+        return self.tokenizer.encode(rest + full[len(self._base_text) :], add_special_tokens=False)

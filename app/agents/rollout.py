@@ -1,5 +1,6 @@
 """The rollout client seen through the agent loop: `trajectories` for training, and `generate` with the client's
 signature (one sample per trajectory, its response the model's own tokens of every turn) for validation."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
@@ -18,26 +19,49 @@ class AgentRollout:
         self.client = client
         self.rollout_cfg = rollout_cfg
         tools = load_tools(mt.tool_config_path) if mt.tool_config_path else {}
-        runner = ToolRunner(tools, max_parallel_calls=mt.max_parallel_calls, timeout_s=mt.tool_timeout_s,
-                            max_response_length=mt.max_tool_response_length,
-                            truncate_side=mt.tool_response_truncate_side)
-        self.loop = AgentLoop(client, tokenizer, tools, runner,
-                              AgentLoopLimits.from_config(mt, rollout_cfg.response_length, rollout_cfg.max_num_seqs))
+        runner = ToolRunner(
+            tools,
+            max_parallel_calls=mt.max_parallel_calls,
+            timeout_s=mt.tool_timeout_s,
+            max_response_length=mt.max_tool_response_length,
+            truncate_side=mt.tool_response_truncate_side,
+        )
+        self.loop = AgentLoop(
+            client,
+            tokenizer,
+            tools,
+            runner,
+            AgentLoopLimits.from_config(mt, rollout_cfg.response_length, rollout_cfg.max_num_seqs),
+        )
 
-    def trajectories(self, prompt_token_ids: Sequence[Sequence[int]], *, expect_version: int,
-                     validation: bool = False,
-                     tools_kwargs: Optional[Sequence[Optional[Mapping[str, Any]]]] = None) -> list[Trajectory]:
+    def trajectories(
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        *,
+        expect_version: int,
+        validation: bool = False,
+        tools_kwargs: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
+    ) -> list[Trajectory]:
         """`rollout.n` trajectories per prompt (`val_kwargs.n` when `validation`), prompt-major."""
         sampling = SamplingOptions.from_rollout_config(self.rollout_cfg, validation=validation)
         return self.loop.run(prompt_token_ids, version=expect_version, sampling=sampling, tools_kwargs=tools_kwargs)
 
-    def generate(self, prompt_token_ids: Sequence[Sequence[int]], *, expect_version: int,
-                 validation: bool = False) -> list[RolloutSample]:
+    def generate(
+        self, prompt_token_ids: Sequence[Sequence[int]], *, expect_version: int, validation: bool = False
+    ) -> list[RolloutSample]:
         trajs = self.trajectories(prompt_token_ids, expect_version=expect_version, validation=validation)
         n = len(trajs) // max(1, len(prompt_token_ids))
         out = []
         for row, t in enumerate(trajs):
             keep = [k for k, m in enumerate(t.response_mask) if m]
-            out.append(RolloutSample(row // n, row % n, [t.response_ids[k] for k in keep],
-                                     [t.response_logprobs[k] for k in keep], t.finish_reason, expect_version))
+            out.append(
+                RolloutSample(
+                    row // n,
+                    row % n,
+                    [t.response_ids[k] for k in keep],
+                    [t.response_logprobs[k] for k in keep],
+                    t.finish_reason,
+                    expect_version,
+                )
+            )
         return out

@@ -1,6 +1,7 @@
 """The tool interface: verl's life cycle (create -> execute ... -> calc_reward -> release) and its OpenAI function
 schema. A tool written against verl's `BaseTool` methods plugs in by subclassing `BaseTool` here instead; its methods
 may be plain or `async` (`call_tool` runs either)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,6 +21,7 @@ class FunctionSchema:
 @dataclass(frozen=True)
 class ToolSchema:
     """An OpenAI function-tool schema: `{"type": "function", "function": {"name", "description", "parameters"}}`."""
+
     function: FunctionSchema
     type: str = "function"
 
@@ -39,8 +41,10 @@ class ToolSchema:
     def to_dict(self) -> dict[str, Any]:
         """The schema as the OpenAI API and chat templates take it (`tools=[...]`)."""
         f = self.function
-        return {"type": self.type, "function": {"name": f.name, "description": f.description,
-                                                "parameters": dict(f.parameters)}}
+        return {
+            "type": self.type,
+            "function": {"name": f.name, "description": f.description, "parameters": dict(f.parameters)},
+        }
 
 
 class BaseTool:
@@ -74,8 +78,10 @@ def call_tool(method, *args, **kwargs) -> Any:
     """`method(*args, **kwargs)`, awaited on a fresh event loop when the tool wrote it `async` (verl's tools are)."""
     result = method(*args, **kwargs)
     if inspect.isawaitable(result):
+
         async def wait():
             return await result
+
         return asyncio.run(wait())
     return result
 

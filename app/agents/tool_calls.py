@@ -1,6 +1,7 @@
 """Tool calls in the model's text, Hermes format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, any number
 of them, anywhere in the turn. A call that does not parse is kept as a `BadToolCall`, which the runner answers with
 an error message, so the policy sees what it got wrong."""
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,7 @@ def parse_tool_calls(text: str, fmt: str = "hermes") -> list[ParsedCall]:
     calls: list[ParsedCall] = [_parse_one(m.group(1)) for m in _CALL.finditer(text)]
     tail = _CALL.sub("", text)
     if _OPEN in tail:  # opened and never closed: the model meant a call
-        raw = tail[tail.index(_OPEN) + len(_OPEN):]
+        raw = tail[tail.index(_OPEN) + len(_OPEN) :]
         calls.append(BadToolCall(raw.strip(), f"{_OPEN} without {_CLOSE}"))
     return calls
 

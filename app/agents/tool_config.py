@@ -1,5 +1,6 @@
 """verl's tool config file: `tools:` a list of {class_name, config, tool_schema}. `class_name` names the class as
 `package.module.Class` (verl's spelling) or `package.module:Class`; the class takes (config, ToolSchema)."""
+
 from __future__ import annotations
 
 import importlib
@@ -23,13 +24,15 @@ def import_class(class_name: str, where: str) -> type:
     if not sep:
         module_name, _, attr = class_name.rpartition(".")
     if not module_name or not attr:
-        raise ToolConfigError(f"{where}: class_name={class_name!r} must be 'package.module.Class' or "
-                              "'package.module:Class'")
+        raise ToolConfigError(
+            f"{where}: class_name={class_name!r} must be 'package.module.Class' or 'package.module:Class'"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ToolConfigError(f"{where}: class_name={class_name!r}: cannot import module {module_name!r} ({e}); "
-                              "is it on PYTHONPATH?") from e
+        raise ToolConfigError(
+            f"{where}: class_name={class_name!r}: cannot import module {module_name!r} ({e}); is it on PYTHONPATH?"
+        ) from e
     cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise ToolConfigError(f"{where}: class_name={class_name!r}: module {module_name!r} has no class {attr!r}")
@@ -63,8 +66,14 @@ def read_tool_specs(path: str | Path) -> list[dict[str, Any]]:
         if schema.function.name in names:
             raise ToolConfigError(f"{where}: a second tool named {schema.function.name!r}; tool names must differ")
         names.add(schema.function.name)
-        specs.append({"class_name": entry["class_name"], "config": dict(config), "tool_schema": schema,
-                      "where": f"{where} ({schema.function.name})"})
+        specs.append(
+            {
+                "class_name": entry["class_name"],
+                "config": dict(config),
+                "tool_schema": schema,
+                "where": f"{where} ({schema.function.name})",
+            }
+        )
     return specs
 
 
@@ -82,8 +91,9 @@ def load_tools(path: str | Path) -> dict[str, BaseTool]:
         try:
             tools[spec["tool_schema"].function.name] = cls(spec["config"], spec["tool_schema"])
         except Exception as e:
-            raise ToolConfigError(f"{spec['where']}: {spec['class_name']}({spec['config']!r}, ...) failed: "
-                                  f"{type(e).__name__}: {e}") from e
+            raise ToolConfigError(
+                f"{spec['where']}: {spec['class_name']}({spec['config']!r}, ...) failed: {type(e).__name__}: {e}"
+            ) from e
     return tools
 
 
@@ -91,6 +101,7 @@ def _tool_class(spec: Mapping[str, Any]) -> type:
     cls = import_class(spec["class_name"], spec["where"])
     missing = [m for m in ("create", "execute", "calc_reward", "release") if not callable(getattr(cls, m, None))]
     if missing:
-        raise ToolConfigError(f"{spec['where']}: {spec['class_name']} lacks {missing}; subclass "
-                              "app.agents.tool_base.BaseTool")
+        raise ToolConfigError(
+            f"{spec['where']}: {spec['class_name']} lacks {missing}; subclass app.agents.tool_base.BaseTool"
+        )
     return cls

@@ -1,6 +1,7 @@
 """Runs one assistant turn's tool calls: in parallel up to `max_parallel_calls`, each within a timeout. Nothing a tool
 does ends the run: an exception, a hang, bad JSON, an unknown tool or a call over the limit becomes an error message
 in the conversation and a counted error. Responses are cut to `max_tool_response_length` characters."""
+
 from __future__ import annotations
 
 import threading
@@ -33,16 +34,23 @@ def truncate(text: str, limit: int, side: str) -> str:
     if side == "left":
         return text[:limit] + TRUNCATION_MARK
     if side == "right":
-        return TRUNCATION_MARK + text[len(text) - limit:]
+        return TRUNCATION_MARK + text[len(text) - limit :]
     if side == "middle":
         head = limit // 2
-        return text[:head] + TRUNCATION_MARK + text[len(text) - (limit - head):]
+        return text[:head] + TRUNCATION_MARK + text[len(text) - (limit - head) :]
     raise ValueError(f"tool_response_truncate_side={side!r}: one of {TRUNCATE_SIDES}")
 
 
 class ToolRunner:
-    def __init__(self, tools: Mapping[str, BaseTool], *, max_parallel_calls: int = 1, timeout_s: float = 30.0,
-                 max_response_length: int = 256, truncate_side: str = "middle"):
+    def __init__(
+        self,
+        tools: Mapping[str, BaseTool],
+        *,
+        max_parallel_calls: int = 1,
+        timeout_s: float = 30.0,
+        max_response_length: int = 256,
+        truncate_side: str = "middle",
+    ):
         if truncate_side not in TRUNCATE_SIDES:
             raise ValueError(f"tool_response_truncate_side={truncate_side!r}: one of {TRUNCATE_SIDES}")
         if max_parallel_calls < 1 or max_response_length < 1 or timeout_s <= 0:
@@ -53,28 +61,37 @@ class ToolRunner:
         self.max_response_length = max_response_length
         self.truncate_side = truncate_side
 
-    def run(self, calls: Sequence[ParsedCall], instance_ids: Mapping[str, str],
-            execute_kwargs: Optional[Mapping[str, Mapping[str, Any]]] = None) -> list[ToolResult]:
+    def run(
+        self,
+        calls: Sequence[ParsedCall],
+        instance_ids: Mapping[str, str],
+        execute_kwargs: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    ) -> list[ToolResult]:
         """One result per call, in call order. `instance_ids`: {tool name: the trajectory's instance of it}."""
         execute_kwargs = execute_kwargs or {}
         results: list[Optional[ToolResult]] = [None] * len(calls)
         threads: list[tuple[int, threading.Thread, dict, float]] = []
         for i, call in enumerate(calls):
             if i >= self.max_parallel_calls:
-                results[i] = self._error("", "too_many_calls", f"not run: at most {self.max_parallel_calls} tool "
-                                                                "call(s) per turn")
+                results[i] = self._error(
+                    "", "too_many_calls", f"not run: at most {self.max_parallel_calls} tool call(s) per turn"
+                )
             elif isinstance(call, BadToolCall):
                 results[i] = self._error("", "bad_call", f"could not parse the tool call: {call.error}")
             elif call.name not in self.tools:
-                results[i] = self._error(call.name, "unknown_tool", f"unknown tool {call.name!r}; tools: "
-                                                                    f"{sorted(self.tools)}")
+                results[i] = self._error(
+                    call.name, "unknown_tool", f"unknown tool {call.name!r}; tools: {sorted(self.tools)}"
+                )
             else:
                 box: dict = {}
                 tool = self.tools[call.name]
                 # a daemon thread per call: one that hangs past its timeout is abandoned, never joined
-                thread = threading.Thread(target=_execute, daemon=True, name=f"tool-{call.name}",
-                                          args=(tool, instance_ids[call.name], call.arguments,
-                                                dict(execute_kwargs.get(call.name, {})), box))
+                thread = threading.Thread(
+                    target=_execute,
+                    daemon=True,
+                    name=f"tool-{call.name}",
+                    args=(tool, instance_ids[call.name], call.arguments, dict(execute_kwargs.get(call.name, {})), box),
+                )
                 thread.start()
                 threads.append((i, thread, box, time.monotonic() + self.timeout_s))
         for i, thread, box, deadline in threads:  # each call gets timeout_s from its own start
@@ -87,8 +104,9 @@ class ToolRunner:
                 results[i] = self._error(name, "exception", f"tool {name!r} failed: {type(e).__name__}: {e}")
             else:
                 text, reward, metrics = box["result"]
-                results[i] = ToolResult(name, truncate(text, self.max_response_length, self.truncate_side),
-                                        reward=reward, metrics=metrics)
+                results[i] = ToolResult(
+                    name, truncate(text, self.max_response_length, self.truncate_side), reward=reward, metrics=metrics
+                )
         return results  # type: ignore[return-value]
 
     def _error(self, name: str, kind: str, message: str) -> ToolResult:

@@ -1,6 +1,7 @@
 """One trajectory as one training sequence: the prompt, then everything after it (the model's turns, the template
 glue and tool results between them) as the response. `response_mask` is 1 on the model's own tokens and 0 on the
 rest; `response_logprobs` holds the sampler's log-probs on the model's tokens and 0 elsewhere."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """One typed configuration schema (verl key names), loaded from Hydra/OmegaConf and validated before Ray starts."""
+
 from app.config.errors import ConfigError
 from app.config.hydra_defaults import register_schema_defaults
 from app.config.loader import load_config, to_container

@@ -1,6 +1,7 @@
 """`strategy=deepspeed` checked on the driver: the user's DeepSpeed JSON is read and merged with what our keys
 derive, exactly as each engine will, so a conflicting batch key or a missing file stops the run before any worker
 starts; FSDP-only settings that the DeepSpeed engine would ignore are refused."""
+
 from __future__ import annotations
 
 from typing import Any, Iterator
@@ -37,7 +38,8 @@ def check_deepspeed(cfg: TrainerRunConfig, needs_critic: bool) -> None:
                 raise ConfigError(
                     f"{fsdp_path}.{name}=true is an FSDP setting and {path}.strategy=deepspeed ignores it; use "
                     f"{path}.deepspeed_config.offload_optimizer (parameters: zero_optimization.offload_param in the "
-                    f"JSON of {path}.deepspeed_config.config_path, with zero_stage=3)")
+                    f"JSON of {path}.deepspeed_config.config_path, with zero_stage=3)"
+                )
         if role is None:
             continue
         if role.use_torch_compile:
@@ -47,17 +49,28 @@ def check_deepspeed(cfg: TrainerRunConfig, needs_critic: bool) -> None:
             continue
         key = f"{path}.deepspeed_config.config_path"
         micro = role.ppo_micro_batch_size_per_gpu
-        explain = (f"{path}.ppo_mini_batch_size={role.ppo_mini_batch_size} x actor_rollout_ref.rollout.n={n} "
-                   f"samples over {ranks_named(cfg.trainer)}, micro-batches of "
-                   + (f"{path}.use_dynamic_bsz=true (the whole share)" if role.use_dynamic_bsz
-                      else f"{path}.ppo_micro_batch_size_per_gpu={micro}"))
+        explain = (
+            f"{path}.ppo_mini_batch_size={role.ppo_mini_batch_size} x actor_rollout_ref.rollout.n={n} "
+            f"samples over {ranks_named(cfg.trainer)}, micro-batches of "
+            + (
+                f"{path}.use_dynamic_bsz=true (the whole share)"
+                if role.use_dynamic_bsz
+                else f"{path}.ppo_micro_batch_size_per_gpu={micro}"
+            )
+        )
         try:
             user = load_user_config(ds.config_path, key)
             batch = batch_keys(role.ppo_mini_batch_size * n, micro, workers, use_dynamic_bsz=role.use_dynamic_bsz)
-            derived = derived_config(zero_stage=ds.zero_stage, offload_optimizer=ds.offload_optimizer, trains=True,
-                                     grad_clip=role.grad_clip, param_dtype=fsdp.mixed_precision.param_dtype,
-                                     batch=batch)
-            merge_user_config(derived, user, source=f"{key}={ds.config_path}", trains=True, explain=explain,
-                              optim_key=f"{path}.optim")
+            derived = derived_config(
+                zero_stage=ds.zero_stage,
+                offload_optimizer=ds.offload_optimizer,
+                trains=True,
+                grad_clip=role.grad_clip,
+                param_dtype=fsdp.mixed_precision.param_dtype,
+                batch=batch,
+            )
+            merge_user_config(
+                derived, user, source=f"{key}={ds.config_path}", trains=True, explain=explain, optim_key=f"{path}.optim"
+            )
         except DeepSpeedConfigError as exc:
             raise ConfigError(str(exc)) from exc

@@ -5,6 +5,7 @@ Hydra's own settings; `grpo_trainer.yaml` and `quickstart.yaml` hold what differ
 registers the node, so every entry point (`app.train`, `app.sweep`, `app.pipeline`) and test composes the same
 defaults.
 """
+
 from __future__ import annotations
 
 import dataclasses

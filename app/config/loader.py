@@ -1,4 +1,5 @@
 """Turn a Hydra/OmegaConf tree (or a plain dict) into the validated typed schema: the top of the config package."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -14,6 +14,7 @@ Checked twice before any worker starts: the custom-resource amounts when the con
 and the whole plan against the cluster's nodes when the driver has joined it, or against a described cluster for
 `--dry-run` (`check_fits`), since a request no node can meet would otherwise leave the run pending for ever.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,15 +29,19 @@ ROLLOUT_GPU_SHARE = 0.51
 TRAIN_GPU_SHARE = 1.0 - ROLLOUT_GPU_SHARE
 _EPS = 1e-9
 # Ray's built-in resources have keys of their own here; Ray also refuses them inside a custom-resource mapping
-_BUILT_IN = {"CPU": "trainer.cpus_per_worker / actor_rollout_ref.rollout.cpus_per_replica",
-             "GPU": "trainer.n_gpus_per_node (the replicas take rollout.tensor_model_parallel_size GPUs)",
-             "memory": None, "object_store_memory": None}
+_BUILT_IN = {
+    "CPU": "trainer.cpus_per_worker / actor_rollout_ref.rollout.cpus_per_replica",
+    "GPU": "trainer.n_gpus_per_node (the replicas take rollout.tensor_model_parallel_size GPUs)",
+    "memory": None,
+    "object_store_memory": None,
+}
 
 
 @dataclass(frozen=True)
 class ProcessKind:
     """`count` processes of one kind, each holding `bundles`: one for the process itself, then (a replica with
     tensor-parallel vLLM workers on GPUs) one per worker, all on one node."""
+
     name: str
     count: int
     bundles: tuple[dict[str, float], ...]
@@ -75,8 +80,10 @@ class ResourcePlan:
         placement group, each a GPU share) when they run as Ray actors, on CUDA with TP > 1; else nothing."""
         if self.engine_tensor_parallel_size == 1:
             return {}
-        return {"VLLM_RAY_PER_WORKER_GPUS": f"{self.rollout.bundles[1]['GPU']:g}",
-                "VLLM_RAY_BUNDLE_INDICES": ",".join(str(i) for i in range(1, len(self.rollout.bundles)))}
+        return {
+            "VLLM_RAY_PER_WORKER_GPUS": f"{self.rollout.bundles[1]['GPU']:g}",
+            "VLLM_RAY_BUNDLE_INDICES": ",".join(str(i) for i in range(1, len(self.rollout.bundles))),
+        }
 
 
 def plan_resources(cfg: TrainerRunConfig) -> ResourcePlan:
@@ -99,18 +106,26 @@ def plan_resources(cfg: TrainerRunConfig) -> ResourcePlan:
         train_memory = rollout_memory = ""
     elif colocated:
         rollout_memory = f"{util:g} of each of its GPUs while awake, ~0 asleep (during the update)"
-        train_memory = (f"the rest of its GPU while vLLM is awake ({1 - util:g}), all of it while vLLM sleeps"
-                        if r.free_cache_engine else f"the rest of its GPU ({1 - util:g}): vLLM never sleeps "
-                        "(rollout.free_cache_engine=false)")
+        train_memory = (
+            f"the rest of its GPU while vLLM is awake ({1 - util:g}), all of it while vLLM sleeps"
+            if r.free_cache_engine
+            else f"the rest of its GPU ({1 - util:g}): vLLM never sleeps (rollout.free_cache_engine=false)"
+        )
     else:
         rollout_memory, train_memory = f"{util:g} of each of its GPUs", "its whole GPU"
-    ranks = (f"trainer.n_gpus_per_node={t.n_gpus_per_node} x trainer.nnodes={t.nnodes}" if on_gpus
-             else f"trainer.num_workers={t.num_workers}")
-    train = ProcessKind("train worker", t.num_workers, (train_bundle,), f"{ranks}, trainer.cpus_per_worker",
-                        train_memory)
-    replica_keys = (f"actor_rollout_ref.rollout.replicas={r.replicas}"
-                    + (" (the training GPUs / tensor_model_parallel_size)" if colocated and on_gpus else "")
-                    + f", tensor_model_parallel_size={tp}, cpus_per_replica")
+    ranks = (
+        f"trainer.n_gpus_per_node={t.n_gpus_per_node} x trainer.nnodes={t.nnodes}"
+        if on_gpus
+        else f"trainer.num_workers={t.num_workers}"
+    )
+    train = ProcessKind(
+        "train worker", t.num_workers, (train_bundle,), f"{ranks}, trainer.cpus_per_worker", train_memory
+    )
+    replica_keys = (
+        f"actor_rollout_ref.rollout.replicas={r.replicas}"
+        + (" (the training GPUs / tensor_model_parallel_size)" if colocated and on_gpus else "")
+        + f", tensor_model_parallel_size={tp}, cpus_per_replica"
+    )
     rollout = ProcessKind("rollout replica", r.replicas, replica_bundles, replica_keys, rollout_memory)
     engine_tp = tp if t.device == "cuda" and r.name == "vllm" else 1
     return ResourcePlan(t.device, t.placement, rollout, train, engine_tp)
@@ -125,8 +140,10 @@ def check_fits(plan: ResourcePlan, nodes: Sequence[Mapping[str, float]], where: 
     for name in sorted(asked, key=lambda n: (n != "GPU", n != "CPU", n)):  # the scarce one first
         if asked[name] > have.get(name, 0.0) + _EPS:
             short = asked[name] - have.get(name, 0.0)
-            raise ConfigError(f"the run needs {format_resources(asked)} ({describe_kinds(plan)}), but {where} has "
-                              f"{format_resources(have, names=asked)}: {name} is short by {short:g}; {_advice(name)}")
+            raise ConfigError(
+                f"the run needs {format_resources(asked)} ({describe_kinds(plan)}), but {where} has "
+                f"{format_resources(have, names=asked)}: {name} is short by {short:g}; {_advice(name)}"
+            )
     free = [_NodeLeft.of(node) for node in nodes]
     for kind in plan.kinds:
         for i in range(kind.count):
@@ -134,12 +151,14 @@ def check_fits(plan: ResourcePlan, nodes: Sequence[Mapping[str, float]], where: 
                 raise ConfigError(
                     f"{kind.name} {i + 1} of {kind.count} ({kind.keys}; each {_fmt_bundles(kind.bundles)}) fits on "
                     f"no node of {where} ({_fmt_nodes(nodes)}) once the processes before it are placed "
-                    f"({describe_kinds(plan)}); {_advice('GPU' if any('GPU' in b for b in kind.bundles) else 'CPU')}")
+                    f"({describe_kinds(plan)}); {_advice('GPU' if any('GPU' in b for b in kind.bundles) else 'CPU')}"
+                )
 
 
 def describe_kinds(plan: ResourcePlan) -> str:
-    return " and ".join(f"{k.count} {k.name}{'s' if k.count > 1 else ''} of {_fmt_bundles(k.bundles)}"
-                        for k in plan.kinds)
+    return " and ".join(
+        f"{k.count} {k.name}{'s' if k.count > 1 else ''} of {_fmt_bundles(k.bundles)}" for k in plan.kinds
+    )
 
 
 def described_cluster(nodes: int, cpus_per_node: float, gpus_per_node: int) -> list[dict[str, float]]:
@@ -195,28 +214,37 @@ def _fmt_bundles(bundles: Sequence[Mapping[str, float]]) -> str:
 
 
 def _fmt_nodes(nodes: Sequence[Mapping[str, float]]) -> str:
-    shown = [format_resources({k: v for k, v in n.items() if k in ("CPU", "GPU") or not k.startswith(("node:", "memory",
-                                                                                            "object_store"))})
-             for n in nodes]
+    shown = [
+        format_resources(
+            {k: v for k, v in n.items() if k in ("CPU", "GPU") or not k.startswith(("node:", "memory", "object_store"))}
+        )
+        for n in nodes
+    ]
     return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}: " + "; ".join(shown)
 
 
 def _advice(name: str) -> str:
     if name == "GPU":
-        return ("give the run more GPUs, or lower trainer.n_gpus_per_node / trainer.nnodes, "
-                "actor_rollout_ref.rollout.tensor_model_parallel_size or rollout.replicas (trainer.placement=split "
-                "needs rollout.replicas x tensor_model_parallel_size GPUs beside the training ones)")
+        return (
+            "give the run more GPUs, or lower trainer.n_gpus_per_node / trainer.nnodes, "
+            "actor_rollout_ref.rollout.tensor_model_parallel_size or rollout.replicas (trainer.placement=split "
+            "needs rollout.replicas x tensor_model_parallel_size GPUs beside the training ones)"
+        )
     if name == "CPU":
         return "lower trainer.cpus_per_worker / actor_rollout_ref.rollout.cpus_per_replica, or add CPUs"
-    return (f"start the nodes with `ray start --resources '{{\"{name}\": N}}'` or lower the amount in "
-            f"{WORKER_KEY} / {REPLICA_KEY}")
+    return (
+        f"start the nodes with `ray start --resources '{{\"{name}\": N}}'` or lower the amount in "
+        f"{WORKER_KEY} / {REPLICA_KEY}"
+    )
 
 
 # ---------------------------------------------------------------- amounts, when the config is loaded
 def custom_requests(cfg: TrainerRunConfig) -> list[tuple[str, Mapping[str, float], int]]:
     """(key, resources per process, processes) for the train workers and the rollout replicas."""
-    return [(WORKER_KEY, cfg.trainer.worker_resources, cfg.trainer.num_workers),
-            (REPLICA_KEY, cfg.actor_rollout_ref.rollout.replica_resources, cfg.actor_rollout_ref.rollout.replicas)]
+    return [
+        (WORKER_KEY, cfg.trainer.worker_resources, cfg.trainer.num_workers),
+        (REPLICA_KEY, cfg.actor_rollout_ref.rollout.replica_resources, cfg.actor_rollout_ref.rollout.replicas),
+    ]
 
 
 def check_placement(cfg: TrainerRunConfig) -> None:
@@ -225,13 +253,16 @@ def check_placement(cfg: TrainerRunConfig) -> None:
         for name, amount in resources.items():
             if name in _BUILT_IN:
                 instead = _BUILT_IN[name]
-                raise ConfigError(f"{key}.{name}={amount}: {name} is one of Ray's built-in resources, not a custom "
-                                  "one" + (f"; set it with {instead}" if instead else ""))
+                raise ConfigError(
+                    f"{key}.{name}={amount}: {name} is one of Ray's built-in resources, not a custom "
+                    "one" + (f"; set it with {instead}" if instead else "")
+                )
             if amount < 0:
                 raise ConfigError(f"{key}.{name}={amount} must be >= 0 (an amount of the Ray custom resource {name!r})")
             if 0 < amount < 1e-4:
-                raise ConfigError(f"{key}.{name}={amount}: Ray counts resources in steps of 0.0001, so this asks "
-                                  "for nothing")
+                raise ConfigError(
+                    f"{key}.{name}={amount}: Ray counts resources in steps of 0.0001, so this asks for nothing"
+                )
 
 
 def wants_custom_resources(cfg: TrainerRunConfig) -> bool:

@@ -1,4 +1,5 @@
 """How many training ranks a run has, decided once: verl's `n_gpus_per_node × nnodes` on GPUs, `num_workers` on CPU."""
+
 from __future__ import annotations
 
 from app.config.errors import ConfigError
@@ -8,20 +9,25 @@ from app.config.schema import CPU_NUM_WORKERS, TrainerConfig
 def derive_ranks(trainer: TrainerConfig) -> None:
     """Fill `trainer.num_workers` (the Ray Train workers, one rank each) in place, or refuse a contradiction."""
     if trainer.nnodes < 1 or trainer.n_gpus_per_node < 0:
-        raise ConfigError(f"trainer.nnodes={trainer.nnodes} must be >= 1 and trainer.n_gpus_per_node="
-                          f"{trainer.n_gpus_per_node} >= 0")
+        raise ConfigError(
+            f"trainer.nnodes={trainer.nnodes} must be >= 1 and trainer.n_gpus_per_node={trainer.n_gpus_per_node} >= 0"
+        )
     if trainer.n_gpus_per_node > 0:  # a verl script sizes its job this way; one rank per GPU
         gpus = trainer.n_gpus_per_node * trainer.nnodes
         if trainer.num_workers is None:
             trainer.num_workers = gpus
         elif trainer.num_workers != gpus:
-            raise ConfigError(f"trainer.num_workers={trainer.num_workers} contradicts trainer.n_gpus_per_node="
-                              f"{trainer.n_gpus_per_node} × trainer.nnodes={trainer.nnodes} = {gpus} GPU ranks; "
-                              "leave trainer.num_workers unset on GPUs")
+            raise ConfigError(
+                f"trainer.num_workers={trainer.num_workers} contradicts trainer.n_gpus_per_node="
+                f"{trainer.n_gpus_per_node} × trainer.nnodes={trainer.nnodes} = {gpus} GPU ranks; "
+                "leave trainer.num_workers unset on GPUs"
+            )
         return
     if trainer.nnodes > 1:
-        raise ConfigError(f"trainer.nnodes={trainer.nnodes} with trainer.n_gpus_per_node=0: on CPU the ranks are "
-                          "trainer.num_workers, which Ray places over the cluster's nodes; leave trainer.nnodes at 1")
+        raise ConfigError(
+            f"trainer.nnodes={trainer.nnodes} with trainer.n_gpus_per_node=0: on CPU the ranks are "
+            "trainer.num_workers, which Ray places over the cluster's nodes; leave trainer.nnodes at 1"
+        )
     if trainer.num_workers is None:
         trainer.num_workers = CPU_NUM_WORKERS
     if trainer.num_workers < 1:
@@ -31,6 +37,8 @@ def derive_ranks(trainer: TrainerConfig) -> None:
 def ranks_named(trainer: TrainerConfig) -> str:
     """The rank count as the user set it, for messages: which keys to change."""
     if trainer.n_gpus_per_node > 0:
-        return (f"{trainer.num_workers} ranks (trainer.n_gpus_per_node={trainer.n_gpus_per_node} × "
-                f"trainer.nnodes={trainer.nnodes})")
+        return (
+            f"{trainer.num_workers} ranks (trainer.n_gpus_per_node={trainer.n_gpus_per_node} × "
+            f"trainer.nnodes={trainer.nnodes})"
+        )
     return f"trainer.num_workers={trainer.num_workers}"

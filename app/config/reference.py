@@ -4,6 +4,7 @@ default, its meaning (the schema's comment beside or above the field) and whethe
 `python -m app.config.reference` rewrites the page; tests/app/config/test_reference.py fails when it and the schema
 disagree, so a key added to the schema without a regenerated page is caught.
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,22 +25,42 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
 # Keys (or whole sections) that verl's trainer config does not have: this framework's own settings. A schema comment
 # that says "ours, not verl's" marks a key as well.
-OURS = frozenset({
-    "data.ground_truth_key", "data.default_data_source", "data.system_prompt",
-    "actor_rollout_ref.model.share_prompt_prefix", "critic.model.share_prompt_prefix",
-    "actor_rollout_ref.actor.logits_chunk_size",
-    "actor_rollout_ref.actor.deepspeed_config", "critic.deepspeed_config",
-    "actor_rollout_ref.rollout.lora_sync", "actor_rollout_ref.rollout.replicas",
-    "actor_rollout_ref.rollout.cpu_kv_cache_gib", "actor_rollout_ref.rollout.cpus_per_replica",
-    "actor_rollout_ref.rollout.replica_resources", "actor_rollout_ref.rollout.omp_threads",
-    "actor_rollout_ref.rollout.http_host", "actor_rollout_ref.rollout.http_api_key",
-    "actor_rollout_ref.rollout.http_port",
-    "reward_model.num_workers", "reward_model.timeout_s", "reward_model.on_error", "reward_model.max_failed_fraction",
-    "async_training",
-    "trainer.num_workers", "trainer.cpus_per_worker", "trainer.worker_resources", "trainer.placement",
-    "trainer.max_bad_steps", "trainer.no_signal_steps", "trainer.no_signal_share", "trainer.max_failures",
-    "trainer.seed", "trainer.ray_address",
-})
+OURS = frozenset(
+    {
+        "data.ground_truth_key",
+        "data.default_data_source",
+        "data.system_prompt",
+        "actor_rollout_ref.model.share_prompt_prefix",
+        "critic.model.share_prompt_prefix",
+        "actor_rollout_ref.actor.logits_chunk_size",
+        "actor_rollout_ref.actor.deepspeed_config",
+        "critic.deepspeed_config",
+        "actor_rollout_ref.rollout.lora_sync",
+        "actor_rollout_ref.rollout.replicas",
+        "actor_rollout_ref.rollout.cpu_kv_cache_gib",
+        "actor_rollout_ref.rollout.cpus_per_replica",
+        "actor_rollout_ref.rollout.replica_resources",
+        "actor_rollout_ref.rollout.omp_threads",
+        "actor_rollout_ref.rollout.http_host",
+        "actor_rollout_ref.rollout.http_api_key",
+        "actor_rollout_ref.rollout.http_port",
+        "reward_model.num_workers",
+        "reward_model.timeout_s",
+        "reward_model.on_error",
+        "reward_model.max_failed_fraction",
+        "async_training",
+        "trainer.num_workers",
+        "trainer.cpus_per_worker",
+        "trainer.worker_resources",
+        "trainer.placement",
+        "trainer.max_bad_steps",
+        "trainer.no_signal_steps",
+        "trainer.no_signal_share",
+        "trainer.max_failures",
+        "trainer.seed",
+        "trainer.ray_address",
+    }
+)
 # verl features this framework does not have: accepted at verl's default only (app/config/verl_compat.py)
 DEFAULT_ONLY_NAMES = ("fsdp_size", "override_config")
 
@@ -53,7 +74,7 @@ MEANINGS = {
     ("ModelConfig", "lora_alpha"): "LoRA scaling numerator (the update is alpha / rank x B A)",
     ("ModelConfig", "target_modules"): "modules that get LoRA adapters: all-linear or a list of module names",
     ("ModelConfig", "enable_gradient_checkpointing"): "recompute activations in the backward pass (less memory, "
-                                                      "slower)",
+    "slower)",
     ("ModelConfig", "trust_remote_code"): "let transformers run the model folder's own Python code",
     ("CriticModelConfig", "enable_gradient_checkpointing"): "as actor_rollout_ref.model.enable_gradient_checkpointing",
     ("CriticModelConfig", "use_remove_padding"): "as actor_rollout_ref.model.use_remove_padding",
@@ -65,7 +86,7 @@ MEANINGS = {
     ("ActorConfig", "entropy_coeff"): "weight of the entropy bonus in the loss",
     ("ActorConfig", "kl_loss_coef"): "weight of the KL-to-reference loss (use_kl_loss)",
     ("ActorConfig", "kl_loss_type"): "KL estimator of the KL loss: kl (k1), abs, mse (k2), low_var_kl (k3); a + "
-                                     "suffix takes k2's gradient",
+    "suffix takes k2's gradient",
     ("ActorConfig", "ppo_epochs"): "passes over each batch per step",
     ("ActorConfig", "shuffle"): "reshuffle the samples into mini-batches each epoch",
     ("CriticConfig", "strategy"): "fsdp / fsdp2 (both FSDP2) or deepspeed",
@@ -149,7 +170,7 @@ def _comments_by_line(source: str) -> dict[int, tuple[str, bool]]:
     out = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
-            alone = not tok.line[:tok.start[1]].strip()
+            alone = not tok.line[: tok.start[1]].strip()
             out[tok.start[0]] = (tok.string.lstrip("#").strip(), alone)
     return out
 
@@ -169,8 +190,9 @@ def field_comments(source: str) -> dict[tuple[str, str], str]:
             while line in comments and comments[line][1]:
                 above.insert(0, comments[line][0])
                 line -= 1
-            inline = [comments[n][0] for n in range(stmt.lineno, stmt.end_lineno + 1)
-                      if n in comments and not comments[n][1]]
+            inline = [
+                comments[n][0] for n in range(stmt.lineno, stmt.end_lineno + 1) if n in comments and not comments[n][1]
+            ]
             text = " ".join(above + inline).strip()
             if text:
                 out[(node.name, stmt.target.id)] = text
@@ -179,8 +201,11 @@ def field_comments(source: str) -> dict[tuple[str, str], str]:
 
 def class_docs(source: str) -> dict[str, str]:
     """{class name: its docstring} (a dataclass without one gets its signature as __doc__, which is not prose)."""
-    return {node.name: ast.get_docstring(node) or "" for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.ClassDef)}
+    return {
+        node.name: ast.get_docstring(node) or ""
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+    }
 
 
 # ---------------------------------------------------------------- describing types and values
@@ -242,8 +267,12 @@ def sections(root: Any = None, path: str = "", doc: str = "") -> Iterator[Sectio
         key = f"{path}.{f.name}" if path else f.name
         value = getattr(root, f.name)
         cls_name = type(root).__name__
-        meaning = comments.get((cls_name, f.name)) or MEANINGS.get((cls_name, f.name)) or verl_reason(key) or \
-            SECTION_MEANINGS.get(cls_name, "")
+        meaning = (
+            comments.get((cls_name, f.name))
+            or MEANINGS.get((cls_name, f.name))
+            or verl_reason(key)
+            or SECTION_MEANINGS.get(cls_name, "")
+        )
         if dataclasses.is_dataclass(value):
             children.append((value, key, meaning))
             continue

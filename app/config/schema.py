@@ -3,6 +3,7 @@
 The YAML in `configs/` sets values; this module is the single documented source of what each key means.
 Keys that verl has and we do not use are rejected rather than ignored, so a typo never silently does nothing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,16 +22,25 @@ CPU_NUM_WORKERS = 2  # trainer.num_workers on CPU when unset: two FSDP ranks
 def verl_profiler() -> dict[str, Any]:
     """verl's per-role `profiler` section at its defaults (nsys / npu / torch profilers). Kept as plain data so that
     verl's keys under it override as they do in verl; none of it has an effect here."""
-    return {"tool": None, "enable": False, "all_ranks": False, "ranks": [], "save_path": None,
-            "tool_config": {"nsys": {"discrete": False},
-                            "npu": {"contents": [], "level": "level1", "analysis": True, "discrete": False},
-                            "torch": {"step_start": 0, "step_end": None},
-                            "torch_memory": {"trace_alloc_max_entries": 100000, "stack_depth": 32}}}
+    return {
+        "tool": None,
+        "enable": False,
+        "all_ranks": False,
+        "ranks": [],
+        "save_path": None,
+        "tool_config": {
+            "nsys": {"discrete": False},
+            "npu": {"contents": [], "level": "level1", "analysis": True, "discrete": False},
+            "torch": {"step_start": 0, "step_end": None},
+            "torch_memory": {"trace_alloc_max_entries": 100000, "stack_depth": 32},
+        },
+    }
 
 
 @dataclass
 class ClassRefConfig:
     """verl's pointer to user code: a .py file and a name in it (custom dataset, data generator, async server)."""
+
     path: Optional[str] = None
     name: Optional[str] = None
 
@@ -38,6 +48,7 @@ class ClassRefConfig:
 @dataclass
 class SamplerRefConfig:
     """verl's custom curriculum sampler (a .py file and a class in it)."""
+
     class_path: Optional[str] = None
     class_name: Optional[str] = None
 
@@ -170,6 +181,7 @@ class DeepSpeedConfig:
     """strategy=deepspeed: the DeepSpeed engine's settings (app/engine/deepspeed_config.py derives DeepSpeed's JSON:
     batch sizes from ppo_mini_batch_size x rollout.n, the ranks and ppo_micro_batch_size_per_gpu; clipping from
     grad_clip; bf16/fp16 from fsdp_config.mixed_precision.param_dtype; AdamW and its schedule from optim)."""
+
     zero_stage: Literal[2, 3] = 2  # 2: optimizer state and gradients partitioned over the ranks; 3: parameters too
     offload_optimizer: bool = False  # optimizer state on the CPU, stepped there (ZeRO-Offload)
     # a DeepSpeed JSON file (a TRL / accelerate one works); its values win over the derived ones and "auto" takes
@@ -181,6 +193,7 @@ class DeepSpeedConfig:
 class CheckpointConfig:
     """What a checkpoint holds (verl's `checkpoint` section). Here always model, optimizer and extra (LR schedule,
     RNG, data position), so only that set is accepted (any order)."""
+
     save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     load_contents: Optional[list[str]] = None  # None: save_contents
     async_save: bool = False  # verl's default only: checkpoints are written before the step returns here
@@ -266,6 +279,7 @@ class RefConfig:
 class MultiTurnConfig:
     """verl's multi-turn rollout: the policy calls tools between turns (app/agents, docs/agents.md). The whole
     trajectory after the prompt shares `rollout.response_length` tokens; tool results are masked out of training."""
+
     enable: bool = False  # rollouts run the agent loop: generate, call tools, append results, generate again
     max_assistant_turns: Optional[int] = None  # None: only the response_length budget ends a trajectory
     tool_config_path: Optional[str] = None  # verl's tool YAML: tools: [{class_name, config, tool_schema}]
@@ -283,6 +297,7 @@ class MultiTurnConfig:
 @dataclass
 class ValKwargs:
     """Sampling for validation: greedy by default, as in verl."""
+
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = -1
@@ -293,6 +308,7 @@ class ValKwargs:
 @dataclass
 class EngineKwargsConfig:
     """Extra keyword arguments for the rollout engine, by engine."""
+
     vllm: dict[str, Any] = field(default_factory=dict)  # verl's default {} only: not passed to vLLM yet
     sglang: dict[str, Any] = field(default_factory=dict)  # no effect: SGLang does not run here
 
@@ -300,6 +316,7 @@ class EngineKwargsConfig:
 @dataclass
 class AgentLoopConfig:
     """verl's agent loop (multi-turn tool use on the async server)."""
+
     num_workers: int = 8  # no effect: the rollout here is one Serve deployment
     agent_loop_config_path: Optional[str] = None  # verl's default only: agent loops are not supported
     custom_async_server: ClassRefConfig = field(default_factory=ClassRefConfig)  # verl's default only
@@ -308,6 +325,7 @@ class AgentLoopConfig:
 @dataclass
 class TraceConfig:
     """verl's rollout tracing (weave / mlflow spans). No effect here."""
+
     backend: Optional[str] = None
     token2text: bool = False
 
@@ -369,8 +387,7 @@ class RolloutConfig:
     log_prob_max_token_len_per_gpu: Optional[int] = None  # None: actor.ppo_max_token_len_per_gpu
     # verl: how vLLM gets its first weights (dummy: random, then the actor's). vLLM here loads model.path, the actor's
     # initial weights, so it generates with the same weights whatever the value: no effect
-    load_format: Literal["dummy", "dummy_dtensor", "dummy_hf", "auto", "safetensors", "hf", "pt",
-                         "dtensor"] = "dummy"
+    load_format: Literal["dummy", "dummy_dtensor", "dummy_hf", "auto", "safetensors", "hf", "pt", "dtensor"] = "dummy"
     # verl: gather LoRA-run weights for the sync layer by layer (memory); here they are gathered tensor by tensor
     # to CPU whatever the value: no effect
     layered_summon: bool = False
@@ -471,14 +488,21 @@ class RewardModelPathConfig:
     use_shm: bool = False
     use_remove_padding: bool = False
     use_fused_kernels: bool = False
-    fsdp_config: dict[str, Any] = field(default_factory=lambda: {
-        "wrap_policy": {"min_num_params": 0}, "param_offload": False, "reshard_after_forward": True, "fsdp_size": -1,
-        "forward_prefetch": False})
+    fsdp_config: dict[str, Any] = field(
+        default_factory=lambda: {
+            "wrap_policy": {"min_num_params": 0},
+            "param_offload": False,
+            "reshard_after_forward": True,
+            "fsdp_size": -1,
+            "forward_prefetch": False,
+        }
+    )
 
 
 @dataclass
 class SandboxFusionConfig:
     """verl's code-execution reward service."""
+
     url: Optional[str] = None  # verl's default only: no sandbox rewards here
     max_concurrent: int = 64  # no effect (only with url)
     memory_limit_mb: int = 1024  # no effect (only with url)
@@ -487,6 +511,7 @@ class SandboxFusionConfig:
 @dataclass
 class OverlongBufferConfig:
     """DAPO's soft overlong punishment (algos/rewards/overlong.py): a penalty over the last `len` response tokens."""
+
     enable: bool = False
     len: int = 0  # tokens before the response budget where the penalty ramps from 0 to -penalty_factor
     penalty_factor: float = 1.0  # the penalty of a response that reaches the budget
@@ -553,6 +578,7 @@ class KLCtrlConfig:
 class FilterGroupsConfig:
     """DAPO's dynamic sampling: drop groups whose samples all agree on `metric` (zero advantage, no signal) and
     generate more rounds of data.gen_batch_size prompts until data.train_batch_size informative groups are found."""
+
     enable: bool = False
     # score: the reward function's score; acc: its `acc` field (verl's DAPO math reward returns one);
     # seq_reward: the training reward after overlong shaping; seq_final_reward: after the in-reward KL too
@@ -565,6 +591,7 @@ class FilterGroupsConfig:
 @dataclass
 class RolloutCorrectionConfig:
     """How the update treats the rollout engine's own log-probs (verl's `algorithm.rollout_correction`)."""
+
     # true: the PPO ratio's old policy is the log-probs vLLM returned while sampling, so no trainer forward pass
     # recomputes them. That pass is needed only when an update takes several mini-batches or epochs; bypassing it
     # makes those as cheap as one. Exact when sampler and trainer compute the same numbers (fp32 on CPU: ~1e-5 per
@@ -580,6 +607,7 @@ class RolloutCorrectionConfig:
 @dataclass
 class PFPPOConfig:
     """verl's PF-PPO sample reweighting. No effect here (use_pf_ppo is refused)."""
+
     reweight_method: str = "pow"
     weight_pow: float = 2.0
 
@@ -605,6 +633,7 @@ class AsyncTrainingConfig:
     """One-step off-policy training (verl's one_step_off_policy recipe): the rollout service samples the next batch
     while the trainer updates on this one. Not verl's `rollout.mode` (which picks the sync or async rollout server)
     nor its fully-async recipe's `async_training.staleness_threshold`: those keys are refused here."""
+
     enable: bool = False
     # the most policy versions a trained sample may lag the policy being updated: generation runs this many batches
     # ahead; 0 is the synchronous loop. Needs algorithm.rollout_correction (rollout_is or bypass_mode) to weight the
@@ -681,18 +710,37 @@ class TrainerConfig:
 def verl_global_profiler() -> dict[str, Any]:
     """verl's top-level `global_profiler` section at its defaults (plain data, no effect here)."""
     nsight = {"trace": "cuda,nvtx,cublas,ucx", "cuda-memory-usage": "true", "cuda-graph-trace": "graph"}
-    return {"tool": None, "steps": None, "profile_continuous_steps": False, "save_path": "outputs/profile",
-            "global_tool_config": {
-                "nsys": {"discrete": False, "controller_nsight_options": dict(nsight),
-                         "worker_nsight_options": {**nsight, "capture-range": "cudaProfilerApi",
-                                                   "capture-range-end": None, "kill": "none"}},
-                "torch_memory": {"trace_alloc_max_entries": 100000, "stack_depth": 32, "context": "all",
-                                 "stacks": "all", "kw_args": {}}}}
+    return {
+        "tool": None,
+        "steps": None,
+        "profile_continuous_steps": False,
+        "save_path": "outputs/profile",
+        "global_tool_config": {
+            "nsys": {
+                "discrete": False,
+                "controller_nsight_options": dict(nsight),
+                "worker_nsight_options": {
+                    **nsight,
+                    "capture-range": "cudaProfilerApi",
+                    "capture-range-end": None,
+                    "kill": "none",
+                },
+            },
+            "torch_memory": {
+                "trace_alloc_max_entries": 100000,
+                "stack_depth": 32,
+                "context": "all",
+                "stacks": "all",
+                "kw_args": {},
+            },
+        },
+    }
 
 
 @dataclass
 class TrainerRunConfig:
     """The root: `python -m app.train` turns the Hydra config into this before anything starts."""
+
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -704,5 +752,6 @@ class TrainerRunConfig:
     # verl sections with no effect here (verl_compat.NO_EFFECT): its profiler, and ray.init arguments (the Ray cluster
     # here is trainer.ray_address or a local one Ray sizes itself)
     global_profiler: dict[str, Any] = field(default_factory=verl_global_profiler)
-    ray_kwargs: dict[str, Any] = field(default_factory=lambda: {"ray_init": {"num_cpus": None},
-                                                                "timeline_json_file": None})
+    ray_kwargs: dict[str, Any] = field(
+        default_factory=lambda: {"ray_init": {"num_cpus": None}, "timeline_json_file": None}
+    )

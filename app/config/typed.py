@@ -1,5 +1,6 @@
 """A plain tree (dicts, lists, scalars) turned into a typed dataclass section, naming the exact key when something is
 off: an unknown key names the nearest one, a wrong type or enum value names key and value."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """Cross-key checks of the typed config, run before Ray starts. Each message names the keys and their values."""
+
 from __future__ import annotations
 
 import logging
@@ -15,7 +16,6 @@ from app.config.verl_compat import apply_verl_names, check_unsupported
 from serve.http_access import http_api_key
 
 log = logging.getLogger(__name__)
-
 
 
 def validate(cfg: TrainerRunConfig) -> None:
@@ -120,9 +120,14 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
         dp = data_parallel_size(cfg, "actor_rollout_ref.actor")
         per_replica = samples_per_minibatch // dp
         if per_replica % micro:
-            where = f"each worker gets {per_replica} samples per mini-batch " if dp == workers else (
-                f"each group of actor_rollout_ref.actor.ulysses_sequence_parallel_size={workers // dp} ranks (data "
-                f"parallel size {dp}) gets {per_replica} samples per mini-batch ")
+            where = (
+                f"each worker gets {per_replica} samples per mini-batch "
+                if dp == workers
+                else (
+                    f"each group of actor_rollout_ref.actor.ulysses_sequence_parallel_size={workers // dp} ranks (data "
+                    f"parallel size {dp}) gets {per_replica} samples per mini-batch "
+                )
+            )
             raise ConfigError(
                 f"{where}(ppo_mini_batch_size={actor.ppo_mini_batch_size} × rollout.n={n} / "
                 f"{ranks if dp == workers else dp}), "
@@ -139,10 +144,16 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
     rollout, ref = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref
     for key, dynamic, budget in (
         ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", actor.use_dynamic_bsz, actor.ppo_max_token_len_per_gpu),
-        ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", rollout.log_prob_use_dynamic_bsz,
-         rollout.log_prob_max_token_len_per_gpu),
-        ("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu", ref.log_prob_use_dynamic_bsz,
-         ref.log_prob_max_token_len_per_gpu),
+        (
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+            rollout.log_prob_use_dynamic_bsz,
+            rollout.log_prob_max_token_len_per_gpu,
+        ),
+        (
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            ref.log_prob_use_dynamic_bsz,
+            ref.log_prob_max_token_len_per_gpu,
+        ),
     ):
         if dynamic and budget < max_tokens:
             raise ConfigError(
@@ -170,7 +181,8 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
             "algorithm.adv_estimator=%r compares the samples of one prompt, but actor_rollout_ref.rollout.n=1: "
             "every group is a single sample with no baseline, so (as in verl) its advantage is its own score "
             "(group mean 0, std 1), not a comparison; set rollout.n >= 2 for group-relative advantages",
-            algo.adv_estimator)
+            algo.adv_estimator,
+        )
     _check_filter_groups(cfg)
     _check_rollout_correction(cfg)
     from algos.catalog import LOG_PROB_KL_KINDS as KL_KINDS  # `full` needs logits, which the loss never keeps
@@ -222,7 +234,8 @@ def _check_filter_groups(cfg: TrainerRunConfig) -> None:
         )
     if fg.max_num_gen_batches < 0:
         raise ConfigError(
-            f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} must be >= 0 (0: no limit)")
+            f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} must be >= 0 (0: no limit)"
+        )
     data = cfg.data
     if fg.max_num_gen_batches and data.gen_batch_size * fg.max_num_gen_batches < data.train_batch_size:
         raise ConfigError(
@@ -241,8 +254,14 @@ def _check_rollout_correction(cfg: TrainerRunConfig) -> None:
     from algos.catalog import policy_loss_traits
 
     rollout, rc = cfg.actor_rollout_ref.rollout, cfg.algorithm.rollout_correction
-    uses = [f"{key}={value}" for key, value, on in (("bypass_mode", "true", rc.bypass_mode),
-                                                     ("rollout_is", rc.rollout_is, rc.rollout_is is not None)) if on]
+    uses = [
+        f"{key}={value}"
+        for key, value, on in (
+            ("bypass_mode", "true", rc.bypass_mode),
+            ("rollout_is", rc.rollout_is, rc.rollout_is is not None),
+        )
+        if on
+    ]
     if uses and (rollout.top_p < 1.0 or rollout.top_k > 0):
         raise ConfigError(
             f"algorithm.rollout_correction.{' and '.join(uses)} reads the sampler's log-probs, but with "
@@ -276,8 +295,10 @@ def _check_overlong_buffer(cfg: TrainerRunConfig) -> None:
     if ob.penalty_factor < 0:
         raise ConfigError(f"reward_model.overlong_buffer.penalty_factor={ob.penalty_factor} must be >= 0")
     if cfg.reward_model.enable:
-        raise ConfigError("reward_model.overlong_buffer shapes rule / custom rewards; it is not applied on top of a "
-                          "reward model (reward_model.enable=true)")
+        raise ConfigError(
+            "reward_model.overlong_buffer shapes rule / custom rewards; it is not applied on top of a "
+            "reward model (reward_model.enable=true)"
+        )
 
 
 def _check_ranges(cfg: TrainerRunConfig) -> None:
@@ -309,13 +330,17 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     if not 0 <= cfg.reward_model.max_failed_fraction <= 1:
-        raise ConfigError(f"reward_model.max_failed_fraction={cfg.reward_model.max_failed_fraction} must lie in [0, 1] "
-                          "(1: never stop)")
+        raise ConfigError(
+            f"reward_model.max_failed_fraction={cfg.reward_model.max_failed_fraction} must lie in [0, 1] "
+            "(1: never stop)"
+        )
     if cfg.trainer.max_failures < -1:
         raise ConfigError(f"trainer.max_failures={cfg.trainer.max_failures} must be >= -1 (-1: no limit)")
     if cfg.trainer.max_failures != 0 and cfg.trainer.resume_mode != "auto":
-        raise ConfigError(f"trainer.max_failures={cfg.trainer.max_failures} restarts resume from the newest "
-                          f"checkpoint, which needs trainer.resume_mode=auto (got {cfg.trainer.resume_mode!r})")
+        raise ConfigError(
+            f"trainer.max_failures={cfg.trainer.max_failures} restarts resume from the newest "
+            f"checkpoint, which needs trainer.resume_mode=auto (got {cfg.trainer.resume_mode!r})"
+        )
     if cfg.trainer.max_bad_steps < 0:
         raise ConfigError(f"trainer.max_bad_steps={cfg.trainer.max_bad_steps} must be >= 0 (0: never stop)")
     if not 0 <= cfg.algorithm.lam <= 1 or not 0 <= cfg.algorithm.gamma <= 1:

@@ -2,6 +2,7 @@
 reward manager's keyword arguments, and settings of features that do not exist here, which are accepted at verl's
 default and refused at any other value, naming the key, the value and why.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,17 +45,19 @@ def _each(sections: tuple[str, ...], name: str, why: str) -> dict[str, str]:
     return {f"{section}.{name}": why for section in sections}
 
 
-_PROFILER = ("verl's nsys / npu / torch profiler hooks are not built in; profile the Ray workers with Ray's or "
-             "PyTorch's own tools")
+_PROFILER = (
+    "verl's nsys / npu / torch profiler hooks are not built in; profile the Ray workers with Ray's or "
+    "PyTorch's own tools"
+)
 _ENGINE_COPY = "verl's engine-level copy of the role's key of the same name, which is the one read here"
 
 # verl keys accepted at any value that change nothing here, and why (docs/verl_keys.md lists every verl key)
 NO_EFFECT = {
     "data.val_batch_size": "validation prompts go to the rollout service in one request, which batches them itself "
-                           "(verl deprecated the key for the same reason)",
+    "(verl deprecated the key for the same reason)",
     "data.return_raw_chat": "prompts always keep their chat messages (reward models and custom rewards get them)",
     "actor_rollout_ref.actor.entropy_checkpointing": "the entropy is computed in chunks "
-                                                    "(actor.logits_chunk_size) and not kept for the backward pass",
+    "(actor.logits_chunk_size) and not kept for the backward pass",
     "actor_rollout_ref.rollout.load_format": "the rollout engine loads model.path itself; syncs send weights",
     "actor_rollout_ref.rollout.layered_summon": "LoRA syncs send the adapter alone, or the merged weights",
     "actor_rollout_ref.rollout.mode": "the rollout is always a Ray Serve deployment answering requests",
@@ -65,7 +68,7 @@ NO_EFFECT = {
     "data.return_full_prompt": "each sample keeps its prompt's chat messages and token ids whatever the value",
     "data.dataloader_num_workers": "the prompts are read into memory once; batches are cut from them in the driver",
     "data.validation_shuffle": "validation scores are means over the whole validation set: the order does not "
-                               "change them",
+    "change them",
     "data.filter_overlong_prompts_workers": "data.filter_overlong_prompts runs in the driver",
     "data.image_key": "models here are text-only: image columns are not read",
     "data.video_key": "models here are text-only: video columns are not read",
@@ -74,50 +77,52 @@ NO_EFFECT = {
     # model
     "actor_rollout_ref.model.use_shm": "models load from model.path where it is",
     "actor_rollout_ref.model.enable_activation_offload": "activations stay on the device (enable_gradient_checkpointing"
-                                                        " is the memory setting for them here)",
+    " is the memory setting for them here)",
     "actor_rollout_ref.model.use_liger": "the engine runs the model's own Hugging Face modules: same numbers",
     "actor_rollout_ref.model.use_fused_kernels": "log-probs and entropy are computed in chunks "
-                                                 "(actor.logits_chunk_size) by the engine itself",
+    "(actor.logits_chunk_size) by the engine itself",
     "actor_rollout_ref.model.fused_kernel_options": "used only with use_fused_kernels, which has no effect here",
     "actor_rollout_ref.nccl_timeout": "process groups are set up by Ray Train with its own timeout",
     # actor / reference
     "actor_rollout_ref.actor.freeze_vision_tower": "models here are text-only: there is no vision tower",
     "actor_rollout_ref.actor.use_fused_kernels": "verl's copy of model.use_fused_kernels, which has no effect here",
     "actor_rollout_ref.actor.entropy_from_logits_with_chunking": "the entropy is always computed in chunks "
-                                                                 "(actor.logits_chunk_size)",
+    "(actor.logits_chunk_size)",
     "actor_rollout_ref.actor.use_remove_padding": "verl's copy of actor_rollout_ref.model.use_remove_padding, which is "
-                                                  "the one read here",
+    "the one read here",
     "actor_rollout_ref.ref.use_torch_compile": "the reference's forward compiles as actor.use_torch_compile says",
     "actor_rollout_ref.ref.entropy_from_logits_with_chunking": "the reference computes log-probs only, in chunks",
     "actor_rollout_ref.ref.entropy_checkpointing": "the reference computes no entropy and runs no backward pass",
     **_each(_FSDP, "forward_prefetch", "FSDP2's own prefetch schedule is used: the same numbers either way"),
-    **_each(_FSDP, "use_orig_params", "an FSDP1 setting; the engine here is FSDP2, which keeps the original "
-                                      "parameters"),
+    **_each(
+        _FSDP, "use_orig_params", "an FSDP1 setting; the engine here is FSDP2, which keeps the original parameters"
+    ),
     **_each(_FSDP, "entropy_from_logits_with_chunking", _ENGINE_COPY),
     **_each(_FSDP, "use_torch_compile", _ENGINE_COPY),
     **_each(_FSDP, "entropy_checkpointing", _ENGINE_COPY),
-    **_each(_FSDP, "forward_only", "verl's internal flag for inference-only engines; each role here knows whether "
-                                   "it trains"),
+    **_each(
+        _FSDP, "forward_only", "verl's internal flag for inference-only engines; each role here knows whether it trains"
+    ),
     **_each(_FSDP, "strategy", _ENGINE_COPY),
     # rollout
     "actor_rollout_ref.rollout.cudagraph_capture_sizes": "vLLM picks its CUDA-graph batch sizes (enforce_eager "
-                                                         "turns graphs off): the same samples either way",
+    "turns graphs off): the same samples either way",
     "actor_rollout_ref.rollout.enable_prefix_caching": "vLLM's own prefix-caching default is used: the same samples "
-                                                       "either way",
+    "either way",
     "actor_rollout_ref.rollout.disable_log_stats": "vLLM's statistics logging is not part of the run's metrics",
     "actor_rollout_ref.rollout.multi_stage_wake_up": "a memory schedule of verl's wake-up; the replicas here wake "
-                                                     "in one step",
+    "in one step",
     "actor_rollout_ref.rollout.calculate_log_probs": "the rollout here always returns the sampler's log-probs "
-                                                     "(algorithm.rollout_correction uses them)",
+    "(algorithm.rollout_correction uses them)",
     "actor_rollout_ref.rollout.update_weights_bucket_megabytes": "weight syncs here are staged chunk by chunk at a "
-                                                                 "size of their own",
+    "size of their own",
     "actor_rollout_ref.rollout.skip_dump_dir": "used only with skip_rollout, which is refused",
     "actor_rollout_ref.rollout.skip_tokenizer_init": "vLLM here takes and returns token ids; its tokenizer serves "
-                                                     "only the OpenAI routes",
+    "only the OpenAI routes",
     "actor_rollout_ref.rollout.engine_kwargs.sglang": "SGLang does not run here (rollout.name=sglang is served by "
-                                                      "vLLM)",
+    "vLLM)",
     "actor_rollout_ref.rollout.agent.num_workers": "the rollout here is one Ray Serve deployment, not agent-loop "
-                                                   "workers",
+    "workers",
     "actor_rollout_ref.rollout.trace.backend": "rollout traces (weave, mlflow spans) are not recorded here",
     "actor_rollout_ref.rollout.trace.token2text": "rollout traces are not recorded here",
     **_each(_PROFILED, "profiler", _PROFILER),
@@ -125,14 +130,14 @@ NO_EFFECT = {
     # critic
     "critic.rollout_n": "verl's copy of actor_rollout_ref.rollout.n, which is the one read here",
     "critic.forward_micro_batch_size": "the critic's value pass here batches as its update "
-                                       "(ppo_micro_batch_size_per_gpu, use_dynamic_bsz)",
+    "(ppo_micro_batch_size_per_gpu, use_dynamic_bsz)",
     "critic.forward_micro_batch_size_per_gpu": "the critic's value pass here batches as its update "
-                                               "(ppo_micro_batch_size_per_gpu, use_dynamic_bsz)",
+    "(ppo_micro_batch_size_per_gpu, use_dynamic_bsz)",
     "critic.forward_max_token_len_per_gpu": "the critic's value pass here batches as its update "
-                                            "(ppo_max_token_len_per_gpu)",
+    "(ppo_max_token_len_per_gpu)",
     "critic.model.use_shm": "models load from model.path where it is",
     "critic.model.enable_activation_offload": "activations stay on the device (enable_gradient_checkpointing is the "
-                                              "memory setting for them here)",
+    "memory setting for them here)",
     "critic.model.lora_alpha": "used only with critic.model.lora_rank > 0, which is refused",
     "critic.model.target_modules": "used only with critic.model.lora_rank > 0, which is refused",
     # reward model
@@ -140,7 +145,7 @@ NO_EFFECT = {
     "reward_model.use_dynamic_bsz": "the reward model batches by micro_batch_size_per_gpu",
     "reward_model.forward_max_token_len_per_gpu": "the reward model batches by micro_batch_size_per_gpu",
     "reward_model.launch_reward_fn_async": "rule and custom rewards already run in their own processes "
-                                           "(reward_model.num_workers)",
+    "(reward_model.num_workers)",
     "reward_model.model.use_shm": "models load from their path where it is",
     "reward_model.model.use_remove_padding": "the reward model runs plain PyTorch inference",
     "reward_model.model.use_fused_kernels": "the reward model runs plain PyTorch inference",
@@ -152,9 +157,9 @@ NO_EFFECT = {
     "algorithm.pf_ppo.weight_pow": "used only with algorithm.use_pf_ppo, which is refused",
     # trainer
     "trainer.balance_batch": "samples are split over the ranks in order here; the update is the same, only the "
-                             "ranks' loads differ",
+    "ranks' loads differ",
     "trainer.esi_redundant_time": "no checkpoint is planned around a cloud instance's expiry; trainer.save_freq "
-                                  "decides when checkpoints are written",
+    "decides when checkpoints are written",
     "trainer.ray_wait_register_center_timeout": "there is no register center: Ray Train starts the workers",
     "ray_kwargs": "the Ray cluster is trainer.ray_address or a local one that Ray sizes itself",
 }
@@ -164,33 +169,39 @@ DEFAULT_ONLY = {
     "reward_model.ulysses_sequence_parallel_size": "the reward model runs without sequence parallelism here",
     "data.tokenizer": "the tokenizer is the one in actor_rollout_ref.model.path",
     "data.custom_cls.path": "custom dataset classes are not supported; rows come from parquet / JSONL / "
-                            "save_to_disk files",
+    "save_to_disk files",
     "data.custom_cls.name": "custom dataset classes are not supported",
     "data.sampler.class_path": "custom samplers are not supported; data.shuffle and data.seed order the prompts",
     "data.sampler.class_name": "custom samplers are not supported",
     "data.datagen.path": "dynamic data generation is not supported",
     "data.datagen.name": "dynamic data generation is not supported",
     "data.apply_chat_template_kwargs": "extra chat-template arguments are not passed to the template yet; the "
-                                       "tokenizer's template runs with its defaults",
+    "tokenizer's template runs with its defaults",
     "actor_rollout_ref.model.hf_config_path": "the model's config is read from model.path",
     "actor_rollout_ref.model.tokenizer_path": "the tokenizer is read from model.path",
     "actor_rollout_ref.model.custom_chat_template": "the chat template is the tokenizer's, in model.path",
     "actor_rollout_ref.model.external_lib": "importing a module to register model classes is not supported",
     "actor_rollout_ref.hybrid_engine": "verl supports only true; the layout here is trainer.placement",
     "actor_rollout_ref.actor.tis_imp_ratio_cap": "truncated importance sampling is "
-                                                 "algorithm.rollout_correction.rollout_is=token with "
-                                                 "rollout_is_threshold=<the cap> here (the same weight)",
+    "algorithm.rollout_correction.rollout_is=token with "
+    "rollout_is_threshold=<the cap> here (the same weight)",
     "actor_rollout_ref.ref.model": "the reference is the actor's initial model (actor_rollout_ref.model.path)",
-    **_each(_OPTIM, "clip_grad", "gradients are clipped by the role's grad_clip here (actor.grad_clip, "
-                                 "critic.grad_clip); set that"),
+    **_each(
+        _OPTIM,
+        "clip_grad",
+        "gradients are clipped by the role's grad_clip here (actor.grad_clip, critic.grad_clip); set that",
+    ),
     **_each(_OPTIM, "num_cycles", "the cosine schedule here is a half cosine from lr to min_lr_ratio x lr"),
     **_each(_CHECKPOINT, "async_save", "checkpoints are written before the step returns here"),
     **_each(_FSDP, "wrap_policy", "FSDP2 here shards each decoder layer and the rest of the model as one unit"),
-    **_each(_FSDP, "offload_policy", "FSDP2's CPUOffloadPolicy is not used; param_offload and optimizer_offload are "
-                                     "the offload settings here"),
+    **_each(
+        _FSDP,
+        "offload_policy",
+        "FSDP2's CPUOffloadPolicy is not used; param_offload and optimizer_offload are the offload settings here",
+    ),
     **_each(_FSDP, "reshard_after_forward", "parameters are always resharded after the forward here"),
     "actor_rollout_ref.rollout.data_parallel_size": "data-parallel rollout here is actor_rollout_ref.rollout.replicas "
-                                                    "(Serve replicas), not vLLM's data parallelism",
+    "(Serve replicas), not vLLM's data parallelism",
     "actor_rollout_ref.rollout.expert_parallel_size": "vLLM's expert parallelism is not set up here",
     "actor_rollout_ref.rollout.over_sample_rate": "over-sampling (dropping the slowest rollouts) is not supported",
     "actor_rollout_ref.rollout.skip_rollout": "dumping and replaying rollouts is not supported",
@@ -202,25 +213,29 @@ DEFAULT_ONLY = {
     "critic.model.lora_rank": "the critic trains all its weights here (LoRA is the actor's only)",
     "reward_model.model.external_lib": "importing a module to register model classes is not supported",
     "reward_model.enable_resource_pool": "a separate GPU pool for the reward model is not supported; it runs beside "
-                                         "the trainer",
+    "the trainer",
     "reward_model.n_gpus_per_node": "used only with enable_resource_pool, which is not supported",
     "reward_model.nnodes": "used only with enable_resource_pool, which is not supported",
     "reward_model.sandbox_fusion.url": "sandboxed code-execution rewards are not supported; a custom reward function "
-                                       "(custom_reward_function.path) can call a sandbox itself",
+    "(custom_reward_function.path) can call a sandbox itself",
     "algorithm.use_pf_ppo": "PF-PPO sample reweighting is not supported",
     "trainer.validation_data_dir": "validation generations are not dumped to files; trainer.log_val_generations "
-                                   "logs samples of them",
+    "logs samples of them",
     "trainer.val_only": "a validation-only run is not supported",
     "trainer.default_hdfs_dir": "checkpoints are not copied to HDFS; trainer.default_local_dir is where they go",
     "trainer.del_local_ckpt_after_load": "local checkpoints are kept after resuming",
 }
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"  # read by app/agents; checked by app.config.multi_turn
-DEFAULT_ONLY[f"{MULTI_TURN}.interaction_config_path"] = ("interactions (a class answering each assistant turn) are not "
-                                                         "supported yet; tools are (multi_turn.tool_config_path)")
+DEFAULT_ONLY[f"{MULTI_TURN}.interaction_config_path"] = (
+    "interactions (a class answering each assistant turn) are not "
+    "supported yet; tools are (multi_turn.tool_config_path)"
+)
 NO_EFFECT[f"{MULTI_TURN}.use_inference_chat_template"] = (
-    "each turn's new messages are templated with the model's chat template; the prompt as the data pipeline wrote it")
+    "each turn's new messages are templated with the model's chat template; the prompt as the data pipeline wrote it"
+)
 NO_EFFECT[f"{MULTI_TURN}.tokenization_sanity_check_mode"] = (
-    "the sampled tokens are trained on as sampled, never re-tokenized from text, so there is nothing to check")
+    "the sampled tokens are trained on as sampled, never re-tokenized from text, so there is nothing to check"
+)
 
 log = logging.getLogger(__name__)
 
@@ -254,9 +269,11 @@ def _map_rollout_name(cfg: TrainerRunConfig) -> None:
     """verl's SGLang rollout: the sampling keys mean the same to vLLM, which serves it here."""
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.name == "sglang":
-        log.warning("actor_rollout_ref.rollout.name=sglang: vLLM is the rollout engine here and serves this run with "
-                    "the same sampling settings (samples differ from SGLang's only by the engines' numerics); set "
-                    "actor_rollout_ref.rollout.name=vllm to silence this")
+        log.warning(
+            "actor_rollout_ref.rollout.name=sglang: vLLM is the rollout engine here and serves this run with "
+            "the same sampling settings (samples differ from SGLang's only by the engines' numerics); set "
+            "actor_rollout_ref.rollout.name=vllm to silence this"
+        )
         rollout.name = "vllm"
 
 
@@ -268,18 +285,27 @@ def _map_resume_path(cfg: TrainerRunConfig) -> None:
             raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path (the checkpoint folder)")
         t.resume_mode = t.resume_from_path
     elif t.resume_from_path:
-        log.info("trainer.resume_from_path=%r has no effect with trainer.resume_mode=%r: as in verl, it is read only "
-                 "with resume_mode=resume_path", t.resume_from_path, t.resume_mode)
+        log.info(
+            "trainer.resume_from_path=%r has no effect with trainer.resume_mode=%r: as in verl, it is read only "
+            "with resume_mode=resume_path",
+            t.resume_from_path,
+            t.resume_mode,
+        )
 
 
 def _map_checkpoint_limits(cfg: TrainerRunConfig) -> None:
     """verl limits actor and critic checkpoints apart; a checkpoint here holds both, under one limit."""
     t = cfg.trainer
-    given = {f"trainer.{k}": getattr(t, k) for k in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep",
-                                                     "max_ckpt_to_keep") if getattr(t, k) is not None}
+    given = {
+        f"trainer.{k}": getattr(t, k)
+        for k in ("max_actor_ckpt_to_keep", "max_critic_ckpt_to_keep", "max_ckpt_to_keep")
+        if getattr(t, k) is not None
+    }
     if len(set(given.values())) > 1:
-        raise ConfigError(f"{' and '.join(f'{k}={v}' for k, v in given.items())}: a checkpoint here holds the actor "
-                          "and the critic together, under one limit; give one value (trainer.max_ckpt_to_keep)")
+        raise ConfigError(
+            f"{' and '.join(f'{k}={v}' for k, v in given.items())}: a checkpoint here holds the actor "
+            "and the critic together, under one limit; give one value (trainer.max_ckpt_to_keep)"
+        )
     if given:
         t.max_ckpt_to_keep = next(iter(given.values()))
 
@@ -291,8 +317,10 @@ def _map_lr_scheduler_type(cfg: TrainerRunConfig) -> None:
         if new is None:
             continue
         if old != "constant" and old != new:  # constant is the default: set only when the user named it
-            raise ConfigError(f"{path}.lr_scheduler_type={new!r} and {path}.warmup_style={old!r} name the same "
-                              "setting; set only one of them")
+            raise ConfigError(
+                f"{path}.lr_scheduler_type={new!r} and {path}.warmup_style={old!r} name the same "
+                "setting; set only one of them"
+            )
         optim.warmup_style = new
 
 
@@ -317,13 +345,15 @@ def _map_global_micro_batches(cfg: TrainerRunConfig) -> None:
         if total <= 0 or total % dp:
             raise ConfigError(
                 f"{path}.{old}={total} is verl's older global micro-batch size, which is split evenly over the ranks, "
-                f"and it does not split over {ranks}; set {path}.{new} (per rank) instead")
+                f"and it does not split over {ranks}; set {path}.{new} (per rank) instead"
+            )
         per_rank = total // dp
         current = getattr(section, new)
         if current is not None and current != per_rank:
             raise ConfigError(
                 f"{path}.{old}={total} means {per_rank} per rank over {ranks}, but "
-                f"{path}.{new}={current}: they name the same setting; set only one of them")
+                f"{path}.{new}={current}: they name the same setting; set only one of them"
+            )
         setattr(section, new, per_rank)
 
 
@@ -338,11 +368,14 @@ def _map_dapo_reward_kwargs(cfg: TrainerRunConfig) -> None:
         raise ConfigError(
             f"reward_model.reward_kwargs={kwargs!r} are keyword arguments for the reward manager, and only "
             f"reward_model.reward_manager=dapo takes any ({', '.join(_DAPO_REWARD_KWARGS)}); "
-            f"reward_manager is {rm.reward_manager!r}")
+            f"reward_manager is {rm.reward_manager!r}"
+        )
     unknown = sorted(set(kwargs) - set(_DAPO_REWARD_KWARGS))
     if unknown:
-        raise ConfigError(f"unknown key {', '.join(f'reward_model.reward_kwargs.{k}' for k in unknown)} for "
-                          f"reward_model.reward_manager=dapo; known keys: {', '.join(_DAPO_REWARD_KWARGS)}")
+        raise ConfigError(
+            f"unknown key {', '.join(f'reward_model.reward_kwargs.{k}' for k in unknown)} for "
+            f"reward_model.reward_manager=dapo; known keys: {', '.join(_DAPO_REWARD_KWARGS)}"
+        )
     if "overlong_buffer_cfg" in kwargs:
         key = "reward_model.reward_kwargs.overlong_buffer_cfg"
         given = build_typed(OverlongBufferConfig, kwargs["overlong_buffer_cfg"], key)
@@ -350,7 +383,8 @@ def _map_dapo_reward_kwargs(cfg: TrainerRunConfig) -> None:
             raise ConfigError(
                 f"{key} ({given}) and reward_model.overlong_buffer "
                 f"({rm.overlong_buffer}) are the same setting (verl's DAPO reward manager's spelling and this "
-                "framework's) and disagree; set one of them")
+                "framework's) and disagree; set one of them"
+            )
         rm.overlong_buffer = given
     if kwargs.get("max_resp_len") is not None:
         budget = cfg.actor_rollout_ref.rollout.response_length
@@ -358,7 +392,8 @@ def _map_dapo_reward_kwargs(cfg: TrainerRunConfig) -> None:
         if max_resp_len != budget:
             raise ConfigError(
                 f"reward_model.reward_kwargs.max_resp_len={max_resp_len}: the overlong buffer here ends at the "
-                f"response budget, actor_rollout_ref.rollout.response_length={budget}; give the same value or drop it")
+                f"response budget, actor_rollout_ref.rollout.response_length={budget}; give the same value or drop it"
+            )
 
 
 def check_unsupported(cfg: TrainerRunConfig) -> None:
@@ -379,14 +414,16 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
             raise ConfigError(
                 f"{path}.fsdp_size={fsdp.fsdp_size}: hybrid sharding (shard over groups of fsdp_size ranks, replicate "
                 f"across groups) is not supported; a model is sharded over all {ranks_named(cfg.trainer)} "
-                f"here, which -1 (the default) means")
+                f"here, which -1 (the default) means"
+            )
     arr = cfg.actor_rollout_ref
     for path, model in (("actor_rollout_ref.model", arr.model), ("critic.model", cfg.critic.model)):
         if model.override_config:
             raise ConfigError(
                 f"{path}.override_config={model.override_config!r}: overriding the model's Hugging Face config is not "
                 "supported yet (the trainer and the vLLM rollout load model.path as it is); edit config.json in a "
-                "copy of the model folder instead")
+                "copy of the model folder instead"
+            )
     check_multi_turn(cfg)
     for path, checkpoint in _sections_of_type(cfg, CheckpointConfig):
         for name in ("save_contents", "load_contents"):
@@ -395,18 +432,21 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
                 raise ConfigError(
                     f"{path}.{name}={value!r}: checkpoints here always hold the model, the optimizer and the extra "
                     "state (LR schedule, RNG, data position), which resuming needs, and no Hugging Face copy (the run "
-                    "exports hf_model/ at the end); drop the key or give all three")
+                    "exports hf_model/ at the end); drop the key or give all three"
+                )
     if cfg.reward_model.reward_manager == "batch" and not cfg.custom_reward_function.path:
         raise ConfigError(
             "reward_model.reward_manager='batch' calls a custom compute_score once with lists of all responses; the "
             "built-in rules score one response at a time: set custom_reward_function.path to a batched function, or "
-            "use reward_manager=naive")
+            "use reward_manager=naive"
+        )
     _check_log_val_generations(cfg)
     rollout = arr.rollout
     if rollout.max_model_len is not None and rollout.max_model_len < rollout.prompt_length + rollout.response_length:
         raise ConfigError(
             f"actor_rollout_ref.rollout.max_model_len={rollout.max_model_len} is shorter than a prompt and its "
-            f"response (rollout.prompt_length + response_length = {rollout.prompt_length + rollout.response_length})")
+            f"response (rollout.prompt_length + response_length = {rollout.prompt_length + rollout.response_length})"
+        )
 
 
 def _differences(value: Any, default: Any, key: str) -> Iterator[tuple[str, Any]]:
@@ -430,12 +470,14 @@ def _check_role_copies(cfg: TrainerRunConfig) -> None:
     if arr.ref.strategy is not None and not _same_engine(arr.ref.strategy, arr.actor.strategy):
         raise ConfigError(
             f"actor_rollout_ref.ref.strategy={arr.ref.strategy!r}: the reference runs on the actor's engine here "
-            f"(actor_rollout_ref.actor.strategy={arr.actor.strategy!r}); drop the key or give the actor's value")
+            f"(actor_rollout_ref.actor.strategy={arr.actor.strategy!r}); drop the key or give the actor's value"
+        )
     tokenizer = critic.model.tokenizer_path
     if tokenizer is not None and tokenizer not in (arr.model.path, critic.model.path):
         raise ConfigError(
             f"critic.model.tokenizer_path={tokenizer!r}: the critic reads the policy's tokens here, so its tokenizer "
-            f"is the policy's (actor_rollout_ref.model.path={arr.model.path!r}); drop the key or give that path")
+            f"is the policy's (actor_rollout_ref.model.path={arr.model.path!r}); drop the key or give that path"
+        )
     if critic.enable is not None:
         from algos.catalog import estimator_traits
 
@@ -444,7 +486,8 @@ def _check_role_copies(cfg: TrainerRunConfig) -> None:
             raise ConfigError(
                 f"critic.enable={critic.enable}: algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} "
                 f"{'needs' if needs else 'does not use'} a critic, which decides whether one runs here; drop the key "
-                f"or set it to {needs}")
+                f"or set it to {needs}"
+            )
 
 
 def _check_log_val_generations(cfg: TrainerRunConfig) -> None:
@@ -457,8 +500,9 @@ def _refuse_non_default(section: Any, path: str, why: str) -> None:
     for f in dataclasses.fields(section):
         value = getattr(section, f.name)
         if value != getattr(default, f.name):
-            raise ConfigError(f"{path}.{f.name}={value!r}: {why}; only verl's default "
-                              f"{getattr(default, f.name)!r} is accepted")
+            raise ConfigError(
+                f"{path}.{f.name}={value!r}: {why}; only verl's default {getattr(default, f.name)!r} is accepted"
+            )
 
 
 def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -472,4 +516,3 @@ def _walk(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 
 def _sections_of_type(cfg: TrainerRunConfig, cls: type) -> Iterator[tuple[str, Any]]:
     return ((path, node) for path, node in _walk(cfg) if isinstance(node, cls))
-

@@ -6,6 +6,7 @@ with a mapping or a limit); `classify` puts them together for docs/verl_keys.md 
 text file of `dotted.key = <JSON default>` lines (tests/app/config/verl_keys_<commit>.txt names the verl commit);
 `python -m app.config.verl_keys <that file>` prints the docs page.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,8 +54,11 @@ LIMITED = {
 
 def classify(key: str) -> tuple[str, str]:
     """(class, why) of one dotted verl key; KeyError for a key nothing here accounts for."""
-    for table, kind in ((DEFAULT_ONLY, DEFAULT_ONLY_CLASS), (LIMITED, DEFAULT_ONLY_CLASS),
-                        (NO_EFFECT, NO_EFFECT_CLASS)):
+    for table, kind in (
+        (DEFAULT_ONLY, DEFAULT_ONLY_CLASS),
+        (LIMITED, DEFAULT_ONLY_CLASS),
+        (NO_EFFECT, NO_EFFECT_CLASS),
+    ):
         for prefix, why in table.items():
             if key == prefix or key.startswith(prefix + "."):  # a key inside a section kept as plain data
                 return kind, why

@@ -21,8 +21,28 @@ INSTRUCTION = 'Give a short answer. End with the final answer on its own line as
 # steps needed a second generation round (README, "What make run shows").
 LEVEL_WEIGHTS = (0.45, 0.30, 0.17, 0.08)
 
-_NAMES = ("Ana", "Ben", "Carla", "Dev", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jack",
-          "Kai", "Lena", "Milo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sam", "Tara")
+_NAMES = (
+    "Ana",
+    "Ben",
+    "Carla",
+    "Dev",
+    "Emma",
+    "Farid",
+    "Grace",
+    "Hugo",
+    "Ines",
+    "Jack",
+    "Kai",
+    "Lena",
+    "Milo",
+    "Nora",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sam",
+    "Tara",
+)
 _ITEMS = ("apples", "pencils", "marbles", "stickers", "books", "cookies", "cards", "shells", "coins", "balloons")
 
 
@@ -38,17 +58,21 @@ def _level1(rng: random.Random, name: str, item: str) -> ArithmeticProblem:
     a, b = rng.randint(1, 10), rng.randint(1, 10)
     if rng.random() < 0.5:
         expr, answer = f"{a} + {b}", a + b
-        question = rng.choice((
-            f"What is {a} + {b}?",
-            f"{name} has {a} {item}. {name} gets {b} more {item}. How many {item} does {name} have now?",
-        ))
+        question = rng.choice(
+            (
+                f"What is {a} + {b}?",
+                f"{name} has {a} {item}. {name} gets {b} more {item}. How many {item} does {name} have now?",
+            )
+        )
     else:
         a, b = max(a, b), min(a, b)
         expr, answer = f"{a} - {b}", a - b
-        question = rng.choice((
-            f"What is {a} - {b}?",
-            f"{name} has {a} {item} and gives {b} of them away. How many {item} does {name} have left?",
-        ))
+        question = rng.choice(
+            (
+                f"What is {a} - {b}?",
+                f"{name} has {a} {item} and gives {b} of them away. How many {item} does {name} have left?",
+            )
+        )
     return ArithmeticProblem(question, answer, 1, expr)
 
 
@@ -57,25 +81,31 @@ def _level2(rng: random.Random, name: str, item: str) -> ArithmeticProblem:
     if kind == 0:
         a, b = rng.randint(10, 99), rng.randint(10, 99)
         expr, answer = f"{a} + {b}", a + b
-        question = rng.choice((
-            f"What is {a} + {b}?",
-            f"{name} collected {a} {item} on Monday and {b} on Tuesday. How many {item} did {name} collect in all?",
-        ))
+        question = rng.choice(
+            (
+                f"What is {a} + {b}?",
+                f"{name} collected {a} {item} on Monday and {b} on Tuesday. How many {item} did {name} collect in all?",
+            )
+        )
     elif kind == 1:
         a, b = rng.randint(20, 99), rng.randint(10, 99)
         a, b = max(a, b), min(a, b)
         expr, answer = f"{a} - {b}", a - b
-        question = rng.choice((
-            f"What is {a} - {b}?",
-            f"A shop had {a} {item} and sold {b}. How many {item} does the shop have left?",
-        ))
+        question = rng.choice(
+            (
+                f"What is {a} - {b}?",
+                f"A shop had {a} {item} and sold {b}. How many {item} does the shop have left?",
+            )
+        )
     else:
         a, b = rng.randint(2, 9), rng.randint(2, 9)
         expr, answer = f"{a} * {b}", a * b
-        question = rng.choice((
-            f"What is {a} times {b}?",
-            f"{name} has {a} bags with {b} {item} in each bag. How many {item} does {name} have?",
-        ))
+        question = rng.choice(
+            (
+                f"What is {a} times {b}?",
+                f"{name} has {a} bags with {b} {item} in each bag. How many {item} does {name} have?",
+            )
+        )
     return ArithmeticProblem(question, answer, 2, expr)
 
 
@@ -84,13 +114,16 @@ def _level3(rng: random.Random, name: str, item: str) -> ArithmeticProblem:
         a, b = rng.randint(5, 30), rng.randint(1, 20)
         c = rng.randint(1, a + b)
         expr, answer = f"{a} + {b} - {c}", a + b - c
-        question = (f"{name} has {a} {item}, buys {b} more, then gives {c} to a friend. "
-                    f"How many {item} does {name} have now?")
+        question = (
+            f"{name} has {a} {item}, buys {b} more, then gives {c} to a friend. How many {item} does {name} have now?"
+        )
     else:
         a, b, c = rng.randint(2, 9), rng.randint(2, 12), rng.randint(1, 20)
         expr, answer = f"{a} * {b} + {c}", a * b + c
-        question = (f"{name} buys {a} boxes with {b} {item} in each box and already has {c} {item}. "
-                    f"How many {item} does {name} have in total?")
+        question = (
+            f"{name} buys {a} boxes with {b} {item} in each box and already has {c} {item}. "
+            f"How many {item} does {name} have in total?"
+        )
     return ArithmeticProblem(question, answer, 3, expr)
 
 
@@ -100,25 +133,34 @@ def _level4(rng: random.Random, name: str, item: str) -> ArithmeticProblem:
         a, b, c, d = rng.randint(2, 9), rng.randint(2, 12), rng.randint(2, 9), rng.randint(2, 12)
         e = rng.randint(1, a * b + c * d)
         expr, answer = f"{a} * {b} + {c} * {d} - {e}", a * b + c * d - e
-        question = (f"{name} buys {a} packs of {b} {item} and {c} packs of {d} {item}, then gives away {e}. "
-                    f"How many {item} does {name} have left?")
+        question = (
+            f"{name} buys {a} packs of {b} {item} and {c} packs of {d} {item}, then gives away {e}. "
+            f"How many {item} does {name} have left?"
+        )
     elif kind == 1:
         friends, each = rng.randint(2, 9), rng.randint(2, 15)
         extra = rng.randint(1, 30)
         expr, answer = f"({friends * each + extra} - {extra}) // {friends}", each
-        question = (f"{name} has {friends * each + extra} {item}, keeps {extra} and shares the rest equally among "
-                    f"{friends} friends. How many {item} does each friend get?")
+        question = (
+            f"{name} has {friends * each + extra} {item}, keeps {extra} and shares the rest equally among "
+            f"{friends} friends. How many {item} does each friend get?"
+        )
     else:
         a, b, c = rng.randint(5, 40), rng.randint(5, 40), rng.randint(2, 6)
         d = rng.randint(1, (a + b) * c)
         expr, answer = f"({a} + {b}) * {c} - {d}", (a + b) * c - d
-        question = (f"A class has {a} {item} and gets {b} more. Then the number of {item} is multiplied by {c} "
-                    f"and {d} are used. How many {item} are left?")
+        question = (
+            f"A class has {a} {item} and gets {b} more. Then the number of {item} is multiplied by {c} "
+            f"and {d} are used. How many {item} are left?"
+        )
     return ArithmeticProblem(question, answer, 4, expr)
 
 
 _LEVELS: dict[int, Callable[[random.Random, str, str], ArithmeticProblem]] = {
-    1: _level1, 2: _level2, 3: _level3, 4: _level4,
+    1: _level1,
+    2: _level2,
+    3: _level3,
+    4: _level4,
 }
 
 
@@ -147,14 +189,17 @@ def generate_problems(
 def _check_level_weights(level_weights: Sequence[float]) -> None:
     """ValueError unless there is one non-negative weight per level and some level has weight."""
     if len(level_weights) != len(_LEVELS):
-        raise ValueError(f"level_weights needs {len(_LEVELS)} entries (levels {min(_LEVELS)}-{max(_LEVELS)}), "
-                         f"got {list(level_weights)}")
+        raise ValueError(
+            f"level_weights needs {len(_LEVELS)} entries (levels {min(_LEVELS)}-{max(_LEVELS)}), "
+            f"got {list(level_weights)}"
+        )
     if any(w < 0 for w in level_weights) or sum(level_weights) <= 0:
         raise ValueError(f"level_weights must be >= 0 with a positive sum, got {list(level_weights)}")
 
 
-def generate_splits(train_size: int, test_size: int, seed: int, level_weights: Sequence[float] = LEVEL_WEIGHTS
-                    ) -> tuple[list[ArithmeticProblem], list[ArithmeticProblem]]:
+def generate_splits(
+    train_size: int, test_size: int, seed: int, level_weights: Sequence[float] = LEVEL_WEIGHTS
+) -> tuple[list[ArithmeticProblem], list[ArithmeticProblem]]:
     """(train, test) problems with no question in both: the easiest levels have few distinct forms, so the train
     stream would otherwise repeat about a quarter of the test questions and validation would reward memory. The test
     split is exactly `generate_problems(test_size, seed, "test", level_weights)`; train draws from its own stream with

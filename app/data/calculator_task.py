@@ -1,6 +1,7 @@
 """The built-in tool-use task: arithmetic on numbers too large to work out in one's head (products of 4-7 digit
 numbers, sums of several large numbers), with the calculator tool described in the system message. The reward
 (`algos.rewards.tool_arithmetic`) pays for a right final answer only: calling the tool earns nothing by itself."""
+
 from __future__ import annotations
 
 import random
@@ -11,14 +12,24 @@ from app.agents.tool_prompt import tool_system_prompt
 
 DATA_SOURCE = "calculator_arithmetic"
 INSTRUCTION = 'End with the final answer on its own line as "#### <answer>".'
-CALCULATOR_SCHEMA = {"type": "function", "function": {
-    "name": "calculator", "description": "Evaluate an arithmetic expression exactly (+ - * / // % ** and parentheses)",
-    "parameters": {"type": "object", "properties": {"expression": {"type": "string",
-                                                                   "description": "for example 48213 * 9071"}},
-                   "required": ["expression"]}}}
+CALCULATOR_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression exactly (+ - * / // % ** and parentheses)",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "for example 48213 * 9071"}},
+            "required": ["expression"],
+        },
+    },
+}
 # verl's tool config file format: what `multi_turn.tool_config_path` names for this task
-TOOL_CONFIG = {"tools": [{"class_name": "app.agents.tools.calculator.CalculatorTool", "config": {},
-                          "tool_schema": CALCULATOR_SCHEMA}]}
+TOOL_CONFIG = {
+    "tools": [
+        {"class_name": "app.agents.tools.calculator.CalculatorTool", "config": {}, "tool_schema": CALCULATOR_SCHEMA}
+    ]
+}
 
 
 def make_problem(rng: random.Random) -> tuple[str, int, str]:
@@ -38,9 +49,16 @@ def calculator_rows(count: int, seed: int, split: str) -> list[dict[str, Any]]:
     rows = []
     for i in range(count):
         question, answer, expression = make_problem(rng)
-        rows.append({"data_source": DATA_SOURCE,
-                     "prompt": [{"role": "system", "content": system},
-                                {"role": "user", "content": f"{question}\n{INSTRUCTION}"}],
-                     "ability": "arithmetic", "reward_model": {"style": "rule", "ground_truth": str(answer)},
-                     "extra_info": {"split": split, "index": i, "expression": expression}})
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": f"{question}\n{INSTRUCTION}"},
+                ],
+                "ability": "arithmetic",
+                "reward_model": {"style": "rule", "ground_truth": str(answer)},
+                "extra_info": {"split": split, "index": i, "expression": expression},
+            }
+        )
     return rows

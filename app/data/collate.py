@@ -52,8 +52,9 @@ class PromptBatch:
         """Rank `rank`'s contiguous share of `world` equal shares (the data-parallel split of a global batch)."""
         size = len(self) // world
         lo, hi = rank * size, (rank + 1) * size
-        return PromptBatch(**{k: v[lo:hi] for k, v in self.tensors().items()},
-                           **{k: v[lo:hi] for k, v in self.non_tensors().items()})
+        return PromptBatch(
+            **{k: v[lo:hi] for k, v in self.tensors().items()}, **{k: v[lo:hi] for k, v in self.non_tensors().items()}
+        )
 
 
 def collate_prompts(

@@ -157,7 +157,10 @@ def load_prompt_dataset(
     if filtered:
         logger.warning(
             "dropped %d of %d prompts longer than max_prompt_length=%d (first: %s)",
-            len(filtered), len(pending), limit, filtered[0],
+            len(filtered),
+            len(pending),
+            limit,
+            filtered[0],
         )
     if not records:
         raise DataError(

@@ -59,7 +59,10 @@ class PromptDataOptions:
 
         missing = [f"data.{f.name}" for f in fields(cls) if f.default is MISSING and not has(f.name)]
         if missing:
-            raise DataError(f"the data settings lack {', '.join(missing)}: build them from the typed config's data "
-                            "section (app.config.schema.DataConfig), which has every key")
-        return cls(**{f.name: source[f.name] if mapping else getattr(source, f.name)
-                      for f in fields(cls) if has(f.name)})
+            raise DataError(
+                f"the data settings lack {', '.join(missing)}: build them from the typed config's data "
+                "section (app.config.schema.DataConfig), which has every key"
+            )
+        return cls(
+            **{f.name: source[f.name] if mapping else getattr(source, f.name) for f in fields(cls) if has(f.name)}
+        )

@@ -3,6 +3,7 @@
 Names load on first use, so the config checks that reuse a torch-free module of this package (``precision``,
 ``deepspeed_config``) do not import torch with the engines.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -44,5 +45,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'app.engine' has no attribute {name!r}")
 
 
-__all__ = ["BaseEngine", "DeepSpeedSpec", "EngineSpec", "OptimSpec", "StepContext", "StepResult", "WeightSyncPayload",
-           "make_engine", "ENGINE_STRATEGIES"]
+__all__ = [
+    "BaseEngine",
+    "DeepSpeedSpec",
+    "EngineSpec",
+    "OptimSpec",
+    "StepContext",
+    "StepResult",
+    "WeightSyncPayload",
+    "make_engine",
+    "ENGINE_STRATEGIES",
+]

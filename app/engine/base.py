@@ -4,6 +4,7 @@ An engine owns one model (sharded across the data-parallel ranks), its optimizer
 Roles (actor, reference, critic) never touch FSDP or DeepSpeed; they call these methods. Every method that
 communicates must be called on all ranks.
 """
+
 from __future__ import annotations
 
 import abc
@@ -24,6 +25,7 @@ class StepContext:
     micro-batch size). ``loss_normalizer`` is the whole-mini-batch normaliser for ``algos.aggregation.agg_loss``,
     already divided by the data-parallel world size (gradients are averaged over ranks).
     """
+
     temperature: float = 1.0
     compute_entropy: bool = False
     entropy_requires_grad: bool = False  # False: entropy is computed without grad, for metrics only
@@ -50,6 +52,7 @@ class StepResult:
     ``metrics[name]`` is the mean over micro-batches weighted by the weights the loss function returned (e.g. the
     number of kept tokens), so a token-mean metric equals the whole batch's token mean.
     """
+
     outputs: TensorBatch
     metrics: dict[str, float]
     loss: float  # sum of the micro-batch losses (= the mini-batch loss when losses are globally normalised)
@@ -62,6 +65,7 @@ class WeightSyncPayload:
     ``kind == "full"``: every parameter under its Hugging Face name. ``kind == "lora"``: only the adapter tensors,
     named as peft saves them in ``adapter_model.safetensors``, and ``adapter_config`` as in ``adapter_config.json``.
     """
+
     kind: str
     tensors: dict[str, torch.Tensor]
     adapter_config: Optional[dict[str, Any]] = None
@@ -85,9 +89,14 @@ class BaseEngine(abc.ABC):
 
     # ------------------------------------------------------------------ compute
     @abc.abstractmethod
-    def forward_backward_step(self, batch: TensorBatch, ctx: Optional[StepContext] = None, forward_only: bool = False,
-                              preprocess_fn: Optional[PreprocessFn] = None,
-                              postprocess_fn: Optional[PostprocessFn] = None) -> StepResult:
+    def forward_backward_step(
+        self,
+        batch: TensorBatch,
+        ctx: Optional[StepContext] = None,
+        forward_only: bool = False,
+        preprocess_fn: Optional[PreprocessFn] = None,
+        postprocess_fn: Optional[PostprocessFn] = None,
+    ) -> StepResult:
         """Cut ``batch`` into micro-batches, run the model on each and, unless ``forward_only``, backpropagate the
         loss of the function given to ``set_loss_fn`` (gradients accumulate; the loss must be normalised over the
         whole batch, see ``StepContext.loss_normalizer``). Returns outputs in the input row order."""
@@ -154,8 +163,9 @@ class BaseEngine(abc.ABC):
         `merge_lora` the adapter folded into full weights (the rollout engine then needs no LoRA support)."""
 
     @abc.abstractmethod
-    def get_per_tensor_param(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False
-                             ) -> Iterator[tuple[str, torch.Tensor]]:
+    def get_per_tensor_param(
+        self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """The tensors of ``state_dict_for_sync(dtype, merge_lora)`` as (name, full CPU tensor) pairs, one at a time
         (verl's per-tensor weight sync), on every rank: each is gathered when it is reached, so no rank holds more
         than one parameter (a merged LoRA linear: three) gathered at once. Collective: every rank consumes it all."""

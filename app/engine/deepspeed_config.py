@@ -9,6 +9,7 @@ the schedule ours (``optim.*``), so an ``optimizer`` / ``scheduler`` section may
 
 Plain Python (no torch, no deepspeed): the driver runs it to refuse a bad file before any worker starts.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,37 +19,51 @@ from typing import Any, Optional
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 AUTO = "auto"
 _ADAM_TYPES = ("adam", "adamw")
-_NEVER_PRINT = 2 ** 31 - 1  # DeepSpeed's own step log; the trainer reports its metrics
+_NEVER_PRINT = 2**31 - 1  # DeepSpeed's own step log; the trainer reports its metrics
 
 
 class DeepSpeedConfigError(ValueError):
     """A DeepSpeed setting or file is wrong; the message names the file or key and the values."""
 
 
-def batch_keys(train_batch_size: Optional[int], micro_batch_size_per_gpu: Optional[int], world_size: int, *,
-               use_dynamic_bsz: bool = False) -> dict[str, int]:
+def batch_keys(
+    train_batch_size: Optional[int],
+    micro_batch_size_per_gpu: Optional[int],
+    world_size: int,
+    *,
+    use_dynamic_bsz: bool = False,
+) -> dict[str, int]:
     """DeepSpeed's three batch keys. ``train_batch_size``: samples per optimiser step over all ranks (None: an
     inference-only engine, which never accumulates). A token budget (``use_dynamic_bsz``) makes the micro-batch count
     vary per step: DeepSpeed is then told one micro-batch of the whole per-rank share (the engine marks the
     accumulation boundary itself, so the nominal count changes nothing)."""
     if train_batch_size is None:
         micro = micro_batch_size_per_gpu or 1
-        return {"train_batch_size": micro * world_size, "train_micro_batch_size_per_gpu": micro,
-                "gradient_accumulation_steps": 1}
+        return {
+            "train_batch_size": micro * world_size,
+            "train_micro_batch_size_per_gpu": micro,
+            "gradient_accumulation_steps": 1,
+        }
     if train_batch_size <= 0 or train_batch_size % world_size:
-        raise DeepSpeedConfigError(f"{train_batch_size} samples per optimiser step do not split evenly over "
-                                   f"{world_size} data-parallel ranks")
+        raise DeepSpeedConfigError(
+            f"{train_batch_size} samples per optimiser step do not split evenly over {world_size} data-parallel ranks"
+        )
     per_rank = train_batch_size // world_size
     micro = per_rank if use_dynamic_bsz or micro_batch_size_per_gpu is None else micro_batch_size_per_gpu
     if micro <= 0 or per_rank % micro:
-        raise DeepSpeedConfigError(f"each rank's {per_rank} samples per optimiser step do not split into "
-                                   f"micro-batches of {micro}")
-    return {"train_batch_size": train_batch_size, "train_micro_batch_size_per_gpu": micro,
-            "gradient_accumulation_steps": per_rank // micro}
+        raise DeepSpeedConfigError(
+            f"each rank's {per_rank} samples per optimiser step do not split into micro-batches of {micro}"
+        )
+    return {
+        "train_batch_size": train_batch_size,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": per_rank // micro,
+    }
 
 
-def derived_config(*, zero_stage: int, offload_optimizer: bool, trains: bool, grad_clip: float, param_dtype: str,
-                   batch: dict[str, int]) -> dict[str, Any]:
+def derived_config(
+    *, zero_stage: int, offload_optimizer: bool, trains: bool, grad_clip: float, param_dtype: str, batch: dict[str, int]
+) -> dict[str, Any]:
     """What our config says, in DeepSpeed's keys. ``trains``: the engine has an optimizer."""
     zero: dict[str, Any] = {"stage": zero_stage}
     if offload_optimizer and trains:
@@ -95,13 +110,15 @@ def _check_optimizer_sections(user: dict[str, Any], source: str, optim_key: str)
         if kind not in (AUTO, *_ADAM_TYPES) or not _all_auto(optimizer.get("params", {})):
             raise DeepSpeedConfigError(
                 f"{source}: optimizer={json.dumps(optimizer)}: the optimizer is AdamW built from {optim_key}.* (lr, "
-                f"betas, weight_decay); set those there and leave this section out or its params \"auto\"")
+                f'betas, weight_decay); set those there and leave this section out or its params "auto"'
+            )
     scheduler = user.get("scheduler")
     if scheduler is not None and not (isinstance(scheduler, dict) and _all_auto(scheduler.get("params", {}))):
         raise DeepSpeedConfigError(
             f"{source}: scheduler={json.dumps(scheduler)}: the learning-rate schedule comes from {optim_key}.* "
             f"(lr_warmup_steps, warmup_style, min_lr_ratio); set it there and leave this section out or its params "
-            "\"auto\"")
+            '"auto"'
+        )
 
 
 def _merge(derived: Any, user: Any) -> Any:
@@ -116,9 +133,15 @@ def _merge(derived: Any, user: Any) -> Any:
     return derived if user == AUTO else copy.deepcopy(user)
 
 
-def merge_user_config(derived: dict[str, Any], user: dict[str, Any], *, source: str, trains: bool,
-                      explain: str = "the role's mini-batch, micro-batch and rank count",
-                      optim_key: str = "optim") -> dict[str, Any]:
+def merge_user_config(
+    derived: dict[str, Any],
+    user: dict[str, Any],
+    *,
+    source: str,
+    trains: bool,
+    explain: str = "the role's mini-batch, micro-batch and rank count",
+    optim_key: str = "optim",
+) -> dict[str, Any]:
     """The final config. ``source`` names the file in messages; ``explain`` says where the batch keys came from."""
     _check_optimizer_sections(user, source, optim_key)
     user = {k: v for k, v in user.items() if k not in ("optimizer", "scheduler")}
@@ -128,7 +151,8 @@ def merge_user_config(derived: dict[str, Any], user: dict[str, Any], *, source: 
             if value != AUTO and value != derived[key]:
                 raise DeepSpeedConfigError(
                     f"{source}: {key}={value!r} disagrees with {key}={derived[key]} derived from {explain}; "
-                    f"remove the key or set it to \"auto\"")
+                    f'remove the key or set it to "auto"'
+                )
     else:  # batch sizes mean nothing without an optimizer step; keep the derived, consistent ones
         user = {k: v for k, v in user.items() if k not in BATCH_KEYS}
     merged = _merge(derived, user)

@@ -7,6 +7,7 @@
   loss is already normalised over the whole mini-batch, so DeepSpeed neither counts micro-steps nor divides it.
 - ``deepspeed`` is imported only when such an engine is built: the FSDP path never needs the package.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,13 +33,25 @@ def engine_config(spec: EngineSpec, world_size: int) -> dict[str, Any]:
     """The JSON DeepSpeed gets for ``spec`` on ``world_size`` ranks (the user's file merged in)."""
     ds = spec.deepspeed
     if ds is None:
-        raise ValueError("a DeepSpeed engine needs EngineSpec.deepspeed (app.roles.factory builds it from the role's "
-                         "deepspeed_config section)")
+        raise ValueError(
+            "a DeepSpeed engine needs EngineSpec.deepspeed (app.roles.factory builds it from the role's "
+            "deepspeed_config section)"
+        )
     trains = spec.optim is not None
-    batch = batch_keys(ds.train_batch_size if trains else None, spec.micro_batch_size_per_gpu, world_size,
-                       use_dynamic_bsz=spec.use_dynamic_bsz)
-    derived = derived_config(zero_stage=ds.zero_stage, offload_optimizer=ds.offload_optimizer, trains=trains,
-                             grad_clip=spec.grad_clip, param_dtype=spec.param_dtype, batch=batch)
+    batch = batch_keys(
+        ds.train_batch_size if trains else None,
+        spec.micro_batch_size_per_gpu,
+        world_size,
+        use_dynamic_bsz=spec.use_dynamic_bsz,
+    )
+    derived = derived_config(
+        zero_stage=ds.zero_stage,
+        offload_optimizer=ds.offload_optimizer,
+        trains=trains,
+        grad_clip=spec.grad_clip,
+        param_dtype=spec.param_dtype,
+        batch=batch,
+    )
     if not ds.config_path:
         return merge_user_config(derived, {}, source="", trains=trains)
     user = load_user_config(ds.config_path)
@@ -48,8 +61,10 @@ def engine_config(spec: EngineSpec, world_size: int) -> dict[str, Any]:
 class DeepSpeedEngine(ShardedEngine):
     def __init__(self, spec: EngineSpec) -> None:
         if spec.ulysses_sequence_parallel_size != 1:
-            raise ValueError(f"ulysses_sequence_parallel_size={spec.ulysses_sequence_parallel_size}: "
-                             "strategy=deepspeed has no sequence parallelism here; use strategy=fsdp2 or set it to 1")
+            raise ValueError(
+                f"ulysses_sequence_parallel_size={spec.ulysses_sequence_parallel_size}: "
+                "strategy=deepspeed has no sequence parallelism here; use strategy=fsdp2 or set it to 1"
+            )
         self.device = pick_device(spec.device)
         self.spec = resolve_auto_param_dtype(spec, self.device)
         self.ds: Optional[Any] = None  # deepspeed.DeepSpeedEngine
@@ -87,12 +102,14 @@ class DeepSpeedEngine(ShardedEngine):
         optimizer = None
         if spec.optim is not None:
             trainable = [p for p in model.parameters() if p.requires_grad]
-            optimizer = torch.optim.AdamW(trainable, lr=spec.optim.lr, betas=tuple(spec.optim.betas),
-                                          weight_decay=spec.optim.weight_decay)
+            optimizer = torch.optim.AdamW(
+                trainable, lr=spec.optim.lr, betas=tuple(spec.optim.betas), weight_decay=spec.optim.weight_decay
+            )
             # on the client optimizer: ZeRO steps its param groups, so the schedule's lr is the one applied
             self.lr_scheduler = build_lr_scheduler(optimizer, spec.optim)
-        self.ds, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.config,
-                                                dist_init_required=False)
+        self.ds, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=self.config, dist_init_required=False
+        )
         self.optimizer = optimizer
         self.model = self.ds.module
 
@@ -135,9 +152,11 @@ class DeepSpeedEngine(ShardedEngine):
     def to(self, device: str, model: bool = True, optimizer: bool = True) -> None:
         if self.device.type == "cpu":
             return  # everything already lives on the CPU
-        raise NotImplementedError("DeepSpeedEngine.to: moving state by hand is not supported; offload with "
-                                  "deepspeed_config.offload_optimizer (or offload_param in the JSON's "
-                                  "zero_optimization)")
+        raise NotImplementedError(
+            "DeepSpeedEngine.to: moving state by hand is not supported; offload with "
+            "deepspeed_config.offload_optimizer (or offload_param in the JSON's "
+            "zero_optimization)"
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str) -> None:
@@ -151,9 +170,13 @@ class DeepSpeedEngine(ShardedEngine):
     def load_checkpoint(self, path: str) -> None:
         self._require_model()
         self._check_is_checkpoint(path)
-        loaded, _ = self.ds.load_checkpoint(path, tag=_TAG, load_module_strict=not self.spec.use_lora,
-                                            load_optimizer_states=self.optimizer is not None,
-                                            load_lr_scheduler_states=False)
+        loaded, _ = self.ds.load_checkpoint(
+            path,
+            tag=_TAG,
+            load_module_strict=not self.spec.use_lora,
+            load_optimizer_states=self.optimizer is not None,
+            load_lr_scheduler_states=False,
+        )
         if loaded is None:
             raise FileNotFoundError(f"{path} holds no DeepSpeed checkpoint (no {_TAG}/ folder)")
         self._load_extra_state(path)

@@ -5,6 +5,7 @@ The device is what the engine's spec says, not what torch can see: ``"cpu"`` nev
 config on a machine with a GPU trains on the CPU over gloo), ``"cuda"`` takes the GPU this process was given and
 NCCL, and only ``"auto"`` (benchmarks) follows ``torch.cuda.is_available()``.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,11 @@ def ensure_process_group(device_type: str) -> None:
         backend = str(dist.get_backend()).lower()
         # a group made for both ("cpu:gloo,cuda:nccl") serves either device
         if backend_for(device_type) not in backend:
-            raise RuntimeError(f"the engine runs on {device_type} but the process group's backend is {backend!r}; "
-                               f"start the workers with backend {backend_for(device_type)!r} (trainer.device and "
-                               "the launcher's backend must agree)")
+            raise RuntimeError(
+                f"the engine runs on {device_type} but the process group's backend is {backend!r}; "
+                f"start the workers with backend {backend_for(device_type)!r} (trainer.device and "
+                "the launcher's backend must agree)"
+            )
         return
     # an in-process store: no port to pick, no file to clean up, valid because there is exactly one rank
     dist.init_process_group(backend_for(device_type), store=dist.HashStore(), rank=0, world_size=1)
@@ -47,8 +50,10 @@ def assigned_cuda_index() -> int:
     if local_rank is not None:
         index = int(local_rank)
         if not 0 <= index < count:
-            raise RuntimeError(f"LOCAL_RANK={index} but this process sees {count} GPUs "
-                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+            raise RuntimeError(
+                f"LOCAL_RANK={index} but this process sees {count} GPUs "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+            )
         return index
     return torch.cuda.current_device()
 
@@ -63,8 +68,10 @@ def pick_device(requested: str) -> torch.device:
     if requested == "auto" and not torch.cuda.is_available():
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise RuntimeError(f"engine device={requested!r} but CUDA is not available "
-                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+        raise RuntimeError(
+            f"engine device={requested!r} but CUDA is not available "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
     index = assigned_cuda_index()
     torch.cuda.set_device(index)
     return torch.device("cuda", index)

@@ -4,6 +4,7 @@ Works on any Hugging Face causal LM / token-classification model (plain, peft-wr
 calls the root module, so FSDP's hooks and peft's adapter switches apply. See ``app.engine.packing`` for the
 column layout.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -41,8 +42,15 @@ def logits_chunk_size(vocab_size: int, device: torch.device) -> int:
     return 1 << (tokens.bit_length() - 1)
 
 
-def lm_outputs(logits: torch.Tensor, labels: torch.Tensor, *, temperature: float, compute_entropy: bool,
-                entropy_requires_grad: bool, chunk_size: Optional[int]) -> dict[str, torch.Tensor]:
+def lm_outputs(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    temperature: float,
+    compute_entropy: bool,
+    entropy_requires_grad: bool,
+    chunk_size: Optional[int],
+) -> dict[str, torch.Tensor]:
     """logits ``(..., V)`` and labels ``(...)`` -> log-probs (and entropy) ``(...)`` float32. ``chunk_size`` None:
     ``logits_chunk_size`` of the vocabulary and device."""
     if chunk_size is None:
@@ -67,9 +75,18 @@ def value_model_logits(model: torch.nn.Module, **inputs) -> torch.Tensor:
         return model(use_cache=False, **inputs).logits
 
 
-def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: str, remove_padding: bool,
-                     share_prompts: bool = False, temperature: float = 1.0, compute_entropy: bool = False,
-                     entropy_requires_grad: bool = False, chunk_size: Optional[int] = None) -> dict[str, torch.Tensor]:
+def response_outputs(
+    model: torch.nn.Module,
+    micro: TensorBatch,
+    *,
+    model_kind: str,
+    remove_padding: bool,
+    share_prompts: bool = False,
+    temperature: float = 1.0,
+    compute_entropy: bool = False,
+    entropy_requires_grad: bool = False,
+    chunk_size: Optional[int] = None,
+) -> dict[str, torch.Tensor]:
     """Run ``model`` on ``micro`` (needs ``input_ids``, ``attention_mask``, ``responses``; ``position_ids``
     optional) and return ``{"log_probs", ["entropy"]}`` (causal LM) or ``{"values"}`` (value model), each
     ``(b, R)`` float32 and 0 at padding. ``chunk_size``: tokens per chunk of the log-prob and entropy passes (None:
@@ -78,18 +95,31 @@ def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: 
     input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
     response_len = micro["responses"].shape[1]
     position_ids = position_ids_of(micro)
-    lm_kwargs = dict(temperature=temperature, compute_entropy=compute_entropy,
-                     entropy_requires_grad=entropy_requires_grad, chunk_size=chunk_size)
+    lm_kwargs = dict(
+        temperature=temperature,
+        compute_entropy=compute_entropy,
+        entropy_requires_grad=entropy_requires_grad,
+        chunk_size=chunk_size,
+    )
     if remove_padding:
         p = pack_inputs(input_ids, attention_mask, position_ids, response_len, share_prompts=share_prompts)
         if p.prompt_layout is not None:
             varlen = {SHARED_PROMPT_LAYOUT: p.prompt_layout}
         else:
-            varlen = dict(cu_seq_lens_q=p.cu_seqlens, cu_seq_lens_k=p.cu_seqlens, max_length_q=p.max_seqlen,
-                          max_length_k=p.max_seqlen)
+            varlen = dict(
+                cu_seq_lens_q=p.cu_seqlens,
+                cu_seq_lens_k=p.cu_seqlens,
+                max_length_q=p.max_seqlen,
+                max_length_k=p.max_seqlen,
+            )
         if model_kind == "causal_lm":
-            logits = model(input_ids=p.input_ids, position_ids=p.position_ids, logits_to_keep=p.output_index,
-                           use_cache=False, **varlen).logits[0]  # (K, V)
+            logits = model(
+                input_ids=p.input_ids,
+                position_ids=p.position_ids,
+                logits_to_keep=p.output_index,
+                use_cache=False,
+                **varlen,
+            ).logits[0]  # (K, V)
             return {k: p.scatter(v) for k, v in lm_outputs(logits, p.labels, **lm_kwargs).items()}
         values = value_model_logits(model, input_ids=p.input_ids, position_ids=p.position_ids, **varlen)
         return {"values": p.scatter(values[0, p.output_index, 0].float())}
@@ -98,13 +128,21 @@ def response_outputs(model: torch.nn.Module, micro: TensorBatch, *, model_kind: 
     labels = input_ids[:, -response_len:][:, :kept]
     if model_kind == "causal_lm":
         # the last kept+1 positions: P-1 .. P+kept-1; the very last predicts past the kept columns
-        logits = model(input_ids=t.input_ids, attention_mask=t.attention_mask, position_ids=t.position_ids,
-                       logits_to_keep=kept + 1, use_cache=False).logits[:, :-1]
+        logits = model(
+            input_ids=t.input_ids,
+            attention_mask=t.attention_mask,
+            position_ids=t.position_ids,
+            logits_to_keep=kept + 1,
+            use_cache=False,
+        ).logits[:, :-1]
         outs = lm_outputs(logits, labels, **lm_kwargs)
     else:
-        values = value_model_logits(model, input_ids=t.input_ids, attention_mask=t.attention_mask,
-                              position_ids=t.position_ids)
-        outs = {"values": values[:, -kept - 1:-1, 0].float()}
+        values = value_model_logits(
+            model, input_ids=t.input_ids, attention_mask=t.attention_mask, position_ids=t.position_ids
+        )
+        outs = {"values": values[:, -kept - 1 : -1, 0].float()}
     real = attention_mask[:, -response_len:][:, :kept].bool()
-    return {k: t.pad_response(torch.where(real, v, torch.zeros((), dtype=v.dtype, device=v.device)))
-            for k, v in outs.items()}
+    return {
+        k: t.pad_response(torch.where(real, v, torch.zeros((), dtype=v.dtype, device=v.device)))
+        for k, v in outs.items()
+    }

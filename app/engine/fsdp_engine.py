@@ -8,6 +8,7 @@
   uses (no-ops on a CPU device).
 - gloo on CPU, NCCL on GPU; a process without a group gets a one-rank group.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -84,16 +85,22 @@ class FSDPEngine(ShardedEngine):
         # Weights the optimiser never steps (a LoRA base, an inference-only reference) are stored in the dtype they
         # are computed in: a wider copy would be cast down at every forward anyway and only cost memory.
         frozen_base = spec.use_lora or spec.optim is None
-        load_dtype = to_dtype(spec.param_dtype, "fsdp_config.mixed_precision.param_dtype") if frozen_base \
-            else master_dtype
+        load_dtype = (
+            to_dtype(spec.param_dtype, "fsdp_config.mixed_precision.param_dtype") if frozen_base else master_dtype
+        )
         from_rank0 = self._loads_on_rank0()
         reads_weights = not from_rank0 or dist.get_rank() == 0
         with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is left untouched
             torch.manual_seed(spec.seed)  # identical fresh heads / adapters on every rank
             self._attn_implementation = hf_model.attention_implementation(self.device)
             self._sp, attention = sequence_parallel.prepare(
-                spec.ulysses_sequence_parallel_size, self.device.type, spec.use_remove_padding, spec.compile_layers,
-                hf_model.load_config(spec), self._attn_implementation)
+                spec.ulysses_sequence_parallel_size,
+                self.device.type,
+                spec.use_remove_padding,
+                spec.compile_layers,
+                hf_model.load_config(spec),
+                self._attn_implementation,
+            )
             if reads_weights:
                 model = hf_model.load_model(spec, load_dtype, attention)
             else:  # its weights come from rank 0 once the model is sharded
@@ -119,8 +126,9 @@ class FSDPEngine(ShardedEngine):
             self.model.to(self.device)
         if spec.optim is not None:
             trainable = [p for p in self.model.parameters() if p.requires_grad]
-            self.optimizer = torch.optim.AdamW(trainable, lr=spec.optim.lr, betas=tuple(spec.optim.betas),
-                                               weight_decay=spec.optim.weight_decay)
+            self.optimizer = torch.optim.AdamW(
+                trainable, lr=spec.optim.lr, betas=tuple(spec.optim.betas), weight_decay=spec.optim.weight_decay
+            )
             self.lr_scheduler = build_lr_scheduler(self.optimizer, spec.optim)
         if spec.param_offload:
             self.to("cpu", model=True, optimizer=False)
@@ -268,8 +276,13 @@ class FSDPEngine(ShardedEngine):
         # above already failed if any adapter key the model has was missing from the checkpoint.
         load_options = self._state_options(strict=not self.spec.use_lora)
         if self.optimizer is not None:
-            set_state_dict(model, self.optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optimizer"], options=load_options)
+            set_state_dict(
+                model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+                options=load_options,
+            )
         else:
             set_model_state_dict(model, state["model"], options=load_options)
         self._load_extra_state(path)
@@ -300,8 +313,9 @@ class FSDPEngine(ShardedEngine):
             tensors = get_peft_model_state_dict(model, state_dict=state)
             if dtype is not None:
                 tensors = {k: v.to(dtype) for k, v in tensors.items()}
-            return WeightSyncPayload(kind="lora", tensors=tensors,
-                                     adapter_config=hf_model.adapter_config_dict(model, self.spec.model_path))
+            return WeightSyncPayload(
+                kind="lora", tensors=tensors, adapter_config=hf_model.adapter_config_dict(model, self.spec.model_path)
+            )
         state = self._full_state_dict(trainable_only=False)
         return WeightSyncPayload(kind="full", tensors=self._hf_weights(state, dtype) if self.dp_rank == 0 else {})
 

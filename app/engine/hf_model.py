@@ -1,4 +1,5 @@
 """Building the Hugging Face model an engine trains: causal LM or value model, optional peft LoRA."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,18 @@ from app.engine.packed_attention import register_packed_attention
 from app.engine.spec import EngineSpec
 
 # tokenizer and generation files copied next to exported weights so the folder is a complete HF model
-_HF_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                  "tokenizer.model", "added_tokens.json", "chat_template.jinja", "chat_template.json",
-                  "generation_config.json")
+_HF_SIDE_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+)
 
 
 def attention_implementation(device: torch.device) -> str:
@@ -23,6 +33,7 @@ def attention_implementation(device: torch.device) -> str:
     if device.type == "cuda":
         try:
             import flash_attn  # noqa: F401
+
             return "flash_attention_2"
         except ImportError:
             pass
@@ -48,8 +59,12 @@ def load_model(spec: EngineSpec, dtype: torch.dtype, attn_implementation: str) -
     """Weights from ``spec.model_path`` (a value model gets a fresh ``score`` head if the folder has none)."""
     config = load_config(spec)
     model = model_class(spec.model_kind).from_pretrained(
-        spec.model_path, config=config, dtype=dtype, trust_remote_code=spec.trust_remote_code,
-        attn_implementation=attn_implementation)
+        spec.model_path,
+        config=config,
+        dtype=dtype,
+        trust_remote_code=spec.trust_remote_code,
+        attn_implementation=attn_implementation,
+    )
     _inference_settings(model)
     return model
 
@@ -62,8 +77,9 @@ def build_empty_model(spec: EngineSpec, dtype: torch.dtype, attn_implementation:
 
     config = load_config(spec)
     with init_empty_weights(include_buffers=False):
-        model = model_class(spec.model_kind).from_config(config, dtype=dtype, trust_remote_code=spec.trust_remote_code,
-                                                         attn_implementation=attn_implementation)
+        model = model_class(spec.model_kind).from_config(
+            config, dtype=dtype, trust_remote_code=spec.trust_remote_code, attn_implementation=attn_implementation
+        )
     model.tie_weights()  # as from_pretrained does (tied embeddings share one parameter); not done on meta here
     _inference_settings(model)
     return model
@@ -86,9 +102,14 @@ def lora_config(spec: EngineSpec):
     if isinstance(target, (list, tuple)):
         target = list(target)
     return LoraConfig(
-        r=spec.lora_rank, lora_alpha=spec.lora_alpha, target_modules=target, exclude_modules=spec.exclude_modules,
-        lora_dropout=0.0, bias="none",
-        task_type=TaskType.CAUSAL_LM if spec.model_kind == "causal_lm" else TaskType.TOKEN_CLS)
+        r=spec.lora_rank,
+        lora_alpha=spec.lora_alpha,
+        target_modules=target,
+        exclude_modules=spec.exclude_modules,
+        lora_dropout=0.0,
+        bias="none",
+        task_type=TaskType.CAUSAL_LM if spec.model_kind == "causal_lm" else TaskType.TOKEN_CLS,
+    )
 
 
 def apply_lora(model: torch.nn.Module, spec: EngineSpec) -> torch.nn.Module:
@@ -98,8 +119,10 @@ def apply_lora(model: torch.nn.Module, spec: EngineSpec) -> torch.nn.Module:
     peft_model = get_peft_model(model, lora_config(spec))
     n_trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     if n_trainable == 0:
-        raise ValueError(f"LoRA with target_modules={spec.target_modules!r}, exclude_modules={spec.exclude_modules!r}"
-                         " matched no module: nothing would train")
+        raise ValueError(
+            f"LoRA with target_modules={spec.target_modules!r}, exclude_modules={spec.exclude_modules!r}"
+            " matched no module: nothing would train"
+        )
     return peft_model
 
 

@@ -9,6 +9,7 @@ product is accumulated into the base layer's output by one ``addmm_``. Same func
 Only layers with one adapter, no dropout, no bias on ``lora_B`` and no variant (DoRA, ...) take the fast path, and
 only while the adapter is active and unmerged; anything else runs peft's own forward.
 """
+
 from __future__ import annotations
 
 import types
@@ -38,8 +39,11 @@ def _plain(layer: torch.nn.Module) -> bool:
     if len(names) != 1 or getattr(layer, "fan_in_fan_out", False) or getattr(layer, "lora_variant", {}):
         return False
     name = names[0]
-    return (isinstance(layer.lora_dropout[name], torch.nn.Identity) and layer.lora_B[name].bias is None
-            and isinstance(layer.base_layer, torch.nn.Linear))
+    return (
+        isinstance(layer.lora_dropout[name], torch.nn.Identity)
+        and layer.lora_B[name].bias is None
+        and isinstance(layer.base_layer, torch.nn.Linear)
+    )
 
 
 def use_fused_lora_forward(model: torch.nn.Module) -> int:

@@ -3,6 +3,7 @@
 Used to sync a LoRA policy to the rollout engine as ordinary full weights, so it generates with base-model kernels
 (vLLM's CPU LoRA path is several times slower than its plain one).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -15,7 +16,7 @@ _BASE_WEIGHT = ".base_layer.weight"
 
 def hf_name(name: str) -> str:
     """A peft model's tensor name -> the plain model's (a LoRA-wrapped linear's base weight becomes its weight)."""
-    plain = name[len(_PEFT_PREFIX):] if name.startswith(_PEFT_PREFIX) else name
+    plain = name[len(_PEFT_PREFIX) :] if name.startswith(_PEFT_PREFIX) else name
     if plain.endswith(_BASE_WEIGHT):
         return plain[: -len(_BASE_WEIGHT)] + ".weight"
     return plain.replace(".base_layer.", ".")  # a bias of a wrapped linear
@@ -29,8 +30,9 @@ def lora_pair_names(name: str, adapter: str = "default") -> Optional[tuple[str, 
     return f"{module}.lora_A.{adapter}.weight", f"{module}.lora_B.{adapter}.weight"
 
 
-def merge_lora_state_dict(state: dict[str, torch.Tensor], scaling: float, adapter: str = "default",
-                          dtype: Optional[torch.dtype] = None) -> dict[str, torch.Tensor]:
+def merge_lora_state_dict(
+    state: dict[str, torch.Tensor], scaling: float, adapter: str = "default", dtype: Optional[torch.dtype] = None
+) -> dict[str, torch.Tensor]:
     """`W + scaling * B @ A` for every LoRA-wrapped linear, and every other tensor renamed to its base name.
 
     `state`: names like `base_model.model.<module>.base_layer.weight`, `<module>.lora_A.<adapter>.weight` (r, in) and

@@ -4,6 +4,7 @@ Warm-up follows verl/transformers: the factor is ``step / warmup_steps`` during 
 Cosine (verl) and linear (transformers' and TRL's default) go from 1 at the end of warm-up to ``min_lr_ratio`` at
 ``total_training_steps``.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,10 @@ def warmup_steps(optim: OptimSpec) -> int:
     if optim.lr_warmup_steps >= 0:
         return int(optim.lr_warmup_steps)
     if optim.lr_warmup_steps_ratio > 0 and optim.total_training_steps <= 0:
-        raise ValueError(f"optim.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} needs "
-                         f"optim.total_training_steps > 0, got {optim.total_training_steps}")
+        raise ValueError(
+            f"optim.lr_warmup_steps_ratio={optim.lr_warmup_steps_ratio} needs "
+            f"optim.total_training_steps > 0, got {optim.total_training_steps}"
+        )
     return int(optim.lr_warmup_steps_ratio * max(optim.total_training_steps, 0))
 
 

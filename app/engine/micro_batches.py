@@ -5,6 +5,7 @@ the original row order with ``restore_order``. Under data parallelism every rank
 micro-batches (each forward/backward is a collective), so the token-budget path takes the count as an argument:
 the caller agrees on it across ranks first (``num_bins_for_budget`` then an all-reduce max).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -29,8 +30,10 @@ def check_budget(seq_lens: Sequence[int], max_tokens: int, budget_key: str = "ma
         raise ValueError(f"{budget_key}={max_tokens}: the token budget per micro-batch must be >= 1")
     longest = max(seq_lens, default=0)
     if longest > max_tokens:
-        raise ValueError(f"{budget_key}={max_tokens} is below one sequence of {longest} tokens; raise it to at "
-                         f"least {longest} (prompt + response length)")
+        raise ValueError(
+            f"{budget_key}={max_tokens} is below one sequence of {longest} tokens; raise it to at "
+            f"least {longest} (prompt + response length)"
+        )
 
 
 def _first_fit_decreasing(seq_lens: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -49,15 +52,15 @@ def _first_fit_decreasing(seq_lens: Sequence[int], max_tokens: int) -> list[list
     return bins
 
 
-def num_bins_for_budget(seq_lens: Sequence[int], max_tokens: int,
-                        budget_key: str = "max_token_len_per_gpu") -> int:
+def num_bins_for_budget(seq_lens: Sequence[int], max_tokens: int, budget_key: str = "max_token_len_per_gpu") -> int:
     """How many micro-batches of at most ``max_tokens`` tokens first-fit-decreasing needs (``check_budget`` first)."""
     check_budget(seq_lens, max_tokens, budget_key)
     return max(1, len(_first_fit_decreasing(seq_lens, max_tokens)))
 
 
-def token_budget_groups(seq_lens: Sequence[int], max_tokens: int, num_groups: int,
-                        budget_key: str = "max_token_len_per_gpu") -> list[list[int]]:
+def token_budget_groups(
+    seq_lens: Sequence[int], max_tokens: int, num_groups: int, budget_key: str = "max_token_len_per_gpu"
+) -> list[list[int]]:
     """Exactly ``num_groups`` groups (the count the ranks agreed on, at least this rank's ``num_bins_for_budget``),
     none over ``max_tokens`` tokens: balanced when balancing fits the budget, else first-fit-decreasing bins, the
     fullest split in two until there are ``num_groups``. Ordered as ``balanced_groups``'s."""
@@ -67,8 +70,10 @@ def token_budget_groups(seq_lens: Sequence[int], max_tokens: int, num_groups: in
         return groups
     bins = _first_fit_decreasing(seq_lens, max_tokens)
     if len(bins) > num_groups:
-        raise ValueError(f"{len(seq_lens)} rows need {len(bins)} micro-batches of {budget_key}={max_tokens} tokens, "
-                         f"more than the {num_groups} agreed")
+        raise ValueError(
+            f"{len(seq_lens)} rows need {len(bins)} micro-batches of {budget_key}={max_tokens} tokens, "
+            f"more than the {num_groups} agreed"
+        )
     while len(bins) < num_groups:  # num_groups <= rows (balanced_groups checked), so some bin has two rows
         fullest = max((b for b in bins if len(b) > 1), key=lambda b: sum(seq_lens[i] for i in b))
         bins.remove(fullest)

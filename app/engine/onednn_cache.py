@@ -7,6 +7,7 @@ come back. `python bench/actor_memory.py` (make run's update shape, 10-14 update
 backward reuse across the 30 layers); the growth that remains is oneDNN's kernels, which this cache does not hold.
 The update took 3.6% longer on average over six alternating pairs (-2% to +9%, inside this box's drift).
 """
+
 from __future__ import annotations
 
 import os

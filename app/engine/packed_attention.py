@@ -21,6 +21,7 @@ sequences of ~170 tokens, 9 heads: a third of a SmolLM2 LoRA update). ``_FlashTh
 forward and computes the gradient with plain matmuls and an fp32 softmax instead (~75 ms), numerically the same
 gradient at bf16 precision.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,10 +53,12 @@ class _FlashThenMathAttention(torch.autograd.Function):
     ``(b, 1, Lq, Lk)`` bool says which keys each query sees; None is plain causal (``Lq == Lk``)."""
 
     @staticmethod
-    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                allowed: torch.Tensor | None = None) -> torch.Tensor:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None, scale=scale,
-                                             enable_gqa=q.shape[1] != k.shape[1])
+    def forward(
+        ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, allowed: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed, is_causal=allowed is None, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
+        )
         ctx.save_for_backward(q, k, v, out, allowed)
         ctx.scale = scale
         return out
@@ -69,8 +72,7 @@ class _FlashThenMathAttention(torch.autograd.Function):
         acc = torch.promote_types(q.dtype, torch.float32)  # softmax and its gradient in at least fp32
         k_rep, v_rep = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = torch.matmul(q, k_rep.transpose(-1, -2)).to(acc).mul_(ctx.scale)
-        blocked = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).triu_(1) if allowed is None \
-            else ~allowed
+        blocked = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).triu_(1) if allowed is None else ~allowed
         probs = torch.softmax(scores.masked_fill_(blocked, float("-inf")), dim=-1)
         grad_v = torch.matmul(probs.to(q.dtype).transpose(-1, -2), grad_out)
         grad_probs = torch.matmul(grad_out, v_rep.transpose(-1, -2)).to(acc)
@@ -85,18 +87,38 @@ class _FlashThenMathAttention(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None, None
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, dropout_p: float,
-               allowed: torch.Tensor | None = None) -> torch.Tensor:
+def _attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float | None,
+    dropout_p: float,
+    allowed: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Attention ``(b, H, Lq, d)``: causal, or as ``allowed`` ``(Lq, Lk)`` / ``(b, 1, Lq, Lk)`` says."""
-    if (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and dropout_p == 0.0
-            and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+    if (
+        q.device.type == "cpu"
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and dropout_p == 0.0
+        and torch.is_grad_enabled()
+        and (q.requires_grad or k.requires_grad or v.requires_grad)
+    ):
         return _FlashThenMathAttention.apply(q, k, v, scale if scale is not None else q.shape[-1] ** -0.5, allowed)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None, dropout_p=dropout_p,
-                                          scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    return F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=allowed,
+        is_causal=allowed is None,
+        dropout_p=dropout_p,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
 
 
-def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None,
-                      dropout_p: float) -> torch.Tensor:
+def _causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, dropout_p: float
+) -> torch.Tensor:
     """One sequence's causal attention ``(1, H, L, d)``."""
     return _attention(q, k, v, scale, dropout_p)
 
@@ -122,9 +144,14 @@ def _response_block(prompt_len: int, lengths: tuple[int, ...], device: torch.dev
     return gather, unpad, allowed[:, None]
 
 
-def _shared_prompt_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                             layout: tuple[tuple[int, tuple[int, ...]], ...], scale: float | None,
-                             dropout_p: float) -> list[torch.Tensor]:
+def _shared_prompt_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout: tuple[tuple[int, tuple[int, ...]], ...],
+    scale: float | None,
+    dropout_p: float,
+) -> list[torch.Tensor]:
     """Attention for a row packed as ``[prompt][response 1]..[response n]`` per prompt (``layout``: the prompt
     length and the response lengths of each prompt, in packed order). The prompt attends causally to itself; each
     response to the whole prompt and causally to itself, never to its siblings, exactly as if it were packed
@@ -188,6 +215,7 @@ def packed_mask_mod(group: torch.Tensor, segment: torch.Tensor, shared: torch.Te
     ``k`` comes no later than ``q`` and ``k`` is either in ``q``'s own segment or a shared (prompt) token. Plain
     packing: group = segment = sequence, nothing shared (document-causal). Shared prompts: a prompt sees itself
     causally, a response the whole prompt and itself causally, never a sibling response."""
+
     def mask_mod(b, h, q, k):
         return (group[q] == group[k]) & (k <= q) & (shared[k] | (segment[q] == segment[k]))
 
@@ -240,8 +268,9 @@ def _compiled_flex_attention():
     return torch.compile(flex_attention, dynamic=True)
 
 
-def flex_packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata,
-                          scale: float | None, compiled: bool = True) -> torch.Tensor:
+def flex_packed_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, metadata, scale: float | None, compiled: bool = True
+) -> torch.Tensor:
     """Attention of one packed row ``(1, H, T, d)`` as ``packed_mask_mod`` says, in one ``flex_attention`` call.
     ``metadata``: ``cu_seq_lens`` or a shared-prompt layout. ``compiled=False`` runs FlexAttention eagerly (CPU
     tests: exact, forward only)."""
@@ -253,9 +282,16 @@ def flex_packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.T
     return attend(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=query.shape[1] != key.shape[1])
 
 
-def packed_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                          attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                          **kwargs):
+def packed_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+):
     """query ``(1, heads, T, d)``, key/value ``(1, kv_heads, T, d)`` -> ``((1, T, heads, d), None)``."""
     layout = kwargs.get(SHARED_PROMPT_LAYOUT)
     cu = kwargs.get("cu_seq_lens_q")
@@ -272,14 +308,20 @@ def packed_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: tor
         parts = _shared_prompt_attention(query, key, value, layout, scaling, dropout_p)
         out = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
         return out.transpose(1, 2).contiguous(), None
-    if cu is None and attention_mask is None and query.shape[0] == 1 and kwargs.get("position_ids") is not None \
-            and query.shape[2] > 1:
+    if (
+        cu is None
+        and attention_mask is None
+        and query.shape[0] == 1
+        and kwargs.get("position_ids") is not None
+        and query.shape[2] > 1
+    ):
         bounds = _segments_from_position_ids(kwargs["position_ids"])
     elif cu is not None:
         bounds = cu.tolist()
     else:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     if query.shape[0] != 1:
         raise ValueError(f"packed attention expects one packed row, got batch {query.shape[0]}")
     lengths = [e - s for s, e in zip(bounds[:-1], bounds[1:])]
@@ -287,9 +329,11 @@ def packed_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: tor
         raise ValueError(f"sequence boundaries cover {sum(lengths)} tokens, the packed row has {query.shape[2]}")
     # torch.split (not one slice per sequence): its backward is a single concatenation, whereas n slices would
     # each scatter into a zero-filled full-size gradient, O(n * T) per layer
-    parts = [_causal_attention(q, k, v, scaling, dropout_p)
-             for q, k, v in zip(query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2))
-             if q.shape[2] > 0]
+    parts = [
+        _causal_attention(q, k, v, scaling, dropout_p)
+        for q, k, v in zip(query.split(lengths, dim=2), key.split(lengths, dim=2), value.split(lengths, dim=2))
+        if q.shape[2] > 0
+    ]
     out = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
     return out.transpose(1, 2).contiguous(), None
 

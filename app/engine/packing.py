@@ -15,6 +15,7 @@ the shared last prompt token.
 
 Padded: columns that are padding in every row are trimmed (leading prompt padding, trailing response padding).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,8 +46,13 @@ class PackedInputs:
         return out
 
 
-def pack_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                response_len: int, share_prompts: bool = False) -> PackedInputs:
+def pack_inputs(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_len: int,
+    share_prompts: bool = False,
+) -> PackedInputs:
     """Pack the real tokens (``attention_mask == 1``) of ``(b, P+R)`` rows into one row; with ``share_prompts``,
     rows with the same prompt share one copy of it."""
     b, total = input_ids.shape
@@ -56,8 +62,9 @@ def pack_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_
     keep = attention_mask.bool()
     lens = keep.sum(dim=1)
     if (lens == 0).any():
-        raise ValueError(f"rows {torch.nonzero(lens == 0).flatten().tolist()} have no real token "
-                         f"(attention_mask all 0)")
+        raise ValueError(
+            f"rows {torch.nonzero(lens == 0).flatten().tolist()} have no real token (attention_mask all 0)"
+        )
     if share_prompts:
         packed_index, source_rows, source_cols, layout = _shared_prompt_index(input_ids, keep, prompt_len)
         packed_ids = input_ids[source_rows, source_cols].unsqueeze(0)
@@ -72,13 +79,22 @@ def pack_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_
         layout, seg_lens = None, lens
     response_real = keep[:, prompt_len:]  # (b, R)
     rows, cols = torch.nonzero(response_real, as_tuple=True)
-    source = packed_index[:, prompt_len - 1: total - 1]  # (b, R): position whose output predicts column P+j
+    source = packed_index[:, prompt_len - 1 : total - 1]  # (b, R): position whose output predicts column P+j
     cu = torch.zeros(len(seg_lens) + 1, dtype=torch.int32, device=input_ids.device)
     cu[1:] = torch.cumsum(seg_lens, 0)
-    return PackedInputs(input_ids=packed_ids, position_ids=packed_pos, cu_seqlens=cu, max_seqlen=int(seg_lens.max()),
-                        output_index=source[rows, cols], rows=rows, cols=cols,
-                        labels=input_ids[:, prompt_len:][rows, cols], batch_size=b, response_len=response_len,
-                        prompt_layout=layout)
+    return PackedInputs(
+        input_ids=packed_ids,
+        position_ids=packed_pos,
+        cu_seqlens=cu,
+        max_seqlen=int(seg_lens.max()),
+        output_index=source[rows, cols],
+        rows=rows,
+        cols=cols,
+        labels=input_ids[:, prompt_len:][rows, cols],
+        batch_size=b,
+        response_len=response_len,
+        prompt_layout=layout,
+    )
 
 
 def _shared_prompt_index(input_ids: torch.Tensor, keep: torch.Tensor, prompt_len: int):
@@ -89,8 +105,7 @@ def _shared_prompt_index(input_ids: torch.Tensor, keep: torch.Tensor, prompt_len
     for r in range(b):
         prompt = tuple(input_ids[r, :prompt_len][keep[r, :prompt_len]].tolist())
         if not prompt:
-            raise ValueError(f"row {r} has no prompt token: its first response token would have nothing to "
-                             "predict it")
+            raise ValueError(f"row {r} has no prompt token: its first response token would have nothing to predict it")
         groups.setdefault(prompt, []).append(r)
     packed_index = torch.full((b, total), -1, dtype=torch.long, device=input_ids.device)
     src_rows, src_cols, layout, pos = [], [], [], 0
@@ -128,8 +143,9 @@ class PaddedInputs:
         return torch.nn.functional.pad(values, (0, missing)) if missing else values
 
 
-def trim_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 response_len: int) -> PaddedInputs:
+def trim_padding(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, response_len: int
+) -> PaddedInputs:
     """Drop leading columns that are padding in every row, and response columns after the last real token."""
     total = input_ids.shape[1]
     prompt_len = total - response_len
@@ -140,5 +156,10 @@ def trim_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor, position
     real_resp = torch.nonzero(any_real[prompt_len:])
     kept = int(real_resp.max()) + 1 if real_resp.numel() else 1
     end = prompt_len + kept
-    return PaddedInputs(input_ids=input_ids[:, first:end], attention_mask=attention_mask[:, first:end],
-                        position_ids=position_ids[:, first:end], kept_response_len=kept, response_len=response_len)
+    return PaddedInputs(
+        input_ids=input_ids[:, first:end],
+        attention_mask=attention_mask[:, first:end],
+        position_ids=position_ids[:, first:end],
+        kept_response_len=kept,
+        response_len=response_len,
+    )

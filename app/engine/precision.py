@@ -5,6 +5,7 @@ without it (AVX2-only x86, many laptops and cloud VMs) emulate bf16 matmuls: mea
 matmul ran ~60x slower than fp32 and vLLM's greedy validation of 64 prompts took over 3 minutes instead of under 30 s.
 So `auto` picks bf16 where it is native and fp32 elsewhere.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

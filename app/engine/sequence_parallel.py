@@ -16,6 +16,7 @@ loss on the whole micro-batch. A rank's gradient is its chunk's share of that lo
 gradient of the loss of all its samples; FSDP averages over all ranks as without sequence parallelism, and the loss
 normaliser the roles compute (over all ranks) stays right. The engine returns each rank its own rows.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,6 +45,7 @@ _GROUPS: dict[str, "SequenceParallel"] = {}
 @dataclass
 class SequenceParallel:
     """One rank's sequence-parallel group: ``size`` consecutive ranks, this rank at ``rank`` in it."""
+
     group: dist.ProcessGroup
     size: int
     rank: int
@@ -58,23 +60,33 @@ class SequenceParallel:
         prompt_width = max(w[0] for _, w in parts)
         response_width = max(w[1] for _, w in parts)
         padded = [TensorBatch(_repad(t, w, prompt_width, response_width), dict(batch.meta)) for t, w in parts]
-        start = sum(len(p) for p in padded[:self.rank])
+        start = sum(len(p) for p in padded[: self.rank])
         device = batch["input_ids"].device
         return TensorBatch.concat(padded).to(device), slice(start, start + len(batch)), _widths(batch)[1]
 
     # ------------------------------------------------------------------ forward
-    def response_outputs(self, model: torch.nn.Module, micro: TensorBatch, *, model_kind: str, remove_padding: bool,
-                         share_prompts: bool = False, temperature: float = 1.0, compute_entropy: bool = False,
-                         entropy_requires_grad: bool = False, chunk_size: Optional[int] = None
-                         ) -> dict[str, torch.Tensor]:
+    def response_outputs(
+        self,
+        model: torch.nn.Module,
+        micro: TensorBatch,
+        *,
+        model_kind: str,
+        remove_padding: bool,
+        share_prompts: bool = False,
+        temperature: float = 1.0,
+        compute_entropy: bool = False,
+        entropy_requires_grad: bool = False,
+        chunk_size: Optional[int] = None,
+    ) -> dict[str, torch.Tensor]:
         """``app.engine.forward.response_outputs`` for a micro-batch every rank of the group holds: this rank runs
         its chunk of the packed row; the outputs of all chunks are gathered, so every rank returns the whole
         micro-batch's ``(b, R)`` outputs."""
         if not remove_padding:
             raise ValueError(f"{KEY}={self.size} splits the packed row: it needs model.use_remove_padding=true")
         input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
-        p = pack_inputs(input_ids, attention_mask, position_ids_of(micro), micro["responses"].shape[1],
-                        share_prompts=share_prompts)
+        p = pack_inputs(
+            input_ids, attention_mask, position_ids_of(micro), micro["responses"].shape[1], share_prompts=share_prompts
+        )
         total = p.input_ids.shape[1]
         pad = -total % self.size
         # the padding is one more sequence at the end of the row: it attends only to itself
@@ -94,14 +106,20 @@ class SequenceParallel:
         bounds = torch.arange(1, self.size + 1, device=ordered.device) * chunk
         ends = torch.searchsorted(ordered, bounds).tolist()
         counts = [e - s for s, e in zip([0, *ends[:-1]], ends)]
-        first = sum(counts[:self.rank])
-        local = ordered[first:first + counts[self.rank]] - lo
-        inputs = dict(input_ids=ids[:, lo:lo + chunk], position_ids=positions[:, lo:lo + chunk], **varlen)
+        first = sum(counts[: self.rank])
+        local = ordered[first : first + counts[self.rank]] - lo
+        inputs = dict(input_ids=ids[:, lo : lo + chunk], position_ids=positions[:, lo : lo + chunk], **varlen)
         if model_kind == "causal_lm":
             logits = model(logits_to_keep=local, use_cache=False, **inputs).logits[0]
-            labels = p.labels[order][first:first + counts[self.rank]]
-            outs = lm_outputs(logits, labels, temperature=temperature, compute_entropy=compute_entropy,
-                              entropy_requires_grad=entropy_requires_grad, chunk_size=chunk_size)
+            labels = p.labels[order][first : first + counts[self.rank]]
+            outs = lm_outputs(
+                logits,
+                labels,
+                temperature=temperature,
+                compute_entropy=compute_entropy,
+                entropy_requires_grad=entropy_requires_grad,
+                chunk_size=chunk_size,
+            )
         else:
             outs = {"values": value_model_logits(model, **inputs)[0, local, 0].float()}
         restore = torch.argsort(order)  # packed order -> output order
@@ -119,8 +137,9 @@ def build(size: int, device_type: str) -> Optional[SequenceParallel]:
     return SequenceParallel(group=mesh.get_group("sp"), size=size, rank=mesh.get_local_rank("sp"))
 
 
-def prepare(size: int, device_type: str, use_remove_padding: bool, compile_layers: bool, model_config,
-            attention: str) -> tuple[Optional[SequenceParallel], str]:
+def prepare(
+    size: int, device_type: str, use_remove_padding: bool, compile_layers: bool, model_config, attention: str
+) -> tuple[Optional[SequenceParallel], str]:
     """The engine's hook: this rank's group (None for ``size`` 1) and the attention implementation its model is
     built with (``attention`` itself without sequence parallelism). Collective: every rank calls it."""
     if size > 1 and compile_layers:  # compiled layers around the all-to-alls are not checked against eager ones
@@ -140,8 +159,10 @@ def check_heads(model_config, sp: SequenceParallel) -> None:
     heads = model_config.num_attention_heads
     kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
     if heads % sp.size:
-        raise ValueError(f"{KEY}={sp.size}: the model has {heads} attention heads, which {sp.size} ranks cannot "
-                         f"share evenly; use a size that divides {heads}")
+        raise ValueError(
+            f"{KEY}={sp.size}: the model has {heads} attention heads, which {sp.size} ranks cannot "
+            f"share evenly; use a size that divides {heads}"
+        )
     # the fewest copies of each key/value head that S divides; H is a multiple of them (S and KV both divide H)
     sp.kv_repeat = sp.size // math.gcd(kv_heads, sp.size)
 
@@ -152,6 +173,7 @@ def attention_name(inner: str, sp: SequenceParallel) -> str:
     name = f"{_PREFIX}{sp.size}x{sp.kv_repeat}_{inner}"
     _GROUPS[name] = sp
     if name not in ALL_ATTENTION_FUNCTIONS:
+
         def attention(module, query, key, value, attention_mask, **kwargs):
             return _ulysses_attention(name, inner, module, query, key, value, attention_mask, **kwargs)
 
@@ -161,8 +183,16 @@ def attention_name(inner: str, sp: SequenceParallel) -> str:
     return name
 
 
-def _ulysses_attention(name: str, inner: str, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
-                       value: torch.Tensor, attention_mask: Optional[torch.Tensor], **kwargs):
+def _ulysses_attention(
+    name: str,
+    inner: str,
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Optional[torch.Tensor],
+    **kwargs,
+):
     """query ``(1, H, T/S, d)``, key/value ``(1, KV, T/S, d)`` of this rank's chunk -> ``((1, T/S, H, d), None)``."""
     sp = _GROUPS[name]
     if attention_mask is not None:
@@ -209,14 +239,14 @@ class _GatherChunks(torch.autograd.Function):
         ctx.start, ctx.count = sum(counts[:rank]), counts[rank]
         longest = max(counts)
         padded = local.new_zeros((longest, *local.shape[1:]))
-        padded[:local.shape[0]] = local
+        padded[: local.shape[0]] = local
         pieces = [torch.empty_like(padded) for _ in counts]
         dist.all_gather(pieces, padded.contiguous(), group=group)
         return torch.cat([piece[:n] for piece, n in zip(pieces, counts)])
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return grad[ctx.start:ctx.start + ctx.count], None, None, None
+        return grad[ctx.start : ctx.start + ctx.count], None, None, None
 
 
 def _widths(batch: TensorBatch) -> tuple[int, int]:
@@ -225,8 +255,9 @@ def _widths(batch: TensorBatch) -> tuple[int, int]:
     return batch["input_ids"].shape[1] - response, response
 
 
-def _repad(tensors: dict[str, torch.Tensor], widths: tuple[int, int], prompt_width: int, response_width: int
-           ) -> dict[str, torch.Tensor]:
+def _repad(
+    tensors: dict[str, torch.Tensor], widths: tuple[int, int], prompt_width: int, response_width: int
+) -> dict[str, torch.Tensor]:
     """Tensors as wide as prompt + response get left padding up to ``prompt_width`` and right padding up to
     ``response_width``; tensors as wide as the response get right padding. Padding is 0: a masked column, whose
     token id and position no output reads."""

@@ -2,6 +2,7 @@
 collectives over ranks, LoRA switching, the per-tensor weight stream, the Hugging Face export and the extra
 checkpoint state. A subclass wraps the model its own way and supplies the hooks below; roles see only ``BaseEngine``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -111,25 +112,35 @@ class ShardedEngine(BaseEngine):
             # every rank must run the same number of forward/backward passes
             count = int(self.all_reduce(torch.tensor(count), "max").item())
             if count > len(lens):
-                raise ValueError(f"rank {self.dp_rank} has {len(lens)} samples but another rank needs {count} "
-                                 f"micro-batches for {key}={budget}: give every rank the same batch size")
+                raise ValueError(
+                    f"rank {self.dp_rank} has {len(lens)} samples but another rank needs {count} "
+                    f"micro-batches for {key}={budget}: give every rank the same batch size"
+                )
             return token_budget_groups(lens, budget, count, key)
         size = ctx.micro_batch_size or self.spec.micro_batch_size_per_gpu
         groups = fixed_size_groups(len(batch), size)
         counts = self.all_reduce(torch.tensor([len(groups), -len(groups)]), "max")
         if int(counts[0]) != -int(counts[1]):
-            raise ValueError(f"ranks disagree on the number of micro-batches (rank {self.dp_rank}: {len(groups)} for "
-                             f"{len(batch)} samples, micro batch size {size}): give every rank the same batch size")
+            raise ValueError(
+                f"ranks disagree on the number of micro-batches (rank {self.dp_rank}: {len(groups)} for "
+                f"{len(batch)} samples, micro batch size {size}): give every rank the same batch size"
+            )
         return groups
 
     def _shares_prompts(self) -> bool:
         """Shared-prompt packing needs the packed sdpa attention (flash-attention's varlen kernel cannot express it)."""
-        return (self.spec.use_remove_padding and self.spec.share_prompt_prefix
-                and self._attn_implementation == PACKED_SDPA)
+        return (
+            self.spec.use_remove_padding and self.spec.share_prompt_prefix and self._attn_implementation == PACKED_SDPA
+        )
 
-    def forward_backward_step(self, batch: TensorBatch, ctx: Optional[StepContext] = None, forward_only: bool = False,
-                              preprocess_fn: Optional[PreprocessFn] = None,
-                              postprocess_fn: Optional[PostprocessFn] = None) -> StepResult:
+    def forward_backward_step(
+        self,
+        batch: TensorBatch,
+        ctx: Optional[StepContext] = None,
+        forward_only: bool = False,
+        preprocess_fn: Optional[PreprocessFn] = None,
+        postprocess_fn: Optional[PostprocessFn] = None,
+    ) -> StepResult:
         self._require_model()
         ctx = ctx or StepContext()
         if not forward_only and self._loss_fn is None:
@@ -151,11 +162,17 @@ class ShardedEngine(BaseEngine):
                 if preprocess_fn is not None:
                     micro = preprocess_fn(micro, ctx)
                 with torch.set_grad_enabled(not forward_only):
-                    out = forward(module, micro, model_kind=self.spec.model_kind,
-                                  remove_padding=self.spec.use_remove_padding, share_prompts=self._shares_prompts(),
-                                  temperature=ctx.temperature, compute_entropy=ctx.compute_entropy,
-                                  entropy_requires_grad=ctx.entropy_requires_grad and not forward_only,
-                                  chunk_size=self.spec.logits_chunk_size)
+                    out = forward(
+                        module,
+                        micro,
+                        model_kind=self.spec.model_kind,
+                        remove_padding=self.spec.use_remove_padding,
+                        share_prompts=self._shares_prompts(),
+                        temperature=ctx.temperature,
+                        compute_entropy=ctx.compute_entropy,
+                        entropy_requires_grad=ctx.entropy_requires_grad and not forward_only,
+                        chunk_size=self.spec.logits_chunk_size,
+                    )
                     if not forward_only:
                         loss, metrics = self._loss_fn(out, micro, ctx)
                         self._backward(loss, last_micro_batch=index == len(groups) - 1)
@@ -174,8 +191,10 @@ class ShardedEngine(BaseEngine):
         if own is not None:
             # this rank's rows at its own response width; its share of the group's loss, so that sums and means
             # over ranks stay those without sequence parallelism
-            merged = TensorBatch({k: v[:, :response_width] if v.dim() >= 2 else v
-                                  for k, v in merged.index(own).tensors.items()}, dict(merged.meta))
+            merged = TensorBatch(
+                {k: v[:, :response_width] if v.dim() >= 2 else v for k, v in merged.index(own).tensors.items()},
+                dict(merged.meta),
+            )
             loss_total /= self._sp.size
         return StepResult(outputs=merged, metrics=metrics, loss=loss_total)
 
@@ -229,8 +248,11 @@ class ShardedEngine(BaseEngine):
     def _save_extra_state(self, path: str) -> None:
         """Rank 0: what the sharded model/optimizer files do not hold (plain data, loadable weights-only)."""
         if self.dp_rank == 0:
-            extra = {"lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
-                     "world_size": self.dp_world_size, "model_path": self.spec.model_path}
+            extra = {
+                "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+                "world_size": self.dp_world_size,
+                "model_path": self.spec.model_path,
+            }
             torch.save(extra, os.path.join(path, EXTRA_STATE))
 
     def _check_is_checkpoint(self, path: str) -> None:
@@ -269,12 +291,19 @@ class ShardedEngine(BaseEngine):
     def _tied_embeddings(self) -> bool:
         return bool(getattr(self._require_model().config, "tie_word_embeddings", False))
 
-    def get_per_tensor_param(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False
-                             ) -> Iterator[tuple[str, torch.Tensor]]:
+    def get_per_tensor_param(
+        self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         model = self._require_model()
         scaling = self.spec.lora_alpha / self.spec.lora_rank if self.has_adapter else None
-        return stream_sync_tensors(model, self._gathered, adapter_only=self.has_adapter and not merge_lora,
-                                   lora_scaling=scaling, tied_embeddings=self._tied_embeddings, dtype=dtype)
+        return stream_sync_tensors(
+            model,
+            self._gathered,
+            adapter_only=self.has_adapter and not merge_lora,
+            lora_scaling=scaling,
+            tied_embeddings=self._tied_embeddings,
+            dtype=dtype,
+        )
 
     def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False) -> WeightSyncPayload:
         """From the per-tensor stream; rank 0 keeps the tensors, the other ranks only take part in the gathers."""

@@ -4,6 +4,7 @@ Roles build an ``EngineSpec`` from the verl-named config sections (``actor_rollo
 ``ref``, ``critic``); see ``app.roles.factory``. Keeping the engine on this small dataclass means the engine never
 depends on the config schema's layout, and a benchmark can build one by hand.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,8 +12,14 @@ from typing import Literal, Optional, Union
 
 import torch
 
-_DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-           "fp32": torch.float32, "float32": torch.float32}
+_DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
 
 
 def to_dtype(name: Union[str, torch.dtype], key: str = "dtype") -> torch.dtype:
@@ -29,6 +36,7 @@ def to_dtype(name: Union[str, torch.dtype], key: str = "dtype") -> torch.dtype:
 class OptimSpec:
     """AdamW and the learning-rate schedule (verl ``optim`` keys). No field has a default: the defaults are the config
     schema's (``app.config.schema.OptimConfig``), written once there, and ``from_config`` passes every key."""
+
     lr: float
     weight_decay: float
     betas: tuple[float, float]
@@ -41,10 +49,16 @@ class OptimSpec:
     @classmethod
     def from_config(cls, optim) -> "OptimSpec":
         """From a validated ``optim`` section (``app.config.schema.OptimConfig``)."""
-        return cls(lr=float(optim.lr), weight_decay=float(optim.weight_decay), betas=tuple(optim.betas),
-                   lr_warmup_steps=optim.lr_warmup_steps, lr_warmup_steps_ratio=optim.lr_warmup_steps_ratio,
-                   warmup_style=optim.warmup_style, min_lr_ratio=optim.min_lr_ratio,
-                   total_training_steps=optim.total_training_steps)
+        return cls(
+            lr=float(optim.lr),
+            weight_decay=float(optim.weight_decay),
+            betas=tuple(optim.betas),
+            lr_warmup_steps=optim.lr_warmup_steps,
+            lr_warmup_steps_ratio=optim.lr_warmup_steps_ratio,
+            warmup_style=optim.warmup_style,
+            min_lr_ratio=optim.min_lr_ratio,
+            total_training_steps=optim.total_training_steps,
+        )
 
 
 @dataclass
@@ -56,6 +70,7 @@ class DeepSpeedSpec:
     ``config_path``: a user's DeepSpeed JSON, whose values win over the derived ones (see
     ``app.engine.deepspeed_config``).
     """
+
     # the deepspeed_config keys: no defaults here, theirs are the schema's (DeepSpeedConfig)
     zero_stage: int
     offload_optimizer: bool
@@ -73,6 +88,7 @@ class EngineSpec:
     ``model_kind``: ``causal_lm`` gives response log-probs (and entropy); ``value`` is a value-head model
     (``AutoModelForTokenClassification`` with one label) giving per-response-token values.
     """
+
     model_path: str  # model.path
     trust_remote_code: bool
     # LoRA (peft); lora_rank 0 = full fine-tuning, the other three are then unused

@@ -5,6 +5,7 @@ The engine supplies ``gathered(params)``, a context manager that makes a few sha
 (FSDP2: ``full_tensor()``; ZeRO-3: ``GatheredParameters``) and frees them on exit, so at most one parameter (three
 for a merged LoRA linear: base, A, B) is gathered at any time. Every rank must consume the iterator to the end.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,9 +40,15 @@ def _adapter_names(model: torch.nn.Module, names: list[str]) -> dict[str, str]:
     return {by_id[id(t)]: new for new, t in renamed.items() if id(t) in by_id}
 
 
-def stream_sync_tensors(model: torch.nn.Module, gathered: Gather, *, adapter_only: bool, lora_scaling: Optional[float],
-                        tied_embeddings: bool, dtype: Optional[torch.dtype] = None
-                        ) -> Iterator[tuple[str, torch.Tensor]]:
+def stream_sync_tensors(
+    model: torch.nn.Module,
+    gathered: Gather,
+    *,
+    adapter_only: bool,
+    lora_scaling: Optional[float],
+    tied_embeddings: bool,
+    dtype: Optional[torch.dtype] = None,
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full CPU tensor) pairs equal to the engine's ``state_dict_for_sync(dtype, merge_lora)`` tensors.
 
     ``adapter_only``: only the LoRA tensors, under peft's names. Otherwise plain Hugging Face names; with
@@ -69,5 +76,5 @@ def stream_sync_tensors(model: torch.nn.Module, gathered: Gather, *, adapter_onl
         names = [name, *pair]
         with gathered([state[n] for n in names]) as wholes:
             merged = merge_lora_state_dict(dict(zip(names, wholes)), scaling=lora_scaling, dtype=dtype)
-            (merged_name, merged_tensor), = merged.items()
+            ((merged_name, merged_tensor),) = merged.items()
             yield merged_name, _cpu_copy(merged_tensor, None)

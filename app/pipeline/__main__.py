@@ -7,6 +7,7 @@ starting Ray. `--list` prints the card's parameter table. A dotted key (`actor_r
 trainer-config override applied after the card's mapping. Works under `ray job submit --working-dir . -- python -m
 app.pipeline ...`.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -7,6 +7,7 @@ multiple of eval_steps, not pruned by save_total_limit), which is turned into a 
 run that trains nothing. When the best validation has no weights left, the best of those that do is taken and the run
 says so.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ REWARD = "val-core/reward/mean"
 
 def choose_best(history: list[tuple[int, float]], available: set[int]) -> tuple[Optional[int], Optional[int]]:
     """(best step overall, best step among `available`) of (step, reward) pairs; ties go to the later step."""
+
     def best(rows):
         return max(rows, key=lambda r: (r[1], r[0]))[0] if rows else None
 
@@ -42,8 +44,10 @@ def save_best_model(run_cfg: Any, cfg: Any, out: Path) -> Path:
     else:
         source = _export_checkpoint(cfg, checkpoints[chosen], chosen, run_dir / f"best_step_{chosen}")
     if best != chosen:
-        print(f"best validation reward was at step {best}, whose weights were not kept (no checkpoint there); "
-              f"saving the best of the kept ones, step {chosen}")
+        print(
+            f"best validation reward was at step {best}, whose weights were not kept (no checkpoint there); "
+            f"saving the best of the kept ones, step {chosen}"
+        )
     reward = dict(history).get(chosen)
     staging = out.with_name(f".{out.name}.tmp")
     _save_mlflow(source, staging, {"rayrl_step": chosen, "rayrl_val_reward": reward, "rayrl_run_dir": str(run_dir)})
@@ -63,9 +67,14 @@ def _export_checkpoint(cfg: Any, ckpt: Path, step: int, work: Path) -> Path:
     from app.train import run
 
     export_cfg = copy.deepcopy(cfg)
-    for key, value in (("trainer.resume_mode", str(ckpt)), ("trainer.total_training_steps", step),
-                       ("trainer.val_before_train", False), ("trainer.default_local_dir", str(work)),
-                       ("trainer.logger", ["jsonl"]), ("trainer.log_val_generations", 0)):
+    for key, value in (
+        ("trainer.resume_mode", str(ckpt)),
+        ("trainer.total_training_steps", step),
+        ("trainer.val_before_train", False),
+        ("trainer.default_local_dir", str(work)),
+        ("trainer.logger", ["jsonl"]),
+        ("trainer.log_val_generations", 0),
+    ):
         OmegaConf.update(export_cfg, key, value, merge=False)
     if run(export_cfg):
         raise RuntimeError(f"exporting checkpoint {ckpt} failed")
@@ -86,5 +95,10 @@ def _save_mlflow(source: Path, out: Path, metadata: dict[str, Any]) -> None:
 
     # named, not inferred: MLflow's inference imports every optional package transformers might use (torchvision ...)
     requirements = [f"transformers=={transformers.__version__}", f"torch=={torch.__version__.split('+')[0]}"]
-    mlflow.transformers.save_model(transformers_model={"model": model, "tokenizer": tokenizer}, path=str(out),
-                                   task="text-generation", metadata=metadata, pip_requirements=requirements)
+    mlflow.transformers.save_model(
+        transformers_model={"model": model, "tokenizer": tokenizer},
+        path=str(out),
+        task="text-generation",
+        metadata=metadata,
+        pip_requirements=requirements,
+    )

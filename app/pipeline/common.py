@@ -1,4 +1,5 @@
 """What both cards share: the model-import keys, the infrastructure keys, and the GPU layout they map to."""
+
 from __future__ import annotations
 
 import os
@@ -15,14 +16,32 @@ MODEL_KEYS = ("huggingface_id", "pytorch_model_path", "mlflow_model_path")
 def model_params() -> tuple[Param, ...]:
     section = "Model import"
     return (
-        Param("huggingface_id", None, "str", section, optional=True,
-              mapping="a hub id resolved from the local Hugging Face cache (no download) -> "
-                      "`actor_rollout_ref.model.path`; exactly one of the three model keys"),
-        Param("pytorch_model_path", None, "path", section, optional=True,
-              mapping="a local Hugging Face folder -> `actor_rollout_ref.model.path`"),
-        Param("mlflow_model_path", None, "path", section, optional=True,
-              mapping="an MLflow transformers model, imported by `app.import_model` into the run folder -> "
-                      "`actor_rollout_ref.model.path`"),
+        Param(
+            "huggingface_id",
+            None,
+            "str",
+            section,
+            optional=True,
+            mapping="a hub id resolved from the local Hugging Face cache (no download) -> "
+            "`actor_rollout_ref.model.path`; exactly one of the three model keys",
+        ),
+        Param(
+            "pytorch_model_path",
+            None,
+            "path",
+            section,
+            optional=True,
+            mapping="a local Hugging Face folder -> `actor_rollout_ref.model.path`",
+        ),
+        Param(
+            "mlflow_model_path",
+            None,
+            "path",
+            section,
+            optional=True,
+            mapping="an MLflow transformers model, imported by `app.import_model` into the run folder -> "
+            "`actor_rollout_ref.model.path`",
+        ),
     )
 
 
@@ -32,13 +51,30 @@ def infra_params(gpu_default: Optional[int]) -> tuple[Param, ...]:
     return (
         Param("instance_type_*", None, "str", section, na=azure),
         Param("compute_*", None, "str", section, na=azure),
-        Param("shm_size_finetune", None, "str", section, optional=True,
-              na="shared memory is the container's or Ray's (object store) setting, not the job's"),
-        Param("num_nodes_finetune", 1, "int", section,
-              mapping="`trainer.nnodes` on GPUs (on CPU the rank count is `trainer.num_workers`)"),
-        Param("number_of_gpu_to_use_finetuning", gpu_default, "int", section, optional=True,
-              mapping="`trainer.n_gpus_per_node`; left unset: the GPUs visible here (0 on a CPU machine: CPU "
-                      "training with `trainer.num_workers` ranks)"),
+        Param(
+            "shm_size_finetune",
+            None,
+            "str",
+            section,
+            optional=True,
+            na="shared memory is the container's or Ray's (object store) setting, not the job's",
+        ),
+        Param(
+            "num_nodes_finetune",
+            1,
+            "int",
+            section,
+            mapping="`trainer.nnodes` on GPUs (on CPU the rank count is `trainer.num_workers`)",
+        ),
+        Param(
+            "number_of_gpu_to_use_finetuning",
+            gpu_default,
+            "int",
+            section,
+            optional=True,
+            mapping="`trainer.n_gpus_per_node`; left unset: the GPUs visible here (0 on a CPU machine: CPU "
+            "training with `trainer.num_workers` ranks)",
+        ),
     )
 
 
@@ -51,8 +87,9 @@ def visible_gpus() -> int:
         return 0
 
 
-def map_gpu_layout(values: Values, plan: Plan, gpu_keys: tuple[str, ...], node_keys: tuple[str, ...],
-                   tp_keys: tuple[str, ...] = ()) -> int:
+def map_gpu_layout(
+    values: Values, plan: Plan, gpu_keys: tuple[str, ...], node_keys: tuple[str, ...], tp_keys: tuple[str, ...] = ()
+) -> int:
     """`trainer.n_gpus_per_node` / `trainer.nnodes` / rollout tensor parallelism from the GPU keys. A value the user
     gave is taken as it is (the schema then checks it); a card default is capped at the GPUs visible on this machine,
     so the card's own defaults run on a CPU box too. Returns the training rank count."""
@@ -61,14 +98,18 @@ def map_gpu_layout(values: Values, plan: Plan, gpu_keys: tuple[str, ...], node_k
     if gpus is None:
         default = next((values[k] for k in gpu_keys if values[k] is not None), None)
         gpus = visible if default is None else min(default, visible)
-        plan.notes.append(f"GPUs per node: {gpus} ({' / '.join(gpu_keys)} not given; card default "
-                          f"{default if default is not None else 'all'}, {visible} visible here)")
+        plan.notes.append(
+            f"GPUs per node: {gpus} ({' / '.join(gpu_keys)} not given; card default "
+            f"{default if default is not None else 'all'}, {visible} visible here)"
+        )
     nodes = _agreed(values, node_keys) or 1
     if gpus == 0:
         plan.overrides["trainer.n_gpus_per_node"] = 0
         if nodes != 1:
-            plan.notes.append(f"{' / '.join(node_keys)}={nodes} not applied: CPU training runs trainer.num_workers "
-                              "ranks on the Ray cluster")
+            plan.notes.append(
+                f"{' / '.join(node_keys)}={nodes} not applied: CPU training runs trainer.num_workers "
+                "ranks on the Ray cluster"
+            )
         ranks = plan.overrides.get("trainer.num_workers") or CPU_NUM_WORKERS
     else:
         plan.overrides["trainer.n_gpus_per_node"] = gpus
@@ -87,8 +128,10 @@ def _agreed(values: Values, keys: tuple[str, ...]) -> Optional[int]:
     """The one value the user gave under any of `keys` (they name the same thing); an error when they disagree."""
     given = {k: values[k] for k in keys if k in values.given}
     if len(set(given.values())) > 1:
-        raise PipelineError(f"{' and '.join(f'{k}={v}' for k, v in given.items())} name the same setting with "
-                            "different values; give one")
+        raise PipelineError(
+            f"{' and '.join(f'{k}={v}' for k, v in given.items())} name the same setting with "
+            "different values; give one"
+        )
     return next(iter(given.values()), None)
 
 
@@ -115,8 +158,10 @@ def resolve_model(key: str, value: str, work_dir: Path, dry_run: bool) -> str:
         if key == "huggingface_id":
             kind, path = _classify(value)
             if kind not in ("hub", "hf"):
-                raise PipelineError(f"huggingface_id={value!r} is a {kind} source; use "
-                                    f"{'mlflow_model_path' if kind == 'mlflow' else 'pytorch_model_path'}")
+                raise PipelineError(
+                    f"huggingface_id={value!r} is a {kind} source; use "
+                    f"{'mlflow_model_path' if kind == 'mlflow' else 'pytorch_model_path'}"
+                )
             return str(path)
         if not (Path(value).expanduser() / "MLmodel").is_file():
             raise PipelineError(f"mlflow_model_path={value}: not an MLflow model folder (no MLmodel file)")
@@ -132,8 +177,9 @@ def check_output_folder(key: str, folder: Path) -> None:
     """Before the run: the folder an output goes to is absent, empty, or an earlier output of the same kind (a
     Hugging Face folder or an MLflow model), which the new one replaces; anything else is left alone."""
     if folder.is_file() or (folder.is_dir() and any(folder.iterdir()) and not _is_model_folder(folder)):
-        raise PipelineError(f"{key}={folder}: exists and holds something other than a model; choose an empty or "
-                            "new folder")
+        raise PipelineError(
+            f"{key}={folder}: exists and holds something other than a model; choose an empty or new folder"
+        )
 
 
 def _is_model_folder(folder: Path) -> bool:

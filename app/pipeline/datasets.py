@@ -1,4 +1,5 @@
 """`dataset_name` + split of the grpo_chat_completion card as a local data file; there is no dataset hub at run time."""
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,10 @@ def resolve_split(key: str, split: str, dataset_name: Optional[str], work_dir: P
         for candidate in (folder / split, *(folder / f"{split}{s}" for s in _SUFFIXES)):
             if candidate.exists():
                 return str(candidate.resolve())
-        raise PipelineError(f"{key}={split!r}: dataset_name={dataset_name} is a folder without {split}/ or "
-                            f"{split}{{{','.join(_SUFFIXES)}}}")
+        raise PipelineError(
+            f"{key}={split!r}: dataset_name={dataset_name} is a folder without {split}/ or "
+            f"{split}{{{','.join(_SUFFIXES)}}}"
+        )
     out = work_dir / "data" / f"{split}.jsonl"
     if out.is_file():
         return str(out.resolve())
@@ -43,7 +46,8 @@ def resolve_split(key: str, split: str, dataset_name: Optional[str], work_dir: P
         raise PipelineError(
             f"dataset_name={dataset_name!r}, {key}={split!r}: not a local file or folder, and not in the local Hugging "
             f"Face datasets cache (no network here): {type(exc).__name__}: {str(exc)[:300]}. Copy the data here "
-            "and give its JSONL paths as dataset_train_split / dataset_validation_split") from exc
+            "and give its JSONL paths as dataset_train_split / dataset_validation_split"
+        ) from exc
     if dry_run:  # found in the cache: written when the run starts
         return str(out.resolve())
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 `python -m app.pipeline.docs` rewrites the generated tables in docs/pipelines.md (between the BEGIN/END markers);
 tests/app/pipeline/test_docs.py fails when the file and the code disagree.
 """
+
 from __future__ import annotations
 
 import re

@@ -11,6 +11,7 @@ TRL's names translated (TRL's meaning, then ours):
 Outputs: `output_model_path` holds the checkpoints (the trainer's run folder); `mlflow_model_folder` the best model by
 validation reward as an MLflow transformers model (app/pipeline/best_model.py says what "best" can mean here).
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,16 @@ from app.pipeline.plan import Plan
 CARD = "grpo_chat_completion"
 BASE_CONFIG = "grpo_trainer"
 A, R = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-SCHEDULES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-             "inverse_sqrt", "reduce_lr_on_plateau")
+SCHEDULES = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+)
 _SCHEDULE_HERE = {"constant": "constant", "constant_with_warmup": "constant", "cosine": "cosine", "linear": "linear"}
 OPTIMIZERS_HERE = ("adamw_torch", "adamw_torch_fused")
 
@@ -42,59 +51,114 @@ PARAMS: tuple[Param, ...] = (
     *model_params(),
     *param_rows(
         "Data",
-        ("dataset_name", None, "str",
-         "code: a local folder holding the splits, or a Hugging Face dataset id read from the local datasets cache "
-         "(offline; an error otherwise); used when a split is not a path", {"optional": True}),
+        (
+            "dataset_name",
+            None,
+            "str",
+            "code: a local folder holding the splits, or a Hugging Face dataset id read from the local datasets cache "
+            "(offline; an error otherwise); used when a split is not a path",
+            {"optional": True},
+        ),
         ("dataset_prompt_column", "problem", "str", "data.prompt_key"),
         ("dataset_train_split", "train", "str", "code: `data.train_files`: a JSONL path, or a split of dataset_name"),
-        ("dataset_validation_split", "test", "str",
-         "code: `data.val_files`: a JSONL path, or a split of dataset_name"),
+        ("dataset_validation_split", "test", "str", "code: `data.val_files`: a JSONL path, or a split of dataset_name"),
     ),
     *param_rows(
         "Training",
-        ("apply_lora", True, "bool",
-         "code: true: LoRA at `actor_rollout_ref.model.lora_rank`/`lora_alpha` of configs/grpo_trainer.yaml (64/32); "
-         "false: `lora_rank=0` (full fine-tuning)"),
-        ("eval_strategy", "steps", "choice",
-         "code: `trainer.test_freq`: no -> -1 and no step-0 validation (the trainer still validates after the "
-         "last step); steps -> eval_steps; epoch -> the steps of one epoch. The card names no default; steps here",
-         {"choices": ("no", "steps", "epoch")}),
-        ("do_eval", None, "bool",
-         "code: follows eval_strategy when unset; false turns evaluation off as eval_strategy=no",
-         {"optional": True}),
+        (
+            "apply_lora",
+            True,
+            "bool",
+            "code: true: LoRA at `actor_rollout_ref.model.lora_rank`/`lora_alpha` of configs/grpo_trainer.yaml "
+            "(64/32); "
+            "false: `lora_rank=0` (full fine-tuning)",
+        ),
+        (
+            "eval_strategy",
+            "steps",
+            "choice",
+            "code: `trainer.test_freq`: no -> -1 and no step-0 validation (the trainer still validates after the "
+            "last step); steps -> eval_steps; epoch -> the steps of one epoch. The card names no default; steps here",
+            {"choices": ("no", "steps", "epoch")},
+        ),
+        (
+            "do_eval",
+            None,
+            "bool",
+            "code: follows eval_strategy when unset; false turns evaluation off as eval_strategy=no",
+            {"optional": True},
+        ),
         ("num_iterations", 5, "int", f"{A}.ppo_epochs"),
         ("epsilon", 0.5, "float", f"{A}.clip_ratio"),
-        ("per_device_train_batch_size", 8, "int",
-         "code: completions per rank and micro-batch: `actor.ppo_micro_batch_size_per_gpu`; with the rank count, "
-         "gradient_accumulation_steps and num_generations it gives `data.train_batch_size` = "
-         "`actor.ppo_mini_batch_size` (prompts)"),
-        ("per_device_eval_batch_size", 8, "int",
-         "n/a: validation prompts go to the rollout server in one request, which batches them itself"),
-        ("gradient_accumulation_steps", 1, "int",
-         "code: micro-batches per optimizer step (see per_device_train_batch_size)"),
+        (
+            "per_device_train_batch_size",
+            8,
+            "int",
+            "code: completions per rank and micro-batch: `actor.ppo_micro_batch_size_per_gpu`; with the rank count, "
+            "gradient_accumulation_steps and num_generations it gives `data.train_batch_size` = "
+            "`actor.ppo_mini_batch_size` (prompts)",
+        ),
+        (
+            "per_device_eval_batch_size",
+            8,
+            "int",
+            "n/a: validation prompts go to the rollout server in one request, which batches them itself",
+        ),
+        (
+            "gradient_accumulation_steps",
+            1,
+            "int",
+            "code: micro-batches per optimizer step (see per_device_train_batch_size)",
+        ),
         ("learning_rate", 1e-6, "float", f"{A}.optim.lr"),
         ("logging_steps", 5, "int", "n/a: metrics are logged at every step"),
-        ("lr_scheduler_type", "linear", "choice",
-         "code: `actor.optim.warmup_style`: constant, constant_with_warmup -> constant; cosine -> cosine; linear -> "
-         "linear; the others are refused (the trainer has no such schedule). The card names no default; linear "
-         "here, as in TRL",
-         {"choices": SCHEDULES}),
-        ("num_train_epochs", 4.0, "float",
-         "code: `trainer.total_epochs` (a fraction: `trainer.total_training_steps` from the training-set size)"),
+        (
+            "lr_scheduler_type",
+            "linear",
+            "choice",
+            "code: `actor.optim.warmup_style`: constant, constant_with_warmup -> constant; cosine -> cosine; linear -> "
+            "linear; the others are refused (the trainer has no such schedule). The card names no default; linear "
+            "here, as in TRL",
+            {"choices": SCHEDULES},
+        ),
+        (
+            "num_train_epochs",
+            4.0,
+            "float",
+            "code: `trainer.total_epochs` (a fraction: `trainer.total_training_steps` from the training-set size)",
+        ),
         ("max_steps", -1, "int", "code: `trainer.total_training_steps` when > 0 (then num_train_epochs is not used)"),
         ("max_grad_norm", 1.0, "float", f"{A}.grad_clip"),
         ("warmup_ratio", 0.1, "float", f"{A}.optim.lr_warmup_steps_ratio"),
         ("eval_steps", 1, "int", "code: `trainer.test_freq` under eval_strategy=steps"),
-        ("optim", "adamw_torch", "str",
-         "code: adamw_torch, adamw_torch_fused: the trainer's AdamW (`actor.optim`); any other is refused naming it"),
-        ("use_liger_kernel", False, "bool", "code: true prints a warning: Liger kernels are not wired into the "
-                                            "FSDP engine here, so the standard kernels run"),
-        ("deepspeed_config", None, "path", f"code: `{A}.strategy=deepspeed` with this file as "
-                                           f"`{A}.deepspeed_config.config_path` (its values win, \"auto\" takes "
-                                           "the card's; batch keys that disagree with the card's are refused)",
-         {"optional": True}),
-        ("beta", 0.04, "float",
-         f"code: `{A}.kl_loss_coef`, with `{A}.use_kl_loss` = beta > 0 (no reference model at 0)"),
+        (
+            "optim",
+            "adamw_torch",
+            "str",
+            "code: adamw_torch, adamw_torch_fused: the trainer's AdamW (`actor.optim`); any other is refused naming it",
+        ),
+        (
+            "use_liger_kernel",
+            False,
+            "bool",
+            "code: true prints a warning: Liger kernels are not wired into the "
+            "FSDP engine here, so the standard kernels run",
+        ),
+        (
+            "deepspeed_config",
+            None,
+            "path",
+            f"code: `{A}.strategy=deepspeed` with this file as "
+            f'`{A}.deepspeed_config.config_path` (its values win, "auto" takes '
+            "the card's; batch keys that disagree with the card's are refused)",
+            {"optional": True},
+        ),
+        (
+            "beta",
+            0.04,
+            "float",
+            f"code: `{A}.kl_loss_coef`, with `{A}.use_kl_loss` = beta > 0 (no reference model at 0)",
+        ),
     ),
     *param_rows(
         "Generation",
@@ -103,8 +167,12 @@ PARAMS: tuple[Param, ...] = (
         ("max_completion_length", 256, "int", "data.max_response_length"),
         ("temperature", 1.0, "float", f"{R}.temperature"),
         ("top_p", 1.0, "float", f"{R}.top_p"),
-        ("num_completions_to_print", 2, "int",
-         "code: `trainer.log_val_generations`, and the `console_samples` logger prints them at each evaluation"),
+        (
+            "num_completions_to_print",
+            2,
+            "int",
+            "code: `trainer.log_val_generations`, and the `console_samples` logger prints them at each evaluation",
+        ),
     ),
     *param_rows(
         "Checkpoints",
@@ -115,23 +183,40 @@ PARAMS: tuple[Param, ...] = (
     *param_rows(
         "vLLM",
         ("vllm_gpu_memory_utilization", 0.3, "float", f"{R}.gpu_memory_utilization"),
-        ("vllm_tensor_parallel_size", 1, "int",
-         f"code: `{R}.tensor_model_parallel_size`; the card default is capped at the GPUs per node"),
+        (
+            "vllm_tensor_parallel_size",
+            1,
+            "int",
+            f"code: `{R}.tensor_model_parallel_size`; the card default is capped at the GPUs per node",
+        ),
     ),
     *param_rows(
         "Outputs",
-        ("output_model_path", "outputs/grpo_chat_completion/checkpoints", "path",
-         "code: `trainer.default_local_dir`: checkpoints `global_step_N/`, metrics.jsonl, the final `hf_model/`"),
-        ("mlflow_model_folder", "outputs/grpo_chat_completion/mlflow_model", "path",
-         "code: the best model by validation reward, saved with `mlflow.transformers.save_model` after the run"),
+        (
+            "output_model_path",
+            "outputs/grpo_chat_completion/checkpoints",
+            "path",
+            "code: `trainer.default_local_dir`: checkpoints `global_step_N/`, metrics.jsonl, the final `hf_model/`",
+        ),
+        (
+            "mlflow_model_folder",
+            "outputs/grpo_chat_completion/mlflow_model",
+            "path",
+            "code: the best model by validation reward, saved with `mlflow.transformers.save_model` after the run",
+        ),
     ),
     *infra_params(gpu_default=None),
     *param_rows(
         "rayrl extensions (not on the card)",
         ("dataset_solution_column", "solution", "str", "data.ground_truth_key"),
-        ("dataset_data_source_column", "data_source", "str",
-         "code: `data.reward_fn_key`, the column whose value picks the rule reward (`custom_reward_function.path=...` "
-         "replaces the rules)"),
+        (
+            "dataset_data_source_column",
+            "data_source",
+            "str",
+            "code: `data.reward_fn_key`, the column whose value picks the rule reward "
+            "(`custom_reward_function.path=...` "
+            "replaces the rules)",
+        ),
     ),
 )
 
@@ -148,8 +233,13 @@ def build_plan(values: Values, dry_run: bool) -> Plan:
     _refuse_what_cannot_run(values, plan)
     if "trainer.num_workers" in values.trainer_overrides:  # the CPU rank count the batch sizes depend on
         o["trainer.num_workers"] = int(values.trainer_overrides["trainer.num_workers"])
-    ranks = map_gpu_layout(values, plan, gpu_keys=("number_of_gpu_to_use_finetuning",),
-                           node_keys=("num_nodes_finetune",), tp_keys=("vllm_tensor_parallel_size",))
+    ranks = map_gpu_layout(
+        values,
+        plan,
+        gpu_keys=("number_of_gpu_to_use_finetuning",),
+        node_keys=("num_nodes_finetune",),
+        tp_keys=("vllm_tensor_parallel_size",),
+    )
     from app.pipeline.datasets import resolve_split
 
     for key, target in (("dataset_train_split", "data.train_files"), ("dataset_validation_split", "data.val_files")):
@@ -186,25 +276,33 @@ def _refuse_what_cannot_run(values: Values, plan: Plan) -> None:
         plan.overrides[f"{A}.strategy"] = "deepspeed"
         plan.overrides[f"{A}.deepspeed_config.config_path"] = values["deepspeed_config"]
     if values["optim"] not in OPTIMIZERS_HERE:
-        raise PipelineError(f"optim={values['optim']!r}: the trainer's optimizer is AdamW; use one of "
-                            f"{', '.join(OPTIMIZERS_HERE)}")
+        raise PipelineError(
+            f"optim={values['optim']!r}: the trainer's optimizer is AdamW; use one of {', '.join(OPTIMIZERS_HERE)}"
+        )
     if values["optim"] == "adamw_torch_fused":
         plan.notes.append("optim=adamw_torch_fused: the same AdamW update; torch picks the kernel")
     if values["lr_scheduler_type"] not in _SCHEDULE_HERE:
-        raise PipelineError(f"lr_scheduler_type={values['lr_scheduler_type']!r}: the trainer's schedules are a "
-                            f"linear warm-up then constant, cosine or linear decay; use one of "
-                            f"{', '.join(_SCHEDULE_HERE)}")
+        raise PipelineError(
+            f"lr_scheduler_type={values['lr_scheduler_type']!r}: the trainer's schedules are a "
+            f"linear warm-up then constant, cosine or linear decay; use one of "
+            f"{', '.join(_SCHEDULE_HERE)}"
+        )
     if values["use_liger_kernel"]:
-        plan.warnings.append("use_liger_kernel=true: Liger kernels are not wired into the FSDP engine here; "
-                             "training runs the standard kernels")
+        plan.warnings.append(
+            "use_liger_kernel=true: Liger kernels are not wired into the FSDP engine here; "
+            "training runs the standard kernels"
+        )
 
 
 def _map_batches(values: Values, plan: Plan, ranks: int) -> int:
     """TRL counts completions: per optimizer step, per_device x ranks x accumulation of them. Each rank must hold
     whole groups here (its share of prompts with all their samples), so per_device x accumulation must be a
     multiple of num_generations. Returns the prompts per step."""
-    per_device, accum, n = (values["per_device_train_batch_size"], values["gradient_accumulation_steps"],
-                            values["num_generations"])
+    per_device, accum, n = (
+        values["per_device_train_batch_size"],
+        values["gradient_accumulation_steps"],
+        values["num_generations"],
+    )
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
         if values[key] < 1:
             raise PipelineError(f"{key}={values[key]} must be at least 1")
@@ -212,13 +310,16 @@ def _map_batches(values: Values, plan: Plan, ranks: int) -> int:
         raise PipelineError(
             f"per_device_train_batch_size x gradient_accumulation_steps = {per_device} x {accum} = "
             f"{per_device * accum} completions per rank is not a multiple of num_generations={n}: each rank holds "
-            "whole groups of a prompt's completions here")
+            "whole groups of a prompt's completions here"
+        )
     prompts = per_device * accum * ranks // n
     plan.overrides["data.train_batch_size"] = prompts
     plan.overrides[f"{A}.ppo_mini_batch_size"] = prompts
     plan.overrides[f"{A}.ppo_micro_batch_size_per_gpu"] = per_device
-    plan.notes.append(f"batch: {per_device} completions x {ranks} ranks x {accum} accumulation = "
-                      f"{per_device * ranks * accum} completions = {prompts} prompts x {n} generations per step")
+    plan.notes.append(
+        f"batch: {per_device} completions x {ranks} ranks x {accum} accumulation = "
+        f"{per_device * ranks * accum} completions = {prompts} prompts x {n} generations per step"
+    )
     return prompts
 
 

@@ -4,6 +4,7 @@ Each card (app/pipeline/verl_finetune.py, app/pipeline/grpo_chat_completion.py) 
 card default, type, and where the value goes (a trainer-config key, a note for a mapping done in code, or the reason
 it cannot apply here). The parser, the dry run and the docs tables (app/pipeline/docs.py) all read that tuple.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -29,6 +30,7 @@ class Param:
     for keys whose translation is more than a copy) or `na` (why the parameter cannot apply here) is set. A name
     ending in `*` is a prefix: every key starting with it is accepted (infrastructure keys such as instance_type_*).
     """
+
     name: str
     default: Any
     kind: str = "str"
@@ -103,6 +105,7 @@ class Param:
 class Values:
     """The parsed parameters: every table row at its given or default value, which were given, and the
     trainer-config keys given directly as dotted `section.key=value` overrides."""
+
     values: dict[str, Any]
     given: set[str]
     extra_keys: dict[str, Any]  # prefix rows (instance_type_*, ...) and their values, by full key
@@ -162,8 +165,10 @@ def parse_values(table: tuple[Param, ...], raw: dict[str, Any], card: str) -> Va
         for key in unknown:
             near = nearest_key(table, key)
             hints.append(f"{key!r}" + (f" (did you mean {near!r}?)" if near else ""))
-        raise PipelineError(f"unknown parameter{'s' if len(unknown) > 1 else ''} of {card}: {', '.join(hints)}; "
-                            f"`python -m app.pipeline {card} --list` shows the card's parameters")
+        raise PipelineError(
+            f"unknown parameter{'s' if len(unknown) > 1 else ''} of {card}: {', '.join(hints)}; "
+            f"`python -m app.pipeline {card} --list` shows the card's parameters"
+        )
     for param in table:
         if param.is_prefix or param.name in values:
             continue

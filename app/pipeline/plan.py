@@ -1,5 +1,6 @@
 """A card's parameters turned into a plan: trainer-config overrides, outputs, and what did not apply; composed into the
 trainer config through the same Hydra configs and schema validation as `python -m app.train`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

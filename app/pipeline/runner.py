@@ -1,5 +1,6 @@
 """From a card's raw parameters to a validated trainer config, a dry-run report, or a training run whose outputs are
 then put where the card says."""
+
 from __future__ import annotations
 
 import sys
@@ -21,8 +22,11 @@ def card_module(card: str) -> ModuleType:
         import difflib
 
         near = difflib.get_close_matches(card, list(known), n=1)
-        raise PipelineError(f"unknown pipeline {card!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                            + f"; known: {', '.join(known)}")
+        raise PipelineError(
+            f"unknown pipeline {card!r}"
+            + (f" (did you mean {near[0]!r}?)" if near else "")
+            + f"; known: {', '.join(known)}"
+        )
     return known[card]
 
 

@@ -3,6 +3,7 @@
 Most keys are verl keys with the dots replaced by underscores, so most rows copy the value onto that key. The output,
 `model_output`, is the trained model (LoRA merged) as a Hugging Face folder.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,17 +29,23 @@ A, M, R = "actor_rollout_ref.actor", "actor_rollout_ref.model", "actor_rollout_r
 _VISION = "vision-language inputs are not supported here (text-only models)"
 # (infrastructure parameter, the card's trainer parameter naming the same thing): the published card defaults them to
 # 1 and 8 GPUs; the infrastructure one describes the machine, so it wins, as the managed pipeline would have it
-MACHINE_WINS = (("number_of_gpu_to_use_finetuning", "trainer_n_gpus_per_node"),
-                ("num_nodes_finetune", "trainer_nnodes"))
+MACHINE_WINS = (
+    ("number_of_gpu_to_use_finetuning", "trainer_n_gpus_per_node"),
+    ("num_nodes_finetune", "trainer_nnodes"),
+)
 
 
 def _infra_params() -> tuple[Param, ...]:
     """The infrastructure rows at the published card's defaults (1 GPU), the GPU count's row saying it wins."""
-    mapping = ("`trainer.n_gpus_per_node`, a card default capped at the GPUs visible here (0 on a CPU machine: CPU "
-               "training with `trainer.num_workers` ranks); given with a different trainer_n_gpus_per_node, this "
-               "one wins, with a warning")
-    return tuple(dataclasses.replace(p, mapping=mapping) if p.name == "number_of_gpu_to_use_finetuning" else p
-                 for p in infra_params(gpu_default=1))
+    mapping = (
+        "`trainer.n_gpus_per_node`, a card default capped at the GPUs visible here (0 on a CPU machine: CPU "
+        "training with `trainer.num_workers` ranks); given with a different trainer_n_gpus_per_node, this "
+        "one wins, with a warning"
+    )
+    return tuple(
+        dataclasses.replace(p, mapping=mapping) if p.name == "number_of_gpu_to_use_finetuning" else p
+        for p in infra_params(gpu_default=1)
+    )
 
 
 PARAMS: tuple[Param, ...] = (
@@ -59,9 +66,13 @@ PARAMS: tuple[Param, ...] = (
         ("actor_optim_lr", 3e-6, "float", f"{A}.optim.lr"),
         ("actor_model_use_remove_padding", True, "bool", f"{M}.use_remove_padding"),
         ("actor_strategy", "fsdp2", "choice", f"{A}.strategy", {"choices": ("fsdp", "fsdp2")}),
-        ("actor_fsdp_config_offload_policy", True, "bool",
-         "n/a: FSDP2's whole-model CPU offload policy is not wired in; offloading here is "
-         "actor_fsdp_param_offload / actor_fsdp_optimizer_offload"),
+        (
+            "actor_fsdp_config_offload_policy",
+            True,
+            "bool",
+            "n/a: FSDP2's whole-model CPU offload policy is not wired in; offloading here is "
+            "actor_fsdp_param_offload / actor_fsdp_optimizer_offload",
+        ),
         ("actor_ppo_mini_batch_size", 128, "int", f"{A}.ppo_mini_batch_size"),
         ("actor_ppo_micro_batch_size_per_gpu", 10, "int", f"{A}.ppo_micro_batch_size_per_gpu"),
         ("actor_model_lora_rank", 64, "int", f"{M}.lora_rank"),
@@ -79,10 +90,13 @@ PARAMS: tuple[Param, ...] = (
     *param_rows(
         "Rollout",
         ("rollout_name", "vllm", "choice", f"{R}.name", {"choices": ("vllm", "hf", "sglang")}),
-        ("rollout_dtype", "float16", "choice", f"{R}.dtype",
-         {"choices": ("auto", "bfloat16", "float16", "float32")}),
-        ("rollout_tensor_model_parallel_size", 2, "int",
-         f"code: `{R}.tensor_model_parallel_size`; the card default is capped at the GPUs per node"),
+        ("rollout_dtype", "float16", "choice", f"{R}.dtype", {"choices": ("auto", "bfloat16", "float16", "float32")}),
+        (
+            "rollout_tensor_model_parallel_size",
+            2,
+            "int",
+            f"code: `{R}.tensor_model_parallel_size`; the card default is capped at the GPUs per node",
+        ),
         ("rollout_gpu_memory_utilization", 0.6, "float", f"{R}.gpu_memory_utilization"),
         ("rollout_n", 5, "int", f"{R}.n"),
         ("rollout_log_prob_micro_batch_size_per_gpu", 20, "int", f"{R}.log_prob_micro_batch_size_per_gpu"),
@@ -104,8 +118,12 @@ PARAMS: tuple[Param, ...] = (
     *param_rows(
         "Trainer",
         ("trainer_critic_warmup", 0, "int", "trainer.critic_warmup"),
-        ("trainer_n_gpus_per_node", 8, "int",
-         "code: `trainer.n_gpus_per_node`; the card default is capped at the GPUs visible here (0: CPU training)"),
+        (
+            "trainer_n_gpus_per_node",
+            8,
+            "int",
+            "code: `trainer.n_gpus_per_node`; the card default is capped at the GPUs visible here (0: CPU training)",
+        ),
         ("trainer_nnodes", 1, "int", "code: `trainer.nnodes` (GPU training)"),
         ("trainer_save_freq", 20, "int", "trainer.save_freq"),
         ("trainer_test_freq", 5, "int", "trainer.test_freq"),
@@ -118,16 +136,25 @@ PARAMS: tuple[Param, ...] = (
     ),
     *param_rows(
         "Output",
-        ("model_output", "outputs/verl_finetune/model", "path",
-         "code: the trained model (LoRA merged) as a Hugging Face folder, moved there from "
-         "`<trainer.default_local_dir>/hf_model` after the run"),
+        (
+            "model_output",
+            "outputs/verl_finetune/model",
+            "path",
+            "code: the trained model (LoRA merged) as a Hugging Face folder, moved there from "
+            "`<trainer.default_local_dir>/hf_model` after the run",
+        ),
     ),
     *_infra_params(),
     *param_rows(
         "rayrl extensions (not on the card)",
-        ("run_dir", None, "path",
-         "code: `trainer.default_local_dir` (checkpoints, metrics.jsonl, the imported base model); "
-         "default `<model_output>.run`", {"optional": True}),
+        (
+            "run_dir",
+            None,
+            "path",
+            "code: `trainer.default_local_dir` (checkpoints, metrics.jsonl, the imported base model); "
+            "default `<model_output>.run`",
+            {"optional": True},
+        ),
     ),
 )
 
@@ -139,8 +166,10 @@ def _machine_wins(values: Values, plan: Plan) -> None:
     (capped at the GPUs per node, with a note), whether the table named it or not."""
     for infra, card_key in MACHINE_WINS:
         if infra in values.given and card_key in values.given and values[infra] != values[card_key]:
-            plan.warnings.append(f"{infra}={values[infra]} and {card_key}={values[card_key]} name the same setting; "
-                                 f"{infra} describes the machine, so it wins ({card_key} is not applied)")
+            plan.warnings.append(
+                f"{infra}={values[infra]} and {card_key}={values[card_key]} name the same setting; "
+                f"{infra} describes the machine, so it wins ({card_key} is not applied)"
+            )
             values.given.discard(card_key)
             values.values[card_key] = values[infra]
     # the table submitted whole gives the tensor-parallel size at its card default: capped like the default it is
@@ -158,8 +187,13 @@ def build_plan(values: Values, dry_run: bool) -> Plan:
     plan.overrides["trainer.default_local_dir"] = str(run_dir.resolve())
     plan.overrides["trainer.experiment_name"] = CARD
     _machine_wins(values, plan)
-    map_gpu_layout(values, plan, gpu_keys=("number_of_gpu_to_use_finetuning", "trainer_n_gpus_per_node"),
-                   node_keys=("num_nodes_finetune", "trainer_nnodes"), tp_keys=("rollout_tensor_model_parallel_size",))
+    map_gpu_layout(
+        values,
+        plan,
+        gpu_keys=("number_of_gpu_to_use_finetuning", "trainer_n_gpus_per_node"),
+        node_keys=("num_nodes_finetune", "trainer_nnodes"),
+        tp_keys=("rollout_tensor_model_parallel_size",),
+    )
     key, source = model_source(values)
     plan.overrides[f"{M}.path"] = resolve_model(key, source, run_dir, dry_run)
     apply_trainer_overrides(values, plan)

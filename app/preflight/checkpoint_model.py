@@ -1,6 +1,7 @@
 """A checkpoint to resume from was written for the model being trained: the tensor shapes in its actor/ folder
 (FSDP's DCP index) match that model's, and a LoRA checkpoint has the configured rank. Otherwise the workers would
 fail while loading, after Ray, Serve and vLLM started, with a size mismatch deep in torch.distributed.checkpoint."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,12 +26,17 @@ def check_checkpoint_model(cfg: TrainerRunConfig) -> None:
     expected = model_shapes(model.path, model.trust_remote_code)
     problem = first_mismatch(saved, expected, model.lora_rank)
     if problem:
-        key = "trainer.resume_mode" if cfg.trainer.resume_mode not in ("auto", "disable") else \
-            "trainer.default_local_dir (resume_mode=auto)"
-        raise PreflightError(f"{key}: the checkpoint {resume} was not written for actor_rollout_ref.model.path="
-                             f"{model.path} (lora_rank={model.lora_rank}): {problem}; resume from a checkpoint of this "
-                             "model, or start afresh with trainer.resume_mode=disable or another "
-                             "trainer.default_local_dir")
+        key = (
+            "trainer.resume_mode"
+            if cfg.trainer.resume_mode not in ("auto", "disable")
+            else "trainer.default_local_dir (resume_mode=auto)"
+        )
+        raise PreflightError(
+            f"{key}: the checkpoint {resume} was not written for actor_rollout_ref.model.path="
+            f"{model.path} (lora_rank={model.lora_rank}): {problem}; resume from a checkpoint of this "
+            "model, or start afresh with trainer.resume_mode=disable or another "
+            "trainer.default_local_dir"
+        )
 
 
 def checkpoint_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
@@ -39,8 +45,11 @@ def checkpoint_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     metadata = FileSystemReader(str(folder)).read_metadata()
-    return {name[len("model."):]: tuple(entry.size) for name, entry in metadata.state_dict_metadata.items()
-            if name.startswith("model.") and isinstance(entry, TensorStorageMetadata)}
+    return {
+        name[len("model.") :]: tuple(entry.size)
+        for name, entry in metadata.state_dict_metadata.items()
+        if name.startswith("model.") and isinstance(entry, TensorStorageMetadata)
+    }
 
 
 def model_shapes(path: str, trust_remote_code: bool) -> dict[str, tuple[int, ...]]:
@@ -54,14 +63,15 @@ def model_shapes(path: str, trust_remote_code: bool) -> dict[str, tuple[int, ...
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
-def first_mismatch(saved: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]],
-                   lora_rank: int) -> Optional[str]:
+def first_mismatch(
+    saved: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]], lora_rank: int
+) -> Optional[str]:
     """What differs, as a phrase naming the tensor and both shapes; None when every saved tensor fits the model."""
     for name, shape in sorted(saved.items()):
         if ".lora_A." in name or ".lora_B." in name:
             problem = _lora_mismatch(name, shape, expected, lora_rank)
         else:
-            base = name[len(_LORA_PREFIX):] if name.startswith(_LORA_PREFIX) else name
+            base = name[len(_LORA_PREFIX) :] if name.startswith(_LORA_PREFIX) else name
             if base.endswith(".base_layer.weight"):
                 base = base.replace(".base_layer.weight", ".weight")
             if base not in expected:
@@ -80,7 +90,7 @@ def _lora_mismatch(name: str, shape: tuple[int, ...], expected: dict, lora_rank:
         return f"it holds the LoRA adapter tensor {name}, and actor_rollout_ref.model.lora_rank=0 trains no adapter"
     is_a = ".lora_A." in name
     module = name.split(".lora_A." if is_a else ".lora_B.")[0]
-    module = module[len(_LORA_PREFIX):] if module.startswith(_LORA_PREFIX) else module
+    module = module[len(_LORA_PREFIX) :] if module.startswith(_LORA_PREFIX) else module
     weight = expected.get(module + ".weight")
     if weight is None or len(weight) != 2 or len(shape) != 2:
         return f"it holds the adapter {name}, for a layer this model does not have"

@@ -4,6 +4,7 @@ trainer.ray_address, else RAY_ADDRESS (`ray job submit` sets it): join that clus
 seconds. Neither set: the run starts its own local cluster (`ray.init(address="local")`), whatever address file a
 cluster that died without `ray stop` left in Ray's temp folder (a plain `ray.init()` would try to join that one).
 """
+
 from __future__ import annotations
 
 import os
@@ -44,11 +45,15 @@ def check_cluster_answers(cfg: TrainerRunConfig) -> None:
         with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
             pass
     except OSError as exc:
-        reason = "no answer within {:g} s".format(CONNECT_TIMEOUT_S) if isinstance(exc, TimeoutError) else \
-            (exc.strerror or str(exc)).lower()
+        reason = (
+            "no answer within {:g} s".format(CONNECT_TIMEOUT_S)
+            if isinstance(exc, TimeoutError)
+            else (exc.strerror or str(exc)).lower()
+        )
         raise PreflightError(
             f"{source}={address}: no Ray cluster answers at {host}:{port} ({reason}); start it (`ray start --head`) "
-            f"or unset {source} to run on a local cluster started for this run") from None
+            f"or unset {source} to run on a local cluster started for this run"
+        ) from None
 
 
 def _host_port(address: str, source: str) -> tuple[str, int]:
@@ -60,8 +65,10 @@ def _host_port(address: str, source: str) -> tuple[str, int]:
     except ValueError:
         port = None
     if not split.hostname or port is None:
-        raise PreflightError(f"{source}={address} is not a Ray address: expected host:port (the head's GCS, "
-                             "e.g. 10.0.0.1:6379), ray://host:10001, auto, or unset for a local cluster")
+        raise PreflightError(
+            f"{source}={address} is not a Ray address: expected host:port (the head's GCS, "
+            "e.g. 10.0.0.1:6379), ray://host:10001, auto, or unset for a local cluster"
+        )
     return split.hostname, port
 
 
@@ -72,10 +79,14 @@ def _running_local_cluster(source: str) -> tuple[str, int]:
     try:
         address = canonicalize_bootstrap_address("auto")
     except Exception as exc:  # ConnectionError when none is found
-        raise PreflightError(f"{source}=auto: no running Ray cluster found on this machine ({exc}); start one with "
-                             f"`ray start --head` or unset {source} to run on a local cluster") from None
+        raise PreflightError(
+            f"{source}=auto: no running Ray cluster found on this machine ({exc}); start one with "
+            f"`ray start --head` or unset {source} to run on a local cluster"
+        ) from None
     if address is None:
-        raise PreflightError(f"{source}=auto: no running Ray cluster found on this machine; start one with "
-                             f"`ray start --head` or unset {source} to run on a local cluster")
+        raise PreflightError(
+            f"{source}=auto: no running Ray cluster found on this machine; start one with "
+            f"`ray start --head` or unset {source} to run on a local cluster"
+        )
     host, _, port = address.rpartition(":")
     return host, int(port)

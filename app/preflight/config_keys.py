@@ -1,5 +1,6 @@
 """The dotted keys of a typed config section (the trainer schema, the sweep file) and the nearest one to a misspelt
 key, for messages such as `unknown key a.b.lrr; did you mean a.b.lr?`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,9 +48,11 @@ def nearest_key(key: str, cls: type) -> Optional[str]:
         if _join(prefix, part) in keys:
             fixed.append(part)
             continue
-        children = sorted(k[len(prefix) + 1:] if prefix else k for k in keys
-                          if (k.startswith(prefix + ".") if prefix else True)
-                          and "." not in (k[len(prefix) + 1:] if prefix else k))
+        children = sorted(
+            k[len(prefix) + 1 :] if prefix else k
+            for k in keys
+            if (k.startswith(prefix + ".") if prefix else True) and "." not in (k[len(prefix) + 1 :] if prefix else k)
+        )
         near = difflib.get_close_matches(part, children, n=1, cutoff=0.6)
         if near:
             fixed.append(near[0])

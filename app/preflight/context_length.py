@@ -2,6 +2,7 @@
 rollout.response_length generated ones must fit the max_position_embeddings of its config.json, or vLLM refuses to
 build the engine once Ray and Serve are up. (rollout.max_model_len against the same budget is a config check,
 app.config.verl_compat.)"""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,8 @@ def check_context_length(cfg: TrainerRunConfig) -> None:
             f"actor_rollout_ref.rollout.prompt_length={rollout.prompt_length} + response_length="
             f"{rollout.response_length} = {need} tokens, more than the {positions} positions of "
             f"actor_rollout_ref.model.path={cfg.actor_rollout_ref.model.path} (config.json); lower "
-            "data.max_prompt_length / data.max_response_length")
+            "data.max_prompt_length / data.max_response_length"
+        )
 
 
 def model_positions(path: str) -> Optional[int]:

@@ -1,6 +1,7 @@
 """The data files exist, read, and hold the columns the data.* keys name: checked on the driver without a tokenizer,
 so that a misspelt column or path fails in about a second (the full read, templated and tokenized, follows in the
 data check)."""
+
 from __future__ import annotations
 
 from app.config.schema import TrainerRunConfig

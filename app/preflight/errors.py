@@ -1,4 +1,5 @@
 """The one error type of the driver-side pre-flight checks."""
+
 from __future__ import annotations
 
 from app.config.errors import ConfigError

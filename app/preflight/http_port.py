@@ -1,6 +1,7 @@
 """The rollout's HTTP port (actor_rollout_ref.rollout.http_port) is free on its host, for a run that starts its own
 cluster: Serve's proxy would otherwise fail to bind it minutes later, after Ray, Serve and vLLM started. A run that
 joins a cluster is not checked here: that cluster's Serve may already hold the port, which is then the one to use."""
+
 from __future__ import annotations
 
 import socket
@@ -24,4 +25,5 @@ def check_http_port(cfg: TrainerRunConfig) -> None:
             raise PreflightError(
                 f"actor_rollout_ref.rollout.http_port={rollout.http_port}: {rollout.http_host}:{rollout.http_port} "
                 f"cannot be bound ({(exc.strerror or str(exc)).lower()}); another process holds it (an earlier run's "
-                "Serve proxy?): stop it or give another port") from None
+                "Serve proxy?): stop it or give another port"
+            ) from None

@@ -3,6 +3,7 @@
 A hub id is used only when a copy is in the local Hugging Face cache (nothing is downloaded here); otherwise the
 message says how to make a local folder with `python -m app.import_model`.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,12 @@ from typing import Iterator
 from app.config.schema import TrainerRunConfig
 from app.preflight.errors import PreflightError
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -41,8 +46,10 @@ def check_model_path(key: str, path: str) -> None:
         _check_folder(key, path, folder)
     elif folder.exists():
         hint = _import_hint(path, folder.stem) if folder.suffix == ".gguf" else ""
-        raise PreflightError(f"{key}={path} is a file, not a model folder (a Hugging Face folder with config.json "
-                             f"and weights){hint or '; give the folder that holds it'}")
+        raise PreflightError(
+            f"{key}={path} is a file, not a model folder (a Hugging Face folder with config.json "
+            f"and weights){hint or '; give the folder that holds it'}"
+        )
     elif _HUB_ID.match(path) and not path.startswith((".", "~")):
         if _cached_snapshot(path) is None:
             out = _output_folder(path.split("/")[-1])
@@ -50,17 +57,22 @@ def check_model_path(key: str, path: str) -> None:
                 f"{key}={path} is not a local folder, and the hub id {path} has no copy in the local Hugging Face "
                 f"cache (nothing is downloaded here): download it where there is network (`huggingface-cli download "
                 f"{path}`, then copy the cache folder here), then run `python -m app.import_model --source {path} "
-                f"--output {out}` and set {key}={out}")
+                f"--output {out}` and set {key}={out}"
+            )
     else:
-        raise PreflightError(f"{key}={path}: no such folder; give a local Hugging Face model folder"
-                             f"{_import_hint('<a .gguf file or Hugging Face folder>', folder.name or 'model')}")
+        raise PreflightError(
+            f"{key}={path}: no such folder; give a local Hugging Face model folder"
+            f"{_import_hint('<a .gguf file or Hugging Face folder>', folder.name or 'model')}"
+        )
 
 
 def _check_folder(key: str, path: str, folder: Path) -> None:
     config = folder / "config.json"
     if not config.is_file():
-        raise PreflightError(f"{key}={path} is a folder without config.json, so not a Hugging Face model folder"
-                             f"{_import_hint('<a .gguf file or Hugging Face folder>', folder.name)}")
+        raise PreflightError(
+            f"{key}={path} is a folder without config.json, so not a Hugging Face model folder"
+            f"{_import_hint('<a .gguf file or Hugging Face folder>', folder.name)}"
+        )
     try:
         parsed = json.loads(config.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -68,8 +80,9 @@ def _check_folder(key: str, path: str, folder: Path) -> None:
     if not isinstance(parsed, dict) or "model_type" not in parsed:
         raise PreflightError(f"{key}={path}: {config} has no model_type, so it is not a Hugging Face model config")
     if not any((folder / name).is_file() for name in WEIGHT_FILES) and not any(folder.glob("*.safetensors")):
-        raise PreflightError(f"{key}={path} has config.json but no weights ({', '.join(WEIGHT_FILES[:3])}); "
-                             "copy the whole model folder")
+        raise PreflightError(
+            f"{key}={path} has config.json but no weights ({', '.join(WEIGHT_FILES[:3])}); copy the whole model folder"
+        )
 
 
 def _cached_snapshot(repo_id: str):
@@ -87,5 +100,4 @@ def _output_folder(name: str) -> str:
 
 def _import_hint(source: str, name: str) -> str:
     out = _output_folder(name)
-    return (f"; make one with `python -m app.import_model --source {source} --output {out}` and set the key to "
-            f"{out}")
+    return f"; make one with `python -m app.import_model --source {source} --output {out}` and set the key to {out}"

@@ -1,5 +1,6 @@
 """Hydra command-line overrides checked against the typed schema before Hydra composes the config, so a misspelt key
 ends the command with `unknown key K; did you mean N?` rather than Hydra's "Key 'K' is not in struct"."""
+
 from __future__ import annotations
 
 from typing import Iterable, Optional

@@ -1,5 +1,6 @@
 """custom_reward_function: the file exists, imports, and defines the named function with a signature the reward
 manager can call (one sample per call, or lists with reward_model.reward_manager=batch)."""
+
 from __future__ import annotations
 
 import inspect
@@ -26,12 +27,16 @@ def check_reward_function(cfg: TrainerRunConfig) -> None:
     if fn is None or not callable(fn):
         import difflib
 
-        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
-                       and getattr(v, "__module__", None) == module.__name__)
+        names = sorted(
+            n
+            for n, v in vars(module).items()
+            if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+        )
         near = difflib.get_close_matches(section.name, names, n=1)
         hint = f"; did you mean {near[0]}?" if near else f"; functions there: {', '.join(names) or '(none)'}"
-        raise PreflightError(f"custom_reward_function.name={section.name}: {path} defines no function "
-                             f"{section.name}{hint}")
+        raise PreflightError(
+            f"custom_reward_function.name={section.name}: {path} defines no function {section.name}{hint}"
+        )
     _check_signature(fn, path, section.name, cfg)
 
 
@@ -41,12 +46,15 @@ def _import(path: str, given: str):
     try:
         return load_module_from_file(path)
     except SyntaxError as exc:
-        raise PreflightError(f"custom_reward_function.path={given}: {exc.filename or path} line {exc.lineno}: "
-                             f"{type(exc).__name__}: {exc.msg}") from None
+        raise PreflightError(
+            f"custom_reward_function.path={given}: {exc.filename or path} line {exc.lineno}: "
+            f"{type(exc).__name__}: {exc.msg}"
+        ) from None
     except BaseException as exc:  # the module's own code failed at import: name its line
         line = _line_in(exc, path)
-        raise PreflightError(f"custom_reward_function.path={given}: importing {path} failed{line}: "
-                             f"{type(exc).__name__}: {exc}") from None
+        raise PreflightError(
+            f"custom_reward_function.path={given}: importing {path} failed{line}: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _line_in(exc: BaseException, path: str) -> str:
@@ -67,7 +75,10 @@ def _check_signature(fn, path: str, name: str, cfg: TrainerRunConfig) -> None:
     except TypeError as exc:
         line = getattr(getattr(fn, "__code__", None), "co_firstlineno", None)
         where = f"{path} line {line}" if line else path
-        how = (f"{name}({', '.join(f'{a}=' for a in args)}{', **kwargs' if kwargs else ''})"
-               + (" (reward_model.reward_manager=batch: one call with lists)" if batched else ""))
-        raise PreflightError(f"custom_reward_function.name={name}: {name}{signature} at {where} cannot be called as "
-                             f"{how}: {exc}; take those keyword arguments (or **kwargs)") from None
+        how = f"{name}({', '.join(f'{a}=' for a in args)}{', **kwargs' if kwargs else ''})" + (
+            " (reward_model.reward_manager=batch: one call with lists)" if batched else ""
+        )
+        raise PreflightError(
+            f"custom_reward_function.name={name}: {name}{signature} at {where} cannot be called as "
+            f"{how}: {exc}; take those keyword arguments (or **kwargs)"
+        ) from None

@@ -5,6 +5,7 @@ what to change, in its own module here, and a `Check` row below (apart=True when
 then stays out of the driver). What a check returns (other than None) is handed back by name: the data check's
 prompt counts.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -46,8 +47,9 @@ CHECKS: list[Check] = [
 ]
 
 
-def run_preflight(cfg: TrainerRunConfig, skip: Collection[str] = (),
-                  start_method: Optional[str] = None) -> dict[str, Any]:
+def run_preflight(
+    cfg: TrainerRunConfig, skip: Collection[str] = (), start_method: Optional[str] = None
+) -> dict[str, Any]:
     """Every check but those named in `skip`, in order; the first failure raises its error (a PreflightError, or the
     DataError / CheckpointError of the data and checkpoint checks). Consecutive `apart` ones run together in one child
     process (fork on Linux, as PyTorch's DataLoader does; spawn elsewhere). Returns what the checks returned, by

@@ -1,5 +1,6 @@
 """The policy's tokenizer loads from the model folder and has the chat template every prompt goes through (a row's
 prompt is a list of chat messages, or a string made one user message; app.data renders both with the template)."""
+
 from __future__ import annotations
 
 from app.config.schema import TrainerRunConfig
@@ -15,10 +16,13 @@ def check_tokenizer(cfg: TrainerRunConfig) -> None:
         tokenizer = AutoTokenizer.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a folder it cannot read
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PreflightError(f"{key}={model.path}: its tokenizer cannot be loaded ({first}); the folder needs "
-                             "tokenizer.json or tokenizer_config.json with the vocabulary files") from None
+        raise PreflightError(
+            f"{key}={model.path}: its tokenizer cannot be loaded ({first}); the folder needs "
+            "tokenizer.json or tokenizer_config.json with the vocabulary files"
+        ) from None
     if not getattr(tokenizer, "chat_template", None):
         raise PreflightError(
             f"{key}={model.path}: its tokenizer has no chat template, which the prompts of data.train_files need "
             "(chat messages, data.prompt_key); use an instruct/chat model, or add a `chat_template` to its "
-            "tokenizer_config.json (or a chat_template.jinja file beside it)")
+            "tokenizer_config.json (or a chat_template.jinja file beside it)"
+        )

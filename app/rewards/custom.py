@@ -30,6 +30,7 @@ class RewardFnSpec:
     def from_config(cls, section: Any) -> "RewardFnSpec":
         """From verl's ``custom_reward_function`` section (mapping or object with path/name/reward_kwargs); an
         empty or null path means the built-in rules."""
+
         def get(key: str, default: Any) -> Any:
             if section is None:
                 return default
@@ -37,8 +38,11 @@ class RewardFnSpec:
             return default if value is None else value
 
         path = get("path", None) or None
-        return cls(path=path, name=get("name", "compute_score") or "compute_score",
-                   reward_kwargs=dict(get("reward_kwargs", {})))
+        return cls(
+            path=path,
+            name=get("name", "compute_score") or "compute_score",
+            reward_kwargs=dict(get("reward_kwargs", {})),
+        )
 
 
 def load_reward_fn(spec: RewardFnSpec) -> Callable[..., Any]:

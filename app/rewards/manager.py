@@ -113,16 +113,24 @@ class RewardManager:
 
     def _run_batched(self, tasks: list[dict[str, Any]]) -> list[TaskOutcome | None]:
         """The whole batch in one call; its list of results becomes one outcome per sample."""
-        call = {"data_sources": [t["data_source"] for t in tasks], "solution_strs": [t["solution_str"] for t in tasks],
-                "ground_truths": [t["ground_truth"] for t in tasks], "extra_infos": [t["extra_info"] for t in tasks]}
+        call = {
+            "data_sources": [t["data_source"] for t in tasks],
+            "solution_strs": [t["solution_str"] for t in tasks],
+            "ground_truths": [t["ground_truth"] for t in tasks],
+            "extra_infos": [t["extra_info"] for t in tasks],
+        }
         [outcome] = self._run_each([call])
         if outcome is None or outcome.error is not None or outcome.timed_out:
             return [outcome] * len(tasks)
         values = outcome.value
         if not isinstance(values, (list, tuple)) or len(values) != len(tasks):
             got = f"{len(values)} results" if isinstance(values, (list, tuple)) else type(values).__name__
-            return [TaskOutcome(error=f"the batched compute_score returned {got} for {len(tasks)} responses; it "
-                                      "must return a list with one score (or dict) per response")] * len(tasks)
+            return [
+                TaskOutcome(
+                    error=f"the batched compute_score returned {got} for {len(tasks)} responses; it "
+                    "must return a list with one score (or dict) per response"
+                )
+            ] * len(tasks)
         return [TaskOutcome(value=v) for v in values]
 
     def _run_each(self, tasks: list[dict[str, Any]]) -> list[TaskOutcome | None]:
@@ -205,7 +213,8 @@ class RewardManager:
             raise RewardComputeError(
                 f"{len(failures)} of {n} reward calls failed in one batch, more than max_failed_fraction="
                 f"{self.max_failed_fraction:g} allows; the first, sample {first} (data_source="
-                f"{data_sources[first]!r}): {failures[first]}")
+                f"{data_sources[first]!r}): {failures[first]}"
+            )
         extra_keys = sorted({k for e in extras for k in e})
         extra = {k: [e.get(k) for e in extras] for k in extra_keys}
         metrics = {

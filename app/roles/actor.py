@@ -3,6 +3,7 @@
 Talks only to ``BaseEngine``. Settings come from verl's ``actor_rollout_ref.actor`` section (duck-typed: any
 object with those attribute names).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -43,11 +44,19 @@ class Actor:
     weighted by the truncated ratio of the old (proximal) policy over the sampler's (``algos.rollout_correction``).
     """
 
-    def __init__(self, engine: BaseEngine, config: Any, *, rollout_n: int = 1,
-                 log_prob_micro_batch_size: Optional[int] = None, log_prob_use_dynamic_bsz: Optional[bool] = None,
-                 log_prob_max_token_len: Optional[int] = None, log_prob_max_token_len_key: Optional[str] = None,
-                 seed: int = 0,
-                 rollout_correction: Optional[Any] = None) -> None:
+    def __init__(
+        self,
+        engine: BaseEngine,
+        config: Any,
+        *,
+        rollout_n: int = 1,
+        log_prob_micro_batch_size: Optional[int] = None,
+        log_prob_use_dynamic_bsz: Optional[bool] = None,
+        log_prob_max_token_len: Optional[int] = None,
+        log_prob_max_token_len_key: Optional[str] = None,
+        seed: int = 0,
+        rollout_correction: Optional[Any] = None,
+    ) -> None:
         self.engine = engine
         self.config = config
         self.rollout_n = rollout_n
@@ -63,18 +72,24 @@ class Actor:
         self.policy_loss_config = PolicyLossConfig.from_mapping(config)
         self.rollout_is = rollout_correction if rollout_correction and rollout_correction.rollout_is else None
         if self.rollout_is is not None and not policy_loss_traits(loss_mode).linear_in_advantage:
-            raise ValueError(f"rollout_is weights reach the loss through the advantages, which policy loss "
-                             f"{loss_mode!r} is not linear in (algos.catalog.PolicyLossTraits)")
+            raise ValueError(
+                f"rollout_is weights reach the loss through the advantages, which policy loss "
+                f"{loss_mode!r} is not linear in (algos.catalog.PolicyLossTraits)"
+            )
 
     # ------------------------------------------------------------------ log-probs
     def compute_log_prob(self, batch: TensorBatch, *, calculate_entropy: bool = True) -> TensorBatch:
         """``old_log_probs`` (and ``entropys``) ``(b, R)`` of ``responses`` at ``batch.meta['temperature']``
         (default 1). 0 at padding."""
         inputs = _present(batch, _MODEL_INPUTS, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
-        ctx = StepContext(temperature=float(batch.meta.get("temperature", 1.0)), compute_entropy=calculate_entropy,
-                          micro_batch_size=self.log_prob_micro_batch_size,
-                          use_dynamic_bsz=self.log_prob_use_dynamic_bsz, max_token_len=self.log_prob_max_token_len,
-                          max_token_len_key=self.log_prob_max_token_len_key if self.log_prob_max_token_len else None)
+        ctx = StepContext(
+            temperature=float(batch.meta.get("temperature", 1.0)),
+            compute_entropy=calculate_entropy,
+            micro_batch_size=self.log_prob_micro_batch_size,
+            use_dynamic_bsz=self.log_prob_use_dynamic_bsz,
+            max_token_len=self.log_prob_max_token_len,
+            max_token_len_key=self.log_prob_max_token_len_key if self.log_prob_max_token_len else None,
+        )
         with torch.no_grad(), self.engine.eval_mode():
             result = self.engine.forward_backward_step(inputs, ctx, forward_only=True)
         out = TensorBatch({"old_log_probs": result.outputs["log_probs"]})
@@ -103,15 +118,25 @@ class Actor:
             if self.rollout_is is not None:
                 # w > 0 per token; the loss is linear in A (checked at construction), so A * w weights each token's
                 # clipped loss by w: the decoupled PPO objective
-                weights, is_metrics = rollout_is_weights(old_log_prob, micro["rollout_log_probs"], mask,
-                                                         level=self.rollout_is.rollout_is,
-                                                         threshold=self.rollout_is.rollout_is_threshold)
+                weights, is_metrics = rollout_is_weights(
+                    old_log_prob,
+                    micro["rollout_log_probs"],
+                    mask,
+                    level=self.rollout_is.rollout_is,
+                    threshold=self.rollout_is.rollout_is_threshold,
+                )
                 advantages = advantages * weights
                 for name, value in is_metrics.items():
                     token_means.add(f"rollout_corr/{name}", float(value), tokens)
             pg_loss, pg_metrics = self.policy_loss_fn(
-                old_log_prob, log_prob, advantages, mask, loss_agg_mode=self.loss_agg_mode,
-                config=self.policy_loss_config, normalizer=ctx.loss_normalizer)
+                old_log_prob,
+                log_prob,
+                advantages,
+                mask,
+                loss_agg_mode=self.loss_agg_mode,
+                config=self.policy_loss_config,
+                normalizer=ctx.loss_normalizer,
+            )
             loss = pg_loss
             # globally normalised micro-batch losses add up to the mini-batch loss
             loss_sums["actor/pg_loss"] = loss_sums.get("actor/pg_loss", 0.0) + float(pg_loss.detach())
@@ -135,8 +160,9 @@ class Actor:
     def is_on_policy(self, samples_on_this_rank: int) -> bool:
         """True when the update is one optimiser step on exactly the sampled policy (one epoch, one mini-batch):
         then old log-probs equal the update's own forward pass and need no separate pass."""
-        mini_size = samples_per_rank("actor.ppo_mini_batch_size", self.config.ppo_mini_batch_size, self.rollout_n,
-                                     self.engine.dp_world_size)
+        mini_size = samples_per_rank(
+            "actor.ppo_mini_batch_size", self.config.ppo_mini_batch_size, self.rollout_n, self.engine.dp_world_size
+        )
         return self.config.ppo_epochs == 1 and mini_size == samples_on_this_rank
 
     def update_policy(self, batch: TensorBatch) -> dict[str, float]:
@@ -150,29 +176,40 @@ class Actor:
         if self.rollout_is is not None:
             required.append("rollout_log_probs")
         if "old_log_probs" not in batch and not self.is_on_policy(len(batch)):
-            raise KeyError("update_policy: batch lacks old_log_probs, which only an on-policy update (ppo_epochs=1 and "
-                           "one mini-batch) may leave out")
+            raise KeyError(
+                "update_policy: batch lacks old_log_probs, which only an on-policy update (ppo_epochs=1 and "
+                "one mini-batch) may leave out"
+            )
         keys = (*_MODEL_INPUTS, "old_log_probs", "advantages", "ref_log_prob", "rollout_log_probs")
         data = _present(batch, keys, tuple(required), "update_policy")
-        mini_size = samples_per_rank("actor.ppo_mini_batch_size", cfg.ppo_mini_batch_size, self.rollout_n,
-                                     self.engine.dp_world_size)
+        mini_size = samples_per_rank(
+            "actor.ppo_mini_batch_size", cfg.ppo_mini_batch_size, self.rollout_n, self.engine.dp_world_size
+        )
         temperature = float(batch.meta.get("temperature", 1.0))
         # entropy for the metric always; with a gradient only when it is part of the loss
         ctx_kwargs = dict(temperature=temperature, compute_entropy=True, entropy_requires_grad=cfg.entropy_coeff != 0)
         lr = self.engine.get_lr()
         with self.engine.train_mode():
             per_step = run_ppo_epochs(
-                self.engine, data, epochs=cfg.ppo_epochs, mini_batch_size=mini_size,
-                shuffle=cfg.shuffle, seed=self.seed + 1000 * self._updates,
-                key="actor.ppo_mini_batch_size", loss_agg_mode=self.loss_agg_mode, make_loss_fn=self._loss_fn,
-                grad_norm_metric="actor/grad_norm", ctx_kwargs=ctx_kwargs)
+                self.engine,
+                data,
+                epochs=cfg.ppo_epochs,
+                mini_batch_size=mini_size,
+                shuffle=cfg.shuffle,
+                seed=self.seed + 1000 * self._updates,
+                key="actor.ppo_mini_batch_size",
+                loss_agg_mode=self.loss_agg_mode,
+                make_loss_fn=self._loss_fn,
+                grad_norm_metric="actor/grad_norm",
+                ctx_kwargs=ctx_kwargs,
+            )
         self.engine.lr_scheduler_step()
         self._updates += 1
         metrics = per_step.means()  # over mini-batches and epochs; each value is already global over ranks
         if "rollout_corr/rollout_is_sq_mean" in metrics:  # E[w^2] - E[w]^2 over the tokens
             square = metrics.pop("rollout_corr/rollout_is_sq_mean")
             mean = metrics["rollout_corr/rollout_is_mean"]
-            metrics["rollout_corr/rollout_is_std"] = max(0.0, square - mean ** 2) ** 0.5
+            metrics["rollout_corr/rollout_is_std"] = max(0.0, square - mean**2) ** 0.5
         metrics["actor/lr"] = lr
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)

@@ -1,4 +1,5 @@
 """Pieces the training roles share: global loss normalisers, mini-batch iteration, metric bookkeeping."""
+
 from __future__ import annotations
 
 import math
@@ -27,17 +28,22 @@ def samples_per_rank(key: str, prompts: int, rollout_n: int, world_size: int) ->
     """verl counts mini-batches in prompts; each prompt has ``rollout_n`` samples, split over the ranks."""
     samples = prompts * rollout_n
     if samples % world_size:
-        raise ValueError(f"{key}={prompts} prompts x rollout.n={rollout_n} = {samples} samples cannot be split "
-                         f"evenly over {world_size} data-parallel ranks")
+        raise ValueError(
+            f"{key}={prompts} prompts x rollout.n={rollout_n} = {samples} samples cannot be split "
+            f"evenly over {world_size} data-parallel ranks"
+        )
     return samples // world_size
 
 
-def iter_mini_batches(batch: TensorBatch, mini_batch_size: int, *, shuffle: bool, seed: int, key: str
-                      ) -> Iterator[TensorBatch]:
+def iter_mini_batches(
+    batch: TensorBatch, mini_batch_size: int, *, shuffle: bool, seed: int, key: str
+) -> Iterator[TensorBatch]:
     """Mini-batches of ``mini_batch_size`` rows; with ``shuffle`` the rows are permuted first (seeded)."""
     if len(batch) % mini_batch_size:
-        raise ValueError(f"{key}: this rank holds {len(batch)} samples, not a multiple of its mini-batch of "
-                         f"{mini_batch_size} samples")
+        raise ValueError(
+            f"{key}: this rank holds {len(batch)} samples, not a multiple of its mini-batch of "
+            f"{mini_batch_size} samples"
+        )
     if shuffle:
         order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(seed))
         batch = batch.index(order)
@@ -92,10 +98,20 @@ def global_loss_sums(engine: BaseEngine, sums: dict[str, float]) -> dict[str, fl
     return dict(zip(names, reduced))
 
 
-def run_ppo_epochs(engine: BaseEngine, data: TensorBatch, *, epochs: int, mini_batch_size: int, shuffle: bool,
-                   seed: int, key: str, loss_agg_mode: str,
-                   make_loss_fn: Callable[[MetricMeans, dict[str, float]], Any],
-                   grad_norm_metric: str, ctx_kwargs: dict[str, Any] | None = None) -> MetricMeans:
+def run_ppo_epochs(
+    engine: BaseEngine,
+    data: TensorBatch,
+    *,
+    epochs: int,
+    mini_batch_size: int,
+    shuffle: bool,
+    seed: int,
+    key: str,
+    loss_agg_mode: str,
+    make_loss_fn: Callable[[MetricMeans, dict[str, float]], Any],
+    grad_norm_metric: str,
+    ctx_kwargs: dict[str, Any] | None = None,
+) -> MetricMeans:
     """Epochs over mini-batches, one optimiser step each (the shared body of the actor and critic updates).
 
     `make_loss_fn(token_means, loss_sums)` returns the engine loss for one mini-batch and fills its metrics; the loss

@@ -2,6 +2,7 @@
 
 Settings from verl's ``critic`` section (ppo_mini_batch_size, ppo_epochs, cliprange_value, loss_agg_mode, shuffle).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -18,8 +19,15 @@ _MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids", "responses", "re
 
 
 class Critic:
-    def __init__(self, engine: BaseEngine, config: Any, *, rollout_n: int = 1,
-                 forward_micro_batch_size: Optional[int] = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        engine: BaseEngine,
+        config: Any,
+        *,
+        rollout_n: int = 1,
+        forward_micro_batch_size: Optional[int] = None,
+        seed: int = 0,
+    ) -> None:
         self.engine = engine
         self.config = config
         self.rollout_n = rollout_n
@@ -40,9 +48,15 @@ class Critic:
 
         def loss_fn(out: dict[str, torch.Tensor], micro: TensorBatch, ctx: StepContext):
             mask = micro["response_mask"]
-            loss, metrics = compute_value_loss(out["values"], micro["values"], micro["returns"], mask,
-                                               cliprange_value=cfg.cliprange_value, loss_agg_mode=cfg.loss_agg_mode,
-                                               normalizer=ctx.loss_normalizer)
+            loss, metrics = compute_value_loss(
+                out["values"],
+                micro["values"],
+                micro["returns"],
+                mask,
+                cliprange_value=cfg.cliprange_value,
+                loss_agg_mode=cfg.loss_agg_mode,
+                normalizer=ctx.loss_normalizer,
+            )
             tokens = float(masked_count(mask))
             loss_sums["critic/vf_loss"] = loss_sums.get("critic/vf_loss", 0.0) + float(loss.detach())
             for name, value in metrics.items():
@@ -55,20 +69,31 @@ class Critic:
         """Epochs over mini-batches (one optimizer step each, one LR-scheduler step per call). Needs ``values``
         (at rollout time) and ``returns``. Returns ``critic/*`` metrics averaged over mini-batches and ranks."""
         cfg = self.config
-        missing = [k for k in ("input_ids", "attention_mask", "responses", "response_mask", "values", "returns")
-                   if k not in batch]
+        missing = [
+            k
+            for k in ("input_ids", "attention_mask", "responses", "response_mask", "values", "returns")
+            if k not in batch
+        ]
         if missing:
             raise KeyError(f"update_critic: batch lacks {missing}; it has {batch.keys()}")
         data = batch.select((*_MODEL_INPUTS, "values", "returns"), strict=False)
-        mini_size = samples_per_rank("critic.ppo_mini_batch_size", cfg.ppo_mini_batch_size, self.rollout_n,
-                                     self.engine.dp_world_size)
+        mini_size = samples_per_rank(
+            "critic.ppo_mini_batch_size", cfg.ppo_mini_batch_size, self.rollout_n, self.engine.dp_world_size
+        )
         lr = self.engine.get_lr()
         with self.engine.train_mode():
             per_step = run_ppo_epochs(
-                self.engine, data, epochs=cfg.ppo_epochs, mini_batch_size=mini_size,
-                shuffle=cfg.shuffle, seed=self.seed + 1000 * self._updates,
-                key="critic.ppo_mini_batch_size", loss_agg_mode=cfg.loss_agg_mode, make_loss_fn=self._loss_fn,
-                grad_norm_metric="critic/grad_norm")
+                self.engine,
+                data,
+                epochs=cfg.ppo_epochs,
+                mini_batch_size=mini_size,
+                shuffle=cfg.shuffle,
+                seed=self.seed + 1000 * self._updates,
+                key="critic.ppo_mini_batch_size",
+                loss_agg_mode=cfg.loss_agg_mode,
+                make_loss_fn=self._loss_fn,
+                grad_norm_metric="critic/grad_norm",
+            )
         self.engine.lr_scheduler_step()
         self._updates += 1
         metrics = per_step.means()  # over mini-batches and epochs; each value is already global over ranks

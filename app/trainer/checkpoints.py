@@ -5,6 +5,7 @@ Layout under `trainer.default_local_dir`:
     latest_checkpointed_iteration.txt   N of the newest complete checkpoint (verl's file name)
 A crash while writing leaves only a `.tmp-global_step_<N>-*` folder, which resume ignores and the next save removes.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ def staging_dir(root: str | os.PathLike, step: int, token: str) -> Path:
     return Path(root) / f".tmp-global_step_{step}-{token}"
 
 
-def publish(root: str | os.PathLike, staging: Path, step: int, state: dict[str, Any],
-            max_to_keep: Optional[int]) -> Path:
+def publish(
+    root: str | os.PathLike, staging: Path, step: int, state: dict[str, Any], max_to_keep: Optional[int]
+) -> Path:
     """Rank 0, after every rank finished writing into `staging`: add the trainer state, rename, prune."""
     root = Path(root)
     (staging / STATE_FILE).write_text(json.dumps(state, indent=2, sort_keys=True))
@@ -101,8 +103,10 @@ def check_checkpoint(ckpt: Path) -> None:
     try:
         state = json.loads(state_file.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{state_file} cannot be read as JSON ({err}): the checkpoint {ckpt} is corrupt; "
-                              "resume from another (trainer.resume_mode=<path>) or delete it") from err
+        raise CheckpointError(
+            f"{state_file} cannot be read as JSON ({err}): the checkpoint {ckpt} is corrupt; "
+            "resume from another (trainer.resume_mode=<path>) or delete it"
+        ) from err
     missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(f"{state_file} lacks {missing}: the checkpoint {ckpt} is incomplete")
@@ -114,8 +118,10 @@ def check_checkpoint(ckpt: Path) -> None:
         for name in (index, _ENGINE_STATE) if folder.is_dir() else ():
             path = folder / name
             if not path.is_file() or path.stat().st_size == 0:
-                raise CheckpointError(f"{path} is {'empty' if path.is_file() else 'missing'}: the checkpoint {ckpt} "
-                                      "is corrupt; resume from another (trainer.resume_mode=<path>) or delete it")
+                raise CheckpointError(
+                    f"{path} is {'empty' if path.is_file() else 'missing'}: the checkpoint {ckpt} "
+                    "is corrupt; resume from another (trainer.resume_mode=<path>) or delete it"
+                )
 
 
 def _prune(root: Path, max_to_keep: Optional[int]) -> None:

@@ -1,4 +1,5 @@
 """Reductions over the trainer's ranks, on top of the engine's all-reduce (gloo on CPU, NCCL on GPU)."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -18,8 +19,7 @@ class RankGroup:
         out: dict[str, float] = {}
         if means:
             names = sorted(means)
-            values = self.engine.all_reduce(torch.tensor([float(means[k]) for k in names], dtype=torch.float64),
-                                            "mean")
+            values = self.engine.all_reduce(torch.tensor([float(means[k]) for k in names], dtype=torch.float64), "mean")
             out |= dict(zip(names, values.tolist()))
         if maxima:
             names = sorted(maxima)
@@ -51,7 +51,7 @@ class RankGroup:
         mine = torch.tensor(list(text.encode()), dtype=torch.float64)
         width = int(self.engine.all_reduce(torch.tensor([float(len(mine))]), "max")[0])
         rows = torch.zeros(self.world, width, dtype=torch.float64)
-        rows[self.rank, :len(mine)] = mine
+        rows[self.rank, : len(mine)] = mine
         rows = self.engine.all_reduce(rows, "sum")
         return [bytes(row).rstrip(b"\0").decode() for row in rows.to(torch.uint8).tolist()]
 

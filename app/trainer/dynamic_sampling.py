@@ -7,6 +7,7 @@ in step and the collectives inside a round (metric reductions) match. Past `max_
 the run; here the step goes on, filling the batch with uninformative groups (they add no policy gradient) and
 counting them, so a hard stretch of data slows learning instead of ending the job.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -50,7 +51,7 @@ def fill_with_informative_groups(
         counts["rounds"] += 1
         keep = informative_groups(metric_of(group), group.uid)
         counts["generated"] += len(keep)
-        good = [uid for uid, k in keep.items() if k][:groups_needed - counts["kept"]]
+        good = [uid for uid, k in keep.items() if k][: groups_needed - counts["kept"]]
         bad = [uid for uid, k in keep.items() if not k]
         counts["dropped"] += len(bad)
         counts["kept"] += len(good)
@@ -63,8 +64,10 @@ def fill_with_informative_groups(
         filler = concat_groups(spare, pad_token_id) if any(len(s.uid) for s in spare) else None
         uids = list(dict.fromkeys(filler.uid))[:missing] if filler is not None else []
         if len(uids) < missing:
-            raise RuntimeError(f"dynamic sampling: {counts['generated']} groups generated in {counts['rounds']} "
-                               f"rounds, fewer than the {groups_needed} this rank trains on")
+            raise RuntimeError(
+                f"dynamic sampling: {counts['generated']} groups generated in {counts['rounds']} "
+                f"rounds, fewer than the {groups_needed} this rank trains on"
+            )
         kept.append(_groups(filler, uids))
         counts["padded"] = missing
     names = sorted({k for m in round_metrics for k in m})
@@ -90,7 +93,8 @@ def filter_metric(group: RolloutGroup, metric: str) -> torch.Tensor:
         if acc is None or any(a is None for a in acc):
             raise RuntimeError(
                 "algorithm.filter_groups.metric=acc needs a reward function that returns a dict with an 'acc' field "
-                "for every sample; the built-in rules return a plain score: use metric=score")
+                "for every sample; the built-in rules return a plain score: use metric=score"
+            )
         return torch.tensor([float(a) for a in acc], dtype=torch.float64)
     if metric in ("seq_reward", "seq_final_reward"):  # no in-reward KL before filtering (validation refuses it)
         return group.batch["token_level_scores"].sum(dim=1).double()

@@ -1,4 +1,5 @@
 """Driver side of a training run: Ray, the rollout application, and the Ray Train `TorchTrainer` of FSDP workers."""
+
 from __future__ import annotations
 
 import copy
@@ -45,10 +46,12 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
     if wants_custom_resources(cfg):
         from app.config.errors import ConfigError
 
-        raise ConfigError("trainer.worker_resources / actor_rollout_ref.rollout.replica_resources name Ray custom "
-                          "resources, which a local cluster started here would not have: give the cluster whose nodes "
-                          "declare them (`ray start --resources ...`) as trainer.ray_address or RAY_ADDRESS (ray job "
-                          "submit sets it)")
+        raise ConfigError(
+            "trainer.worker_resources / actor_rollout_ref.rollout.replica_resources name Ray custom "
+            "resources, which a local cluster started here would not have: give the cluster whose nodes "
+            "declare them (`ray start --resources ...`) as trainer.ray_address or RAY_ADDRESS (ray job "
+            "submit sets it)"
+        )
     # Logical CPUs: the rollout replicas and the train workers take turns on the cores (synchronous RL), so each
     # gets its own reservation even though they share the physical cores.
     needed = plan.total().get("CPU", 0.0) + 2
@@ -59,8 +62,14 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
     # The dashboard shows the run (and the rayrl_* metrics); Ray Train's placement-group cleaner also needs its state
     # API and, without it, logs a warning every few seconds for the whole run.
     # address="local": Ray's documented way to start a new cluster whatever its temp folder says is running
-    ray.init(address="local", num_cpus=max(int(needed + 0.999), os.cpu_count() or 1),
-             runtime_env=local_runtime_env(runtime_env), include_dashboard=True, log_to_driver=True, **gpus)
+    ray.init(
+        address="local",
+        num_cpus=max(int(needed + 0.999), os.cpu_count() or 1),
+        runtime_env=local_runtime_env(runtime_env),
+        include_dashboard=True,
+        log_to_driver=True,
+        **gpus,
+    )
     _exit_on_sigterm_again()
     check_cluster_fits(plan)
 
@@ -104,10 +113,19 @@ def _exit_on_sigterm_again() -> None:
 # Keys holding local paths, made absolute on the driver: Ray Train workers and Tune trials run in folders of their own.
 # Data files and output folders become absolute whether they exist or not (the loader names a missing one); a model
 # or tokenizer only when it exists here (otherwise it is a hub id); resume_mode when it names a checkpoint.
-ABSOLUTE_PATH_KEYS = ("data.train_files", "data.val_files", "trainer.default_local_dir", "trainer.rollout_data_dir",
-                      "custom_reward_function.path")
-EXISTING_PATH_KEYS = ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.path",
-                      "reward_model.model.input_tokenizer")
+ABSOLUTE_PATH_KEYS = (
+    "data.train_files",
+    "data.val_files",
+    "trainer.default_local_dir",
+    "trainer.rollout_data_dir",
+    "custom_reward_function.path",
+)
+EXISTING_PATH_KEYS = (
+    "actor_rollout_ref.model.path",
+    "critic.model.path",
+    "reward_model.model.path",
+    "reward_model.model.input_tokenizer",
+)
 PATH_KEYS = (*ABSOLUTE_PATH_KEYS, *EXISTING_PATH_KEYS, "trainer.resume_mode")
 
 
@@ -177,13 +195,21 @@ def record_placement(out_dir: Path, device: str) -> None:
     context = ray.get_runtime_context()
     folder = out_dir / "placement"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"rank-{rank}.json").write_text(json.dumps({
-        "rank": rank, "node_id": context.get_node_id(), "gpu_ids": context.get_accelerator_ids().get("GPU", []),
-        "device": device}))
+    (folder / f"rank-{rank}.json").write_text(
+        json.dumps(
+            {
+                "rank": rank,
+                "node_id": context.get_node_id(),
+                "gpu_ids": context.get_accelerator_ids().get("GPU", []),
+                "device": device,
+            }
+        )
+    )
 
 
-def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
-          route_prefix: Optional[str] = "/") -> dict[str, float]:
+def train(
+    cfg: TrainerRunConfig, rollout_app: Optional[str] = None, route_prefix: Optional[str] = "/"
+) -> dict[str, float]:
     """Run the whole job; returns the last validation metrics. The config must already be validated.
 
     `rollout_app`: an already deployed rollout application to use (and leave running) instead of deploying one;
@@ -210,22 +236,32 @@ def train(cfg: TrainerRunConfig, rollout_app: Optional[str] = None,
     if rollout_app is None:  # first: on shared GPUs the replicas take the larger share (app.config.placement)
         model = cfg.actor_rollout_ref.model
         adapters = model.lora_rank and cfg.actor_rollout_ref.rollout.lora_sync == "adapter"
-        deploy_rollout(cfg.actor_rollout_ref.rollout, model.path, app_name, trust_remote_code=model.trust_remote_code,
-                       max_lora_rank=model.lora_rank if adapters else None, seed=cfg.trainer.seed,
-                       route_prefix=route_prefix, placement=replica_placement(cfg, plan))
+        deploy_rollout(
+            cfg.actor_rollout_ref.rollout,
+            model.path,
+            app_name,
+            trust_remote_code=model.trust_remote_code,
+            max_lora_rank=model.lora_rank if adapters else None,
+            seed=cfg.trainer.seed,
+            route_prefix=route_prefix,
+            placement=replica_placement(cfg, plan),
+        )
     [worker] = plan.train.bundles
     trainer = TorchTrainer(
         worker_entry,
         train_loop_config={"config": cfg, "rollout_app": app_name},
         torch_config=TorchConfig(backend="nccl" if cfg.trainer.device == "cuda" else "gloo"),
-        scaling_config=ScalingConfig(num_workers=cfg.trainer.num_workers, use_gpu="GPU" in worker,
-                                     resources_per_worker=dict(worker)),
-        run_config=RunConfig(name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
-                             storage_path=str(out_dir / "ray_train"),
-                             # a restarted worker group runs worker_entry again, which resumes from the newest
-                             # checkpoint
-                             failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
-                             logging_config=LoggingConfig(log_level=train_log_level())),
+        scaling_config=ScalingConfig(
+            num_workers=cfg.trainer.num_workers, use_gpu="GPU" in worker, resources_per_worker=dict(worker)
+        ),
+        run_config=RunConfig(
+            name=f"{cfg.trainer.project_name}-{cfg.trainer.experiment_name}",
+            storage_path=str(out_dir / "ray_train"),
+            # a restarted worker group runs worker_entry again, which resumes from the newest
+            # checkpoint
+            failure_config=FailureConfig(max_failures=cfg.trainer.max_failures),
+            logging_config=LoggingConfig(log_level=train_log_level()),
+        ),
     )
     try:
         with follow_progress(out_dir):
@@ -240,10 +276,14 @@ def replica_placement(cfg: TrainerRunConfig, plan):
     """The plan's rollout share in serve/'s terms: each replica's bundles, its vLLM workers, and sleep mode."""
     from serve import ReplicaPlacement
 
-    sleeps = (cfg.trainer.placement == "colocated" and cfg.actor_rollout_ref.rollout.free_cache_engine
-              and cfg.trainer.device == "cuda")
-    return ReplicaPlacement(plan.rollout.bundles, plan.engine_tensor_parallel_size, plan.replica_engine_env(),
-                            enable_sleep_mode=sleeps)
+    sleeps = (
+        cfg.trainer.placement == "colocated"
+        and cfg.actor_rollout_ref.rollout.free_cache_engine
+        and cfg.trainer.device == "cuda"
+    )
+    return ReplicaPlacement(
+        plan.rollout.bundles, plan.engine_tensor_parallel_size, plan.replica_engine_env(), enable_sleep_mode=sleeps
+    )
 
 
 def _final_validation(out_dir: Path) -> dict[str, float]:
@@ -258,5 +298,8 @@ def validation_history(out_dir: Path) -> list[tuple[int, dict[str, float]]]:
     summary."""
     from app.trainer.tracking import read_metrics
 
-    return [(int(r["step"]), {k: v for k, v in r.items() if k.startswith("val-")})
-            for r in read_metrics(out_dir / "metrics.jsonl") if "val-core/reward/mean" in r]
+    return [
+        (int(r["step"]), {k: v for k, v in r.items() if k.startswith("val-")})
+        for r in read_metrics(out_dir / "metrics.jsonl")
+        if "val-core/reward/mean" in r
+    ]

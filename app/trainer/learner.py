@@ -5,6 +5,7 @@
 - advantages: the KL penalty in the reward (`algorithm.use_kl_in_reward`, adaptive coefficient), then the estimator;
 - updates: the critic's, then the actor's once `trainer.critic_warmup` steps are past.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,18 +49,29 @@ class Learner:
         metrics: dict[str, float] = {}
         if algo.use_kl_in_reward:
             rewards, kl_metrics = apply_kl_penalty_to_rewards(
-                batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], batch["response_mask"],
-                self.kl_ctrl.value, algo.kl_penalty)
+                batch["token_level_scores"],
+                batch["old_log_probs"],
+                batch["ref_log_prob"],
+                batch["response_mask"],
+                self.kl_ctrl.value,
+                algo.kl_penalty,
+            )
             batch["token_level_rewards"] = rewards
             metrics |= self.ranks.reduce({f"actor/{k}": float(v) for k, v in kl_metrics.items()})
             self.kl_ctrl.update(metrics["actor/reward_kl_penalty"], n_steps=self.cfg.data.train_batch_size)
         else:
             batch["token_level_rewards"] = batch["token_level_scores"]
         advantages, returns = compute_advantages(
-            algo.adv_estimator, token_level_rewards=batch["token_level_rewards"], response_mask=batch["response_mask"],
-            index=group.uid, values=batch.get("values"), gamma=algo.gamma, lam=algo.lam,
+            algo.adv_estimator,
+            token_level_rewards=batch["token_level_rewards"],
+            response_mask=batch["response_mask"],
+            index=group.uid,
+            values=batch.get("values"),
+            gamma=algo.gamma,
+            lam=algo.lam,
             norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-            reward_baselines=group.extras.get("reward_baselines"))
+            reward_baselines=group.extras.get("reward_baselines"),
+        )
         batch["advantages"], batch["returns"] = advantages, returns
         return metrics
 

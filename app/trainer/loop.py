@@ -8,6 +8,7 @@ of the next batch runs while this one trains (`app.trainer.rollout_ahead`).
 
 This module only orchestrates: each phase is one call into the module that owns it.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -37,9 +38,21 @@ class RLTrainer:
     """Holds the roles, the data and the run state of one rank. Build with `app.trainer.setup.build_trainer`, which
     also fills `trainer.total_training_steps`."""
 
-    def __init__(self, cfg: TrainerRunConfig, *, tokenizer, train_loader, val_dataset, actor, reference, critic,
-                 rollout: RolloutService, scorer: RewardScorer,
-                 report: Optional[Callable[[dict[str, float]], None]] = None, tracking=None) -> None:
+    def __init__(
+        self,
+        cfg: TrainerRunConfig,
+        *,
+        tokenizer,
+        train_loader,
+        val_dataset,
+        actor,
+        reference,
+        critic,
+        rollout: RolloutService,
+        scorer: RewardScorer,
+        report: Optional[Callable[[dict[str, float]], None]] = None,
+        tracking=None,
+    ) -> None:
         self.cfg, self.tokenizer, self.train_loader, self.val_dataset = cfg, tokenizer, train_loader, val_dataset
         self.scorer, self.tracking = scorer, tracking
         self.report = report or (lambda metrics: None)
@@ -48,17 +61,27 @@ class RLTrainer:
         self.rank, self.world = self.ranks.rank, self.ranks.world
         rollout_cfg, kl = cfg.actor_rollout_ref.rollout, cfg.algorithm.kl_ctrl
         # colocated GPU placement: vLLM frees its memory while the trainer runs, unless rollout.free_cache_engine=false
-        self.rollout = RolloutSync(rollout, self.ranks, self.engine, lora_sync=rollout_cfg.lora_sync,
-                                   model_path=cfg.actor_rollout_ref.model.path,
-                                   dtype=getattr(torch, rollout_cfg.dtype),  # what vLLM computes in: half the bytes
-                                   sleeps=cfg.trainer.placement == "colocated" and rollout_cfg.free_cache_engine)
+        self.rollout = RolloutSync(
+            rollout,
+            self.ranks,
+            self.engine,
+            lora_sync=rollout_cfg.lora_sync,
+            model_path=cfg.actor_rollout_ref.model.path,
+            dtype=getattr(torch, rollout_cfg.dtype),  # what vLLM computes in: half the bytes
+            sleeps=cfg.trainer.placement == "colocated" and rollout_cfg.free_cache_engine,
+        )
         self.agents = agent_rollout(cfg, rollout, tokenizer)  # multi-turn tool use (app/agents); None: single-turn
-        self.state = RunState(step=0, version=self.rollout.served_version(),
-                              kl_ctrl=make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon))
-        self.learner = Learner(cfg, actor=actor, reference=reference, critic=critic, kl_ctrl=self.state.kl_ctrl,
-                               ranks=self.ranks)
-        self.store = RunStore(cfg, self.ranks, self.engine, critic.engine if critic is not None else None, tokenizer,
-                              train_loader)
+        self.state = RunState(
+            step=0,
+            version=self.rollout.served_version(),
+            kl_ctrl=make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon),
+        )
+        self.learner = Learner(
+            cfg, actor=actor, reference=reference, critic=critic, kl_ctrl=self.state.kl_ctrl, ranks=self.ranks
+        )
+        self.store = RunStore(
+            cfg, self.ranks, self.engine, critic.engine if critic is not None else None, tokenizer, train_loader
+        )
         self.total_steps = cfg.trainer.total_training_steps
         self.bad_steps = BadStepGuard(cfg.trainer.max_bad_steps)
         self.no_signal = NoSignalGuard(cfg.trainer.no_signal_steps, cfg.trainer.no_signal_share)
@@ -79,8 +102,13 @@ class RLTrainer:
         if self.cfg.trainer.val_before_train and state.step == 0:
             state.last_val = self.validate()
             self._log(state.last_val, step=0)
-        with running_ahead(self.cfg.async_training, self.total_steps - state.step, self._next_prompts,
-                           self.train_loader.state_dict, self.generate) as self.ahead:
+        with running_ahead(
+            self.cfg.async_training,
+            self.total_steps - state.step,
+            self._next_prompts,
+            self.train_loader.state_dict,
+            self.generate,
+        ) as self.ahead:
             while state.step < self.total_steps:
                 self.train_step()
         self.ahead = None
@@ -95,8 +123,14 @@ class RLTrainer:
             metrics |= self.no_signal.watch(state.step, group, self.ranks)  # warns when no group can teach anything
             self.rollout.release_memory()  # colocated: the GPU memory goes to the trainer until the next sync
             if trainer_cfg.rollout_data_dir:
-                dump_rollouts(trainer_cfg.rollout_data_dir, state.step, self.rank, group,
-                              decode_responses(self.tokenizer, group.batch), self.cfg.reward_model.overlong_buffer.log)
+                dump_rollouts(
+                    trainer_cfg.rollout_data_dir,
+                    state.step,
+                    self.rank,
+                    group,
+                    decode_responses(self.tokenizer, group.batch),
+                    self.cfg.reward_model.overlong_buffer.log,
+                )
             self.learner.log_probs(group, timer)
             with timer.phase("adv"):
                 metrics |= self.learner.advantages(group)
@@ -116,8 +150,14 @@ class RLTrainer:
                 with timer.phase("save_checkpoint"):
                     self.store.save(state, self._loader_state())
         extra = (self.ahead.take_timings() if self.ahead is not None else {}) | self.rollout.fault_metrics()
-        metrics |= step_metrics(group.batch, timer, self.ranks, self.cfg.actor_rollout_ref.rollout.response_length,
-                                extra, means=multi_turn_metrics(group))
+        metrics |= step_metrics(
+            group.batch,
+            timer,
+            self.ranks,
+            self.cfg.actor_rollout_ref.rollout.response_length,
+            extra,
+            means=multi_turn_metrics(group),
+        )
         metrics["training/policy_version"] = float(state.version)
         metrics["training/epoch"] = float(self.train_loader.epoch)
         self._log(metrics, state.step)
@@ -128,6 +168,7 @@ class RLTrainer:
     def collect_rollouts(self, timer: PhaseTimer) -> tuple[RolloutGroup, dict[str, float]]:
         """Generate and score this rank's share of the next prompts. With `algorithm.filter_groups`, rounds repeat
         on fresh prompts until the batch holds only groups whose samples disagree (DAPO's dynamic sampling)."""
+
         def one_round() -> tuple[RolloutGroup, dict[str, float]]:
             if self.ahead is not None:  # sampled while the previous update ran (async_training)
                 group = self.ahead.next(self.state.version)
@@ -136,16 +177,27 @@ class RLTrainer:
                 with timer.phase("gen"):
                     group = self.generate(prompts, self.state.version)
             with timer.phase("reward"):
-                return group, score_group(self.scorer, self.tokenizer, group, self.cfg.reward_model.overlong_buffer,
-                                          self.cfg.actor_rollout_ref.rollout.response_length, self.ranks)
+                return group, score_group(
+                    self.scorer,
+                    self.tokenizer,
+                    group,
+                    self.cfg.reward_model.overlong_buffer,
+                    self.cfg.actor_rollout_ref.rollout.response_length,
+                    self.ranks,
+                )
 
         fg = self.cfg.algorithm.filter_groups
         if not fg.enable:
             group, metrics = one_round()
             return group, metrics | staleness_metrics(group, self.state.version, self.cfg.async_training)
         group, metrics, counts = fill_with_informative_groups(
-            one_round, lambda g: filter_metric(g, fg.metric), self.cfg.data.train_batch_size // self.world,
-            fg.max_num_gen_batches, self.ranks.min_int, self.train_loader.pad_token_id)
+            one_round,
+            lambda g: filter_metric(g, fg.metric),
+            self.cfg.data.train_batch_size // self.world,
+            fg.max_num_gen_batches,
+            self.ranks.min_int,
+            self.train_loader.pad_token_id,
+        )
         totals = self.engine.all_reduce(torch.tensor([float(counts[k]) for k in FILTER_COUNTS]), "sum")
         metrics |= {f"filter_groups/{k}_groups": float(v) for k, v in zip(FILTER_COUNTS, totals.tolist())}
         metrics["train/num_gen_batches"] = float(counts["rounds"])  # verl's name
@@ -154,15 +206,26 @@ class RLTrainer:
     def generate(self, prompts: PromptBatch, version: int) -> RolloutGroup:
         """`n` samples for each prompt of this rank's share, all made by policy `version` (the service's)."""
         if self.agents is not None:  # multi-turn: trajectories, tool results masked out of response_mask
-            return trajectory_group(self.agents, prompts, version, self.train_loader.pad_token_id,
-                                    self.cfg.actor_rollout_ref.rollout.temperature)
+            return trajectory_group(
+                self.agents,
+                prompts,
+                version,
+                self.train_loader.pad_token_id,
+                self.cfg.actor_rollout_ref.rollout.temperature,
+            )
         samples = self.rollout.service.generate(prompts.raw_prompt_ids, expect_version=version)
-        group = sampled_group(prompts, samples, version, self.train_loader.pad_token_id,
-                              self.cfg.actor_rollout_ref.rollout.temperature)
+        group = sampled_group(
+            prompts, samples, version, self.train_loader.pad_token_id, self.cfg.actor_rollout_ref.rollout.temperature
+        )
         if estimator_traits(self.cfg.algorithm.adv_estimator).needs_greedy_baseline:  # ReMax
             group.extras["reward_baselines"] = greedy_baselines(
-                self.rollout.service, self.scorer, self.tokenizer, prompts, self.cfg.actor_rollout_ref.rollout.n,
-                version)
+                self.rollout.service,
+                self.scorer,
+                self.tokenizer,
+                prompts,
+                self.cfg.actor_rollout_ref.rollout.n,
+                version,
+            )
         return group
 
     def sync_weights(self) -> None:
@@ -175,9 +238,15 @@ class RLTrainer:
     def validate(self) -> dict[str, float]:
         """Greedy decoding on this rank's share of the validation prompts; mean reward per `data_source`. Rank 0 hands
         `trainer.log_val_generations` of the samples to the loggers that keep tables."""
-        metrics, samples = validate(self.agents or self.rollout.service, self.scorer, self.tokenizer,
-                                    self.val_dataset, self.ranks, self.state.version,
-                                    keep_samples=self.cfg.trainer.log_val_generations)
+        metrics, samples = validate(
+            self.agents or self.rollout.service,
+            self.scorer,
+            self.tokenizer,
+            self.val_dataset,
+            self.ranks,
+            self.state.version,
+            keep_samples=self.cfg.trainer.log_val_generations,
+        )
         if samples and self.tracking is not None:
             self.tracking.log_generations(samples, self.state.step)
         return metrics

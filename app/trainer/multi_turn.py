@@ -1,5 +1,6 @@
 """Multi-turn rollouts in the loop (`actor_rollout_ref.rollout.multi_turn.enable`, app/agents): a step's samples as
 trajectories, with tool results and template glue masked out of `response_mask`, and their per-step metrics."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -20,8 +21,9 @@ def agent_rollout(cfg: Any, rollout: Any, tokenizer: Any) -> Optional[AgentRollo
     return AgentRollout(rollout, tokenizer, arr) if arr.multi_turn.enable else None
 
 
-def trajectory_group(agents: AgentRollout, prompts: PromptBatch, version: int, pad_token_id: int,
-                     temperature: float) -> RolloutGroup:
+def trajectory_group(
+    agents: AgentRollout, prompts: PromptBatch, version: int, pad_token_id: int, temperature: float
+) -> RolloutGroup:
     """`rollout.n` trajectories per prompt as one group; `extra_info` of each adds its `turns` (the messages after the
     prompt, tool results included) and `tool_rewards` ({tool: calc_reward}) for reward functions."""
     tools_kwargs = [(e or {}).get("tools_kwargs") for e in prompts.extra_info]
@@ -31,24 +33,35 @@ def trajectory_group(agents: AgentRollout, prompts: PromptBatch, version: int, p
     batch = build_trajectory_batch(trajs, pad_token_id)
     batch.meta["temperature"] = temperature
     extras = {f"multi_turn/{name}": [float(_count(t, name)) for t in trajs] for name in COUNTS}
-    return RolloutGroup(batch=batch, uid=[prompts.uid[i] for i in pick],
-                        dataset_index=[prompts.index[i] for i in pick],
-                        data_source=[prompts.data_source[i] for i in pick],
-                        ground_truth=[prompts.ground_truth[i] for i in pick],
-                        extra_info=[{**(prompts.extra_info[i] or {}), "turns": t.turns, "tool_rewards": t.tool_rewards}
-                                    for i, t in zip(pick, trajs)],
-                        messages=[prompts.raw_prompt[i] for i in pick],
-                        finish_reason=[t.finish_reason for t in trajs], policy_version=version, extras=extras)
+    return RolloutGroup(
+        batch=batch,
+        uid=[prompts.uid[i] for i in pick],
+        dataset_index=[prompts.index[i] for i in pick],
+        data_source=[prompts.data_source[i] for i in pick],
+        ground_truth=[prompts.ground_truth[i] for i in pick],
+        extra_info=[
+            {**(prompts.extra_info[i] or {}), "turns": t.turns, "tool_rewards": t.tool_rewards}
+            for i, t in zip(pick, trajs)
+        ],
+        messages=[prompts.raw_prompt[i] for i in pick],
+        finish_reason=[t.finish_reason for t in trajs],
+        policy_version=version,
+        extras=extras,
+    )
 
 
 def build_trajectory_batch(trajectories: Sequence[Trajectory], pad_token_id: int) -> TensorBatch:
     """The rollout batch of `build_rollout_batch` (attention on every real token) with `response_mask` zero on the
     tokens the model did not sample, which every estimator, loss and aggregation reads."""
-    batch = build_rollout_batch([t.prompt_ids for t in trajectories], [t.response_ids for t in trajectories],
-                                [t.response_logprobs for t in trajectories], pad_token_id)
+    batch = build_rollout_batch(
+        [t.prompt_ids for t in trajectories],
+        [t.response_ids for t in trajectories],
+        [t.response_logprobs for t in trajectories],
+        pad_token_id,
+    )
     mask = batch["response_mask"]
     for i, t in enumerate(trajectories):
-        mask[i, :len(t.response_mask)] = mask.new_tensor(t.response_mask)
+        mask[i, : len(t.response_mask)] = mask.new_tensor(t.response_mask)
     return batch
 
 

@@ -6,6 +6,7 @@ Ray streams worker output line by line, so carriage returns turn every redraw in
 real terminal. On a multi-node cluster whose nodes do not share the run folder the driver sees no file and prints
 no step lines; metrics.jsonl and the other loggers are unaffected.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -103,7 +104,7 @@ class _Follower:
         with self.path.open() as f:
             f.seek(self._offset)
             chunk = f.read()
-        complete = chunk[:chunk.rfind("\n") + 1]
+        complete = chunk[: chunk.rfind("\n") + 1]
         self._offset += len(complete.encode())
         for raw in complete.splitlines():
             if raw.strip():
@@ -114,8 +115,15 @@ class _Follower:
         if self._bar_wanted and self.lines.total and self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.lines.total, initial=self.lines.start, desc="train", unit="step",
-                             file=self.out, dynamic_ncols=True, leave=True)
+            self._bar = tqdm(
+                total=self.lines.total,
+                initial=self.lines.start,
+                desc="train",
+                unit="step",
+                file=self.out,
+                dynamic_ncols=True,
+                leave=True,
+            )
         if text is not None:
             if self._bar is not None:
                 self._bar.write(text, file=self.out)

@@ -21,6 +21,7 @@ Tokens generated per step are derived from what the step's metrics hold: respons
 of the global batch) × data.train_batch_size × rollout.n samples; per second, divided by timing_s/gen.
 Publishing never raises into the training loop: without Ray it does nothing, and a failure is reported once.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,17 +36,25 @@ GAUGES = (
     ("rayrl_reward_mean", "Mean training reward per sample (critic/score/mean)", "critic/score/mean"),
     # under dynamic sampling the trained batch keeps only groups that scored unlike, so critic/score stays middling
     # while the policy improves; this one is over every sample the step generated
-    ("rayrl_sample_reward_mean", "Mean score of every sample generated this step, before dynamic sampling drops "
-     "groups (reward/score/mean)", "reward/score/mean"),
+    (
+        "rayrl_sample_reward_mean",
+        "Mean score of every sample generated this step, before dynamic sampling drops groups (reward/score/mean)",
+        "reward/score/mean",
+    ),
     ("rayrl_val_reward_mean", "Mean validation reward (val-core/reward/mean)", "val-core/reward/mean"),
     ("rayrl_step_seconds", "Wall time of the last training step, s (timing_s/step)", "timing_s/step"),
-    ("rayrl_rollout_tokens_per_second", "Response tokens generated per second of rollout",
-     "perf/rollout_tokens_per_s"),
-    ("rayrl_weight_sync_seconds", "Seconds to push new weights to the rollout service (timing_s/sync)",
-     "timing_s/sync"),
+    ("rayrl_rollout_tokens_per_second", "Response tokens generated per second of rollout", "perf/rollout_tokens_per_s"),
+    (
+        "rayrl_weight_sync_seconds",
+        "Seconds to push new weights to the rollout service (timing_s/sync)",
+        "timing_s/sync",
+    ),
     ("rayrl_kl", "KL to the reference policy (actor/kl_loss or actor/reward_kl_penalty)", "kl"),
-    ("rayrl_policy_version", "Policy version the rollout service serves (training/policy_version)",
-     "training/policy_version"),
+    (
+        "rayrl_policy_version",
+        "Policy version the rollout service serves (training/policy_version)",
+        "training/policy_version",
+    ),
     ("rayrl_training_step", "The training step last logged", "step"),
 )
 # the GAUGES keys that dashboard_values computes; every other key is read from the step's metrics as it is
@@ -85,11 +94,16 @@ class DashboardMetrics:
             gauge = Gauge(name, description=description, tag_keys=TAG_KEYS)
             gauge.set_default_tags(tags)
             self.gauges[key] = gauge
-        self.step_hist = Histogram("rayrl_step_duration_seconds", description="Training step wall time, s",
-                                   boundaries=STEP_BUCKETS_S, tag_keys=TAG_KEYS)
+        self.step_hist = Histogram(
+            "rayrl_step_duration_seconds",
+            description="Training step wall time, s",
+            boundaries=STEP_BUCKETS_S,
+            tag_keys=TAG_KEYS,
+        )
         self.steps = Counter("rayrl_steps_total", description="Training steps done", tag_keys=TAG_KEYS)
-        self.tokens = Counter("rayrl_rollout_tokens_total", description="Response tokens generated for training",
-                              tag_keys=TAG_KEYS)
+        self.tokens = Counter(
+            "rayrl_rollout_tokens_total", description="Response tokens generated for training", tag_keys=TAG_KEYS
+        )
         for metric in (self.step_hist, self.steps, self.tokens):
             metric.set_default_tags(tags)
 

@@ -8,6 +8,7 @@ lags the updated policy by at most `depth` versions; the loop checks the bound o
 One worker thread runs the generations in submission order; the loop's own thread keeps every collective (gathers,
 barriers) and the weight sync, so no rank's collectives interleave with another thread's.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,9 +34,14 @@ class RolloutAhead:
     the run still trains on, so nothing is drawn past the last step. `draw()` returns this rank's next prompts,
     `loader_state()` the loader position, `generate(prompts, version)` a RolloutGroup sampled at `version`."""
 
-    def __init__(self, depth: int, batches: int, draw: Callable[[], PromptBatch],
-                 loader_state: Callable[[], dict[str, Any]],
-                 generate: Callable[[PromptBatch, int], RolloutGroup]) -> None:
+    def __init__(
+        self,
+        depth: int,
+        batches: int,
+        draw: Callable[[], PromptBatch],
+        loader_state: Callable[[], dict[str, Any]],
+        generate: Callable[[PromptBatch, int], RolloutGroup],
+    ) -> None:
         self.depth = depth
         self._left = batches
         self._draw, self._loader_state, self._generate = draw, loader_state, generate
@@ -67,8 +73,11 @@ class RolloutAhead:
     def take_timings(self) -> dict[str, float]:
         """Seconds since the last call: generation ran (`gen`), the loop waited for it (`gen_wait`), and generation
         ran while the loop worked (`gen_overlap`, the time async training saves)."""
-        out = {"timing_s/gen": self._gen_s, "timing_s/gen_wait": self._wait_s,
-               "timing_s/gen_overlap": max(0.0, self._gen_s - self._wait_s)}
+        out = {
+            "timing_s/gen": self._gen_s,
+            "timing_s/gen_wait": self._wait_s,
+            "timing_s/gen_overlap": max(0.0, self._gen_s - self._wait_s),
+        }
         self._gen_s = self._wait_s = 0.0
         return out
 
@@ -91,8 +100,13 @@ class RolloutAhead:
 
 
 @contextlib.contextmanager
-def running_ahead(async_training: Any, batches: int, draw: Callable[[], PromptBatch],
-                  loader_state: Callable[[], dict[str, Any]], generate: Callable[[PromptBatch, int], RolloutGroup]):
+def running_ahead(
+    async_training: Any,
+    batches: int,
+    draw: Callable[[], PromptBatch],
+    loader_state: Callable[[], dict[str, Any]],
+    generate: Callable[[PromptBatch, int], RolloutGroup],
+):
     """A `RolloutAhead` of depth `async_training.max_staleness` for the steps run inside (None when async is off);
     its worker thread is stopped on the way out, also when a step fails."""
     if not async_training.enable:
@@ -112,9 +126,13 @@ def staleness_metrics(group: RolloutGroup, version: int, async_training: Any) ->
         return {}
     lag = version - group.policy_version
     if not 0 <= lag <= async_training.max_staleness:
-        raise RuntimeError(f"a batch sampled by policy version {group.policy_version} reached the update of version "
-                           f"{version}: {lag} versions stale, over async_training.max_staleness="
-                           f"{async_training.max_staleness}")
+        raise RuntimeError(
+            f"a batch sampled by policy version {group.policy_version} reached the update of version "
+            f"{version}: {lag} versions stale, over async_training.max_staleness="
+            f"{async_training.max_staleness}"
+        )
     # one histogram bin per allowed lag: every sample of a batch comes from one generation, so one bin holds 1.0
-    return {"async/staleness/mean": float(lag),
-            **{f"async/staleness/{s}": float(s == lag) for s in range(async_training.max_staleness + 1)}}
+    return {
+        "async/staleness/mean": float(lag),
+        **{f"async/staleness/{s}": float(s == lag) for s in range(async_training.max_staleness + 1)},
+    }

@@ -4,6 +4,7 @@ Row layout: the prompt left-padded to the longest prompt `P`, then the response 
 `R`, so every response starts at column `P`. Rows are prompt-major: the `n` samples of prompt `i` are rows
 `i*n .. i*n+n-1`, and they share the prompt's `uid` (the group GRPO-style estimators normalise over).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,12 @@ class RolloutGroup:
     extras: dict[str, list[Any]] = field(default_factory=dict)
 
 
-def build_rollout_batch(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]],
-                        rollout_log_probs: Sequence[Sequence[float]], pad_token_id: int) -> TensorBatch:
+def build_rollout_batch(
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    rollout_log_probs: Sequence[Sequence[float]],
+    pad_token_id: int,
+) -> TensorBatch:
     """Tensors for rows of (prompt, response) token ids.
 
     Returns a TensorBatch with
@@ -56,39 +61,47 @@ def build_rollout_batch(prompt_ids: Sequence[Sequence[int]], response_ids: Seque
     for i, (prompt, response, lps) in enumerate(zip(prompt_ids, response_ids, rollout_log_probs)):
         if len(lps) != len(response):
             raise ValueError(f"row {i}: {len(response)} response tokens but {len(lps)} rollout log-probs")
-        input_ids[i, p_len - len(prompt):p_len] = torch.as_tensor(prompt, dtype=torch.long)
-        attention_mask[i, p_len - len(prompt):p_len] = 1
+        input_ids[i, p_len - len(prompt) : p_len] = torch.as_tensor(prompt, dtype=torch.long)
+        attention_mask[i, p_len - len(prompt) : p_len] = 1
         if response:
-            input_ids[i, p_len:p_len + len(response)] = torch.as_tensor(response, dtype=torch.long)
-            attention_mask[i, p_len:p_len + len(response)] = 1
-            logp[i, :len(response)] = torch.as_tensor(lps, dtype=torch.float32)
+            input_ids[i, p_len : p_len + len(response)] = torch.as_tensor(response, dtype=torch.long)
+            attention_mask[i, p_len : p_len + len(response)] = 1
+            logp[i, : len(response)] = torch.as_tensor(lps, dtype=torch.float32)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    return TensorBatch({
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "responses": input_ids[:, p_len:].clone(),
-        "response_mask": attention_mask[:, p_len:].clone(),
-        "rollout_log_probs": logp,
-    })
+    return TensorBatch(
+        {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "responses": input_ids[:, p_len:].clone(),
+            "response_mask": attention_mask[:, p_len:].clone(),
+            "rollout_log_probs": logp,
+        }
+    )
 
 
-def sampled_group(prompts: PromptBatch, samples: Sequence[Any], version: int, pad_token_id: int,
-                  temperature: float) -> RolloutGroup:
+def sampled_group(
+    prompts: PromptBatch, samples: Sequence[Any], version: int, pad_token_id: int, temperature: float
+) -> RolloutGroup:
     """The group of the rollout service's `samples` (each names its `prompt_index` in `prompts`), made by policy
     `version` at sampling `temperature`."""
     prompt_ids = [prompts.raw_prompt_ids[s.prompt_index] for s in samples]
-    batch = build_rollout_batch(prompt_ids, [s.response_token_ids for s in samples], [s.logprobs for s in samples],
-                                pad_token_id)
+    batch = build_rollout_batch(
+        prompt_ids, [s.response_token_ids for s in samples], [s.logprobs for s in samples], pad_token_id
+    )
     batch.meta["temperature"] = temperature
     pick = [s.prompt_index for s in samples]
-    return RolloutGroup(batch=batch, uid=[prompts.uid[i] for i in pick],
-                        dataset_index=[prompts.index[i] for i in pick],
-                        data_source=[prompts.data_source[i] for i in pick],
-                        ground_truth=[prompts.ground_truth[i] for i in pick],
-                        extra_info=[prompts.extra_info[i] for i in pick],
-                        messages=[prompts.raw_prompt[i] for i in pick],
-                        finish_reason=[s.finish_reason for s in samples], policy_version=version)
+    return RolloutGroup(
+        batch=batch,
+        uid=[prompts.uid[i] for i in pick],
+        dataset_index=[prompts.index[i] for i in pick],
+        data_source=[prompts.data_source[i] for i in pick],
+        ground_truth=[prompts.ground_truth[i] for i in pick],
+        extra_info=[prompts.extra_info[i] for i in pick],
+        messages=[prompts.raw_prompt[i] for i in pick],
+        finish_reason=[s.finish_reason for s in samples],
+        policy_version=version,
+    )
 
 
 def decode_responses(tokenizer: Any, batch: TensorBatch) -> list[str]:
@@ -97,8 +110,7 @@ def decode_responses(tokenizer: Any, batch: TensorBatch) -> list[str]:
     return tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
-def dump_rollouts(folder: str, step: int, rank: int, group: RolloutGroup, texts: list[str],
-                  log_overlong: bool) -> Path:
+def dump_rollouts(folder: str, step: int, rank: int, group: RolloutGroup, texts: list[str], log_overlong: bool) -> Path:
     """verl's `trainer.rollout_data_dir`: `group`'s samples (decoded `texts`), a line each, written to
     `folder/<step>-rank<rank>.jsonl`; returns the file."""
     path = Path(folder)
@@ -108,9 +120,16 @@ def dump_rollouts(folder: str, step: int, rank: int, group: RolloutGroup, texts:
     out = path / f"{step}-rank{rank}.jsonl"
     with out.open("w") as f:
         for i, text in enumerate(texts):
-            row = {"step": step, "uid": group.uid[i], "dataset_index": group.dataset_index[i],
-                   "prompt": group.messages[i], "response": text, "score": scores[i],
-                   "finish_reason": group.finish_reason[i], "policy_version": group.policy_version}
+            row = {
+                "step": step,
+                "uid": group.uid[i],
+                "dataset_index": group.dataset_index[i],
+                "prompt": group.messages[i],
+                "response": text,
+                "score": scores[i],
+                "finish_reason": group.finish_reason[i],
+                "policy_version": group.policy_version,
+            }
             if log_overlong:
                 row["overlong_penalty"] = group.extras["overlong_penalty"][i]
             f.write(json.dumps(row, default=str) + "\n")
@@ -134,11 +153,18 @@ def select_rows(group: RolloutGroup, rows: Sequence[int]) -> RolloutGroup:
     def pick(values):
         return values[torch.as_tensor(rows, dtype=torch.long)] if torch.is_tensor(values) else [values[i] for i in rows]
 
-    return RolloutGroup(batch=group.batch.index(rows), uid=pick(group.uid), dataset_index=pick(group.dataset_index),
-                        data_source=pick(group.data_source), ground_truth=pick(group.ground_truth),
-                        extra_info=pick(group.extra_info), messages=pick(group.messages),
-                        finish_reason=pick(group.finish_reason), policy_version=group.policy_version,
-                        extras={k: pick(v) for k, v in group.extras.items()})
+    return RolloutGroup(
+        batch=group.batch.index(rows),
+        uid=pick(group.uid),
+        dataset_index=pick(group.dataset_index),
+        data_source=pick(group.data_source),
+        ground_truth=pick(group.ground_truth),
+        extra_info=pick(group.extra_info),
+        messages=pick(group.messages),
+        finish_reason=pick(group.finish_reason),
+        policy_version=group.policy_version,
+        extras={k: pick(v) for k, v in group.extras.items()},
+    )
 
 
 def concat_groups(groups: Sequence[RolloutGroup], pad_token_id: int) -> RolloutGroup:
@@ -153,8 +179,9 @@ def concat_groups(groups: Sequence[RolloutGroup], pad_token_id: int) -> RolloutG
     versions = {g.policy_version for g in groups}
     if len(versions) != 1:
         raise ValueError(f"concat_groups: samples of policy versions {sorted(versions)} must not share a batch")
-    widths = [(g.batch["input_ids"].shape[1] - g.batch["responses"].shape[1], g.batch["responses"].shape[1])
-              for g in groups]
+    widths = [
+        (g.batch["input_ids"].shape[1] - g.batch["responses"].shape[1], g.batch["responses"].shape[1]) for g in groups
+    ]
     p_max, r_max = max(p for p, _ in widths), max(r for _, r in widths)
     batches = []
     for g, (p, r) in zip(groups, widths):
@@ -171,11 +198,15 @@ def concat_groups(groups: Sequence[RolloutGroup], pad_token_id: int) -> RolloutG
     for key in groups[0].extras:
         parts = [g.extras[key] for g in groups]
         extras[key] = torch.cat(parts) if torch.is_tensor(parts[0]) else [v for part in parts for v in part]
-    return RolloutGroup(batch=TensorBatch.concat(batches), uid=[u for g in groups for u in g.uid],
-                        dataset_index=[i for g in groups for i in g.dataset_index],
-                        data_source=[d for g in groups for d in g.data_source],
-                        ground_truth=[t for g in groups for t in g.ground_truth],
-                        extra_info=[e for g in groups for e in g.extra_info],
-                        messages=[m for g in groups for m in g.messages],
-                        finish_reason=[f for g in groups for f in g.finish_reason],
-                        policy_version=versions.pop(), extras=extras)
+    return RolloutGroup(
+        batch=TensorBatch.concat(batches),
+        uid=[u for g in groups for u in g.uid],
+        dataset_index=[i for g in groups for i in g.dataset_index],
+        data_source=[d for g in groups for d in g.data_source],
+        ground_truth=[t for g in groups for t in g.ground_truth],
+        extra_info=[e for g in groups for e in g.extra_info],
+        messages=[m for g in groups for m in g.messages],
+        finish_reason=[f for g in groups for f in g.finish_reason],
+        policy_version=versions.pop(),
+        extras=extras,
+    )

@@ -4,6 +4,7 @@ A checkpoint holds every engine's sharded state, each rank's RNG, and rank 0's t
 KL coefficient, data-loader position); it is written into a staging folder and renamed into place
 (`app.trainer.checkpoints`), so a crash never leaves a half-written `global_step_<N>`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -60,10 +61,14 @@ class RunStore:
         except OSError as err:
             shutil.rmtree(staging, ignore_errors=True)  # frees what it took; it was never the latest
             kept = checkpoints.list_checkpoints(self.root)
-            intact = (f"the newest complete checkpoint, {kept[-1][1]}, is intact and trainer.resume_mode=auto "
-                      "resumes from it" if kept else "there is no earlier checkpoint")
+            intact = (
+                f"the newest complete checkpoint, {kept[-1][1]}, is intact and trainer.resume_mode=auto resumes from it"
+                if kept
+                else "there is no earlier checkpoint"
+            )
             raise checkpoints.CheckpointError(
-                f"could not write the checkpoint of step {state.step} into {staging}: {err}; {intact}") from err
+                f"could not write the checkpoint of step {state.step} into {staging}: {err}; {intact}"
+            ) from err
 
     def _write(self, state: RunState, loader_state: dict[str, Any], staging: Path) -> Path:
         rank = self.ranks.rank
@@ -78,8 +83,13 @@ class RunStore:
         self.ranks.barrier()
         final = checkpoints.step_dir(self.root, state.step)
         if rank == 0:
-            saved = {"global_step": state.step, "policy_version": state.version, "kl_coef": state.kl_ctrl.value,
-                     "data": loader_state, "world_size": self.ranks.world}
+            saved = {
+                "global_step": state.step,
+                "policy_version": state.version,
+                "kl_coef": state.kl_ctrl.value,
+                "data": loader_state,
+                "world_size": self.ranks.world,
+            }
             final = checkpoints.publish(self.root, staging, state.step, saved, self.cfg.trainer.max_ckpt_to_keep)
         self.ranks.barrier()
         return final
@@ -125,8 +135,11 @@ class RunStore:
 def _rng_state() -> dict[str, Any]:
     """Every RNG the step draws from, in plain types and tensors only, so loading needs no unpickling of objects."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"python": random.getstate(), "torch": torch.get_rng_state(),
-            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
+    return {
+        "python": random.getstate(),
+        "torch": torch.get_rng_state(),
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+    }
 
 
 def _set_rng_state(path: Path) -> None:

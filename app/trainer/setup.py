@@ -1,4 +1,5 @@
 """Build one rank's trainer from the validated config: tokenizer, data, roles, rewards, tracking."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,8 +40,11 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
 
     tokenizer = load_tokenizer(cfg)
     train, val = load_datasets(cfg, tokenizer)
-    need_key, need = max(("data.train_batch_size", cfg.data.train_batch_size),
-                         ("data.gen_batch_size", cfg.data.gen_batch_size), key=lambda kv: kv[1])
+    need_key, need = max(
+        ("data.train_batch_size", cfg.data.train_batch_size),
+        ("data.gen_batch_size", cfg.data.gen_batch_size),
+        key=lambda kv: kv[1],
+    )
     if len(train) < need:
         raise DataError(
             f"data.train_files has {len(train)} usable prompts, fewer than {need_key}={need}"
@@ -49,8 +53,9 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
     return len(train), len(val) if val is not None else 0
 
 
-def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[dict], None]] = None,
-                  device: Optional[str] = None):
+def build_trainer(
+    cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[dict], None]] = None, device: Optional[str] = None
+):
     """Everything one rank needs; collective (all ranks call it together). `device`: trainer.device unless given."""
     from app.roles.factory import build_actor, build_critic, build_reference
     from app.trainer.loop import RLTrainer
@@ -60,13 +65,17 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
     tokenizer = load_tokenizer(cfg)
     train, val = load_datasets(cfg, tokenizer)
     # one batch per generation round: train_batch_size prompts, or gen_batch_size with dynamic sampling
-    loader = PromptDataLoader(train, batch_size=cfg.data.gen_batch_size, pad_token_id=pad_token_id_of(tokenizer),
-                              shuffle=cfg.data.shuffle, seed=cfg.data.seed)
+    loader = PromptDataLoader(
+        train,
+        batch_size=cfg.data.gen_batch_size,
+        pad_token_id=pad_token_id_of(tokenizer),
+        shuffle=cfg.data.shuffle,
+        seed=cfg.data.seed,
+    )
     _set_total_steps(cfg, len(train))
     arr = cfg.actor_rollout_ref
     device = device or cfg.trainer.device
-    actor = build_actor(arr, device=device, seed=cfg.trainer.seed,
-                        rollout_correction=cfg.algorithm.rollout_correction)
+    actor = build_actor(arr, device=device, seed=cfg.trainer.seed, rollout_correction=cfg.algorithm.rollout_correction)
     needs_reference = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     reference = build_reference(arr, actor.engine, device=device) if needs_reference else None
     critic = None
@@ -79,13 +88,28 @@ def build_trainer(cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[
 
         resume = checkpoints.find_resume_dir(out_dir, cfg.trainer.resume_mode)
         start = checkpoints.read_state(resume)["global_step"] if resume else 0
-        tracking = Tracking(cfg.trainer.logger, out_dir, total_steps=cfg.trainer.total_training_steps,
-                            start_step=start, project=cfg.trainer.project_name,
-                            experiment=cfg.trainer.experiment_name, config=_loggable(cfg))
-    return RLTrainer(cfg, tokenizer=tokenizer, train_loader=loader, val_dataset=val, actor=actor,
-                     reference=reference, critic=critic, rollout=rollout,
-                     scorer=build_scorer(cfg, tokenizer, actor.engine.device),
-                     report=report, tracking=tracking)
+        tracking = Tracking(
+            cfg.trainer.logger,
+            out_dir,
+            total_steps=cfg.trainer.total_training_steps,
+            start_step=start,
+            project=cfg.trainer.project_name,
+            experiment=cfg.trainer.experiment_name,
+            config=_loggable(cfg),
+        )
+    return RLTrainer(
+        cfg,
+        tokenizer=tokenizer,
+        train_loader=loader,
+        val_dataset=val,
+        actor=actor,
+        reference=reference,
+        critic=critic,
+        rollout=rollout,
+        scorer=build_scorer(cfg, tokenizer, actor.engine.device),
+        report=report,
+        tracking=tracking,
+    )
 
 
 def total_training_steps(cfg: TrainerRunConfig, train_prompts: int) -> int:

@@ -5,6 +5,7 @@ samples all get the same score. When almost every group is like that for several
 producing the answer format, or the task is too hard or too easy for it), the update moves nothing and the curve is
 flat; without this guard the only clue is a reward that does not change.
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,7 +53,8 @@ class NoSignalGuard:
             f"({share:.0%} at step {step}), so a group-relative estimator learns (almost) nothing from them. Try: a "
             "higher actor_rollout_ref.rollout.temperature or rollout.n (more varied samples), easier prompts, a "
             "reward with partial credit (for the answer format), or algorithm.filter_groups.enable=true to resample "
-            "such groups (trainer.no_signal_steps=0 silences this)")
+            "such groups (trainer.no_signal_steps=0 silences this)"
+        )
 
     def watch(self, step: int, group: Any, ranks: Any) -> dict[str, float]:
         """`observe` over every rank's groups of this step's batch (`group`: a RolloutGroup; `ranks`: a RankGroup);

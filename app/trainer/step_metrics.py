@@ -7,6 +7,7 @@ survivable: the weights are unchanged and the next batch may be fine. Many in a 
 policy, a reward or loss producing NaN), and going on would only burn compute, so the run stops with an error while
 its last checkpoint, written after a good step, stays intact.
 """
+
 from __future__ import annotations
 
 import time
@@ -63,12 +64,19 @@ class BadStepGuard:
             raise BadStepLimitExceeded(
                 f"trainer.max_bad_steps={self.max_bad_steps}: steps {first}-{step} all met non-finite gradients "
                 "(NaN or Inf loss or grad norm), so their updates were skipped; stopping the run. Checkpoints are "
-                "only written after good steps, so the newest one in trainer.default_local_dir is intact.")
+                "only written after good steps, so the newest one in trainer.default_local_dir is intact."
+            )
         return bad
 
 
-def step_metrics(batch: TensorBatch, timer: PhaseTimer, ranks: RankGroup, response_length_limit: int,
-                 extra: dict[str, float], means: Optional[dict[str, float]] = None) -> dict[str, float]:
+def step_metrics(
+    batch: TensorBatch,
+    timer: PhaseTimer,
+    ranks: RankGroup,
+    response_length_limit: int,
+    extra: dict[str, float],
+    means: Optional[dict[str, float]] = None,
+) -> dict[str, float]:
     """The end-of-step metrics every rank computes together (collective): the batch's statistics over all ranks, the
     phase times, `extra` (gathered by the caller), and the throughput in tokens per second of the whole step.
     `means`: more per-rank statistics averaged over the ranks (the same names on every rank)."""
@@ -97,7 +105,7 @@ def batch_metrics(batch: TensorBatch, response_length_limit: int) -> dict[str, f
         "response_length/mean": float(lengths.mean()),
         "response_length/clip_ratio": float((lengths >= response_length_limit).float().mean()),
         # the prompt columns only: a multi-turn row's tool results are in the response, outside its mask
-        "prompt_length/mean": float(batch["attention_mask"][:, :-mask.shape[1]].sum(dim=1).float().mean()),
+        "prompt_length/mean": float(batch["attention_mask"][:, : -mask.shape[1]].sum(dim=1).float().mean()),
     }
     if "old_log_probs" in batch and "rollout_log_probs" in batch:
         diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs()

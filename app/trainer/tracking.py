@@ -4,6 +4,7 @@ file, and TensorBoard / MLflow / W&B when installed.
 The JSONL file (`<default_local_dir>/metrics.jsonl`, one object per step with a `step` key) is the run's own record:
 plots and sweeps read it, and it survives whatever the Ray Train result object keeps.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,11 @@ class JsonlSink:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             # a fresh run (resume_step 0) starts a new history; a resumed one keeps the steps its checkpoint covers
-            kept = [line for line in path.read_text().splitlines()
-                    if resume_step and line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            kept = [
+                line
+                for line in path.read_text().splitlines()
+                if resume_step and line.strip() and json.loads(line).get("step", 0) <= resume_step
+            ]
             path.write_text("".join(line + "\n" for line in kept))
         self._file = path.open("a")
 
@@ -54,9 +58,12 @@ class ConsoleSamplesSink:
 
     def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
         for i, row in enumerate(rows):
-            print(f"validation sample {i + 1}/{len(rows)} at step {step} (score {row['score']:.3f}, "
-                  f"ground truth {row['ground_truth']!r}):\n  prompt: {row['input']!r}\n  "
-                  f"completion: {row['output']!r}", flush=True)
+            print(
+                f"validation sample {i + 1}/{len(rows)} at step {step} (score {row['score']:.3f}, "
+                f"ground truth {row['ground_truth']!r}):\n  prompt: {row['input']!r}\n  "
+                f"completion: {row['output']!r}",
+                flush=True,
+            )
 
     def close(self) -> None:
         pass
@@ -81,8 +88,10 @@ class TensorBoardSink:
 
     def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
         """As verl: one markdown text per validation under `val/generations`, a section per sample."""
-        text = "".join(f"### Sample {i + 1}\n" + "".join(f"**{k}:** {v}\n\n" for k, v in row.items()) + "---\n\n"
-                       for i, row in enumerate(rows))
+        text = "".join(
+            f"### Sample {i + 1}\n" + "".join(f"**{k}:** {v}\n\n" for k, v in row.items()) + "---\n\n"
+            for i, row in enumerate(rows)
+        )
         self._writer.add_text("val/generations", text, step)
         self._writer.flush()
 
@@ -114,8 +123,9 @@ class MlflowSink:
 
     def log_generations(self, rows: list[dict[str, Any]], step: int) -> None:
         """As verl: a JSON artifact per validation, one object per sample."""
-        self._mlflow.log_text(json.dumps([{"step": step, **row} for row in rows], indent=1),
-                              f"val_generations/val_step{step}.json")
+        self._mlflow.log_text(
+            json.dumps([{"step": step, **row} for row in rows], indent=1), f"val_generations/val_step{step}.json"
+        )
 
     def close(self) -> None:
         self._mlflow.end_run()
@@ -128,8 +138,13 @@ class WandbSink:
     def __init__(self, out_dir: Path, project: str, experiment: str, config: dict[str, Any]) -> None:
         import wandb
 
-        self._run = wandb.init(project=project, name=experiment, config=config, mode=wandb_mode(),
-                               dir=None if os.environ.get("WANDB_DIR") else str(out_dir))
+        self._run = wandb.init(
+            project=project,
+            name=experiment,
+            config=config,
+            mode=wandb_mode(),
+            dir=None if os.environ.get("WANDB_DIR") else str(out_dir),
+        )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._run.log(_finite(metrics), step=step)
@@ -139,8 +154,9 @@ class WandbSink:
         import wandb
 
         columns = ["step", *rows[0]]
-        self._run.log({"val/generations": wandb.Table(columns=columns, data=[[step, *row.values()] for row in rows])},
-                      step=step)
+        self._run.log(
+            {"val/generations": wandb.Table(columns=columns, data=[[step, *row.values()] for row in rows])}, step=step
+        )
 
     def close(self) -> None:
         self._run.finish()
@@ -182,8 +198,10 @@ def check_loggers(loggers: list[str]) -> None:
             try:
                 load()
             except ImportError as exc:
-                raise ConfigError(f"trainer.logger: {name!r} needs the {package} package, which is not installed: "
-                                  f"pip install 'rayrl[loggers]' (or pip install {package})") from exc
+                raise ConfigError(
+                    f"trainer.logger: {name!r} needs the {package} package, which is not installed: "
+                    f"pip install 'rayrl[loggers]' (or pip install {package})"
+                ) from exc
 
 
 class Tracking:
@@ -191,8 +209,16 @@ class Tracking:
 
     KNOWN = ("console", "jsonl", "tensorboard", "mlflow", "wandb", "console_samples")
 
-    def __init__(self, loggers: list[str], out_dir: Path, total_steps: int, start_step: int,
-                 project: str, experiment: str, config: Optional[dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        loggers: list[str],
+        out_dir: Path,
+        total_steps: int,
+        start_step: int,
+        project: str,
+        experiment: str,
+        config: Optional[dict[str, Any]] = None,
+    ) -> None:
         """`config`: the run's resolved config as a nested dict, attached to the MLflow (flattened) and W&B runs."""
         check_loggers(loggers)
         config = config or {}

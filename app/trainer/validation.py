@@ -1,5 +1,6 @@
 """Greedy validation: every rank decodes its share of the validation prompts; the mean reward per `data_source`, and
 the samples verl's `trainer.log_val_generations` asks for."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,9 @@ import torch
 from app.trainer.collectives import RankGroup
 
 
-def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks: RankGroup, version: int,
-             keep_samples: int = 0) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def validate(
+    rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks: RankGroup, version: int, keep_samples: int = 0
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """`val-core/<source>/reward/mean`, `val-core/reward/mean` (all prompts) and `val-aux/response_length/mean`,
     from `rollout.generate(..., validation=True)` (the `val_kwargs` sampling; greedy by default) at `version`; and
     `val-aux/<source>/<field>/mean` for each numeric extra field of reward functions that return dicts (the built-in
@@ -33,17 +35,29 @@ def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks:
         samples = rollout.generate([r.prompt_ids for r in records], validation=True, expect_version=version)
         texts = tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
         picked = [records[s.prompt_index] for s in samples]
-        scores, _, extra = scorer.score(texts, [r.data_source for r in picked], [r.ground_truth for r in picked],
-                                        [r.extra_info for r in picked], [r.messages for r in picked])
+        scores, _, extra = scorer.score(
+            texts,
+            [r.data_source for r in picked],
+            [r.ground_truth for r in picked],
+            [r.extra_info for r in picked],
+            [r.messages for r in picked],
+        )
         for i, (rec, score, sample) in enumerate(zip(picked, scores, samples)):
             j = sources.index(rec.data_source)
             sums[2 * j] += score
             sums[2 * j + 1] += 1
             sums[-1] += len(sample.response_token_ids)
             if indices[sample.prompt_index] in kept:
-                rows.append({"index": indices[sample.prompt_index], "data_source": rec.data_source,
-                             "input": tokenizer.decode(rec.prompt_ids, skip_special_tokens=True), "output": texts[i],
-                             "ground_truth": str(rec.ground_truth), "score": float(score)})
+                rows.append(
+                    {
+                        "index": indices[sample.prompt_index],
+                        "data_source": rec.data_source,
+                        "input": tokenizer.decode(rec.prompt_ids, skip_special_tokens=True),
+                        "output": texts[i],
+                        "ground_truth": str(rec.ground_truth),
+                        "score": float(score),
+                    }
+                )
             for name, values in extra.items():
                 if isinstance(values[i], (int, float)):  # bool included; text fields (e.g. `pred`) are not averaged
                     total = fields.setdefault(f"{rec.data_source}/{name}", [0.0, 0.0])
@@ -51,7 +65,7 @@ def validate(rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks:
     names = ranks.union(set(fields))  # every rank reduces the same fields, also those it did not see
     field_sums = torch.tensor([fields.get(n, [0.0, 0.0]) for n in names], dtype=torch.float64).reshape(-1)
     sums = ranks.engine.all_reduce(torch.cat([sums, field_sums]), "sum")
-    sums, field_sums = sums[:len(sources) * 2 + 1], sums[len(sources) * 2 + 1:].reshape(-1, 2)
+    sums, field_sums = sums[: len(sources) * 2 + 1], sums[len(sources) * 2 + 1 :].reshape(-1, 2)
     out, total, count = {}, 0.0, 0.0
     for j, source in enumerate(sources):
         if sums[2 * j + 1] > 0:

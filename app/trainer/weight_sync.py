@@ -13,6 +13,7 @@ What one sync sends, by the engine's model and `rollout.lora_sync`:
 Every rank builds the payload (the gathers are collective); rank 0's tensors are sent, and the other ranks read their
 stream to the end so that their gathers run alongside rank 0's.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol, Union
@@ -28,8 +29,9 @@ from serve.types import FullWeights, LoraAdapter, MergedLora
 class RolloutService(Protocol):
     """What the loop needs from the rollout deployment (`serve.RolloutClient`)."""
 
-    def generate(self, prompt_token_ids: list[list[int]], *, expect_version: int,
-                 validation: bool = False) -> list[Any]: ...
+    def generate(
+        self, prompt_token_ids: list[list[int]], *, expect_version: int, validation: bool = False
+    ) -> list[Any]: ...
     # payload: FullWeights (its tensors a one-pass stream of (name, tensor) that must be read to the end: every rank's
     # gathers advance with it), LoraAdapter or MergedLora
     def update_weights(self, version: int, payload: Any) -> Any: ...
@@ -40,8 +42,9 @@ class RolloutService(Protocol):
     def take_faults(self) -> tuple[set[str], int]: ...
 
 
-def rollout_payload(engine: BaseEngine, *, lora_sync: str, model_path: str, dtype: torch.dtype
-                    ) -> Union[FullWeights, LoraAdapter, MergedLora]:
+def rollout_payload(
+    engine: BaseEngine, *, lora_sync: str, model_path: str, dtype: torch.dtype
+) -> Union[FullWeights, LoraAdapter, MergedLora]:
     if not engine.has_adapter:
         return FullWeights(tensors=engine.get_per_tensor_param(dtype=dtype))
     if lora_sync == "adapter":
@@ -49,8 +52,9 @@ def rollout_payload(engine: BaseEngine, *, lora_sync: str, model_path: str, dtyp
         return LoraAdapter(adapter_config=adapter.adapter_config, tensors=adapter.tensors)
     if checkpoint_files(model_path):
         adapter = engine.state_dict_for_sync(dtype=None)  # the trainer's own float32: the fold starts from them
-        return MergedLora(adapter_config=adapter.adapter_config, tensors=adapter.tensors,
-                          dtype=str(dtype).removeprefix("torch."))
+        return MergedLora(
+            adapter_config=adapter.adapter_config, tensors=adapter.tensors, dtype=str(dtype).removeprefix("torch.")
+        )
     return FullWeights(tensors=engine.get_per_tensor_param(dtype=dtype, merge_lora=True))
 
 
@@ -60,8 +64,17 @@ class RolloutSync:
     `sleeps`: colocated GPU placement with `rollout.free_cache_engine`: vLLM frees its memory while the trainer runs.
     """
 
-    def __init__(self, service: RolloutService, ranks: RankGroup, engine: BaseEngine, *, lora_sync: str,
-                 model_path: str, dtype: torch.dtype, sleeps: bool) -> None:
+    def __init__(
+        self,
+        service: RolloutService,
+        ranks: RankGroup,
+        engine: BaseEngine,
+        *,
+        lora_sync: str,
+        model_path: str,
+        dtype: torch.dtype,
+        sleeps: bool,
+    ) -> None:
         self.service, self.ranks, self.engine = service, ranks, engine
         self.lora_sync, self.model_path, self.dtype = lora_sync, model_path, dtype
         self.sleeps = sleeps
@@ -108,5 +121,7 @@ class RolloutSync:
         """Rollout replicas that died under this step's calls (each counted once, whichever ranks met it) and the
         calls resent to their replacements (`serve.replica_retry`). Collective."""
         dead, resent = self.service.take_faults()
-        return {"rollout/replica_restarts": float(len(self.ranks.union(dead))),
-                "rollout/retried_requests": self.ranks.sum(float(resent))}
+        return {
+            "rollout/replica_restarts": float(len(self.ranks.union(dead))),
+            "rollout/retried_requests": self.ranks.sum(float(resent)),
+        }

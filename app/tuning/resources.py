@@ -5,6 +5,7 @@ request); what a trial really takes is its Ray Train workers plus its rollout re
 are requested later, from inside the trial), so the sweep caps `max_concurrent_trials` at what the cluster can hold
 side by side.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,9 +33,11 @@ def trial_needs(cfg: TrainerRunConfig) -> TrialNeeds:
     t, r = cfg.trainer, cfg.actor_rollout_ref.rollout
     total = plan_resources(cfg).total()
     cpus, gpus = total.pop("CPU", 0.0), total.pop("GPU", 0.0)
-    explain = (f"trainer.num_workers={t.num_workers} × trainer.cpus_per_worker={t.cpus_per_worker} + "
-               f"actor_rollout_ref.rollout.replicas={r.replicas} × rollout.cpus_per_replica={r.cpus_per_replica} "
-               f"= {cpus:g} CPUs" + (f" and {gpus:g} GPUs (trainer.placement={t.placement})" if gpus else ""))
+    explain = (
+        f"trainer.num_workers={t.num_workers} × trainer.cpus_per_worker={t.cpus_per_worker} + "
+        f"actor_rollout_ref.rollout.replicas={r.replicas} × rollout.cpus_per_replica={r.cpus_per_replica} "
+        f"= {cpus:g} CPUs" + (f" and {gpus:g} GPUs (trainer.placement={t.placement})" if gpus else "")
+    )
     for key, resources, count in custom_requests(cfg):
         for name, amount in resources.items():
             explain += f" + {key}.{name}={amount:g} × {count}"
@@ -52,6 +55,8 @@ def max_concurrent_trials(cluster: dict[str, float], needs: TrialNeeds, cap: int
             fits = min(fits, math.floor(float(cluster.get(name, 0.0)) / amount + 1e-9))
     if fits < 1:
         custom = "".join(f", {float(cluster.get(name, 0.0)):g} {name!r}" for name in needs.custom)
-        raise ConfigError(f"one sweep trial needs {needs.explain}, but the Ray cluster has {have_cpus:g} CPUs and "
-                          f"{have_gpus:g} GPUs{custom}; lower those keys in the base config or use a bigger cluster")
+        raise ConfigError(
+            f"one sweep trial needs {needs.explain}, but the Ray cluster has {have_cpus:g} CPUs and "
+            f"{have_gpus:g} GPUs{custom}; lower those keys in the base config or use a bigger cluster"
+        )
     return int(min(fits, cap) if cap else fits)

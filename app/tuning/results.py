@@ -6,6 +6,7 @@ Files in the sweep folder:
                               --config-name best` reruns it (own experiment name and output folder `<sweep dir>/best`)
     best_overrides.txt        the same as Hydra overrides of the base config
 """
+
 from __future__ import annotations
 
 import csv
@@ -54,12 +55,19 @@ def rows_from_results(results: Any, ctx: TrialContext, total_steps: int, mode: s
         record = trial_dir(ctx, trial_id) / "trial.json"
         if seed is None and record.is_file():  # a trial that failed before its first report
             seed = json.loads(record.read_text()).get("seed")
-        rows.append(TrialRow(
-            trial_id=trial_id, status=status, params=dict(result.config or {}), seed=seed,
-            steps=None if step is None else int(step), value=float(value) if value is not None else math.nan,
-            best=(max(history) if mode == "max" else min(history)) if history else math.nan,
-            out_dir=str(trial_dir(ctx, trial_id)),
-            error="" if result.error is None else f"{type(result.error).__name__}: {result.error}".splitlines()[0]))
+        rows.append(
+            TrialRow(
+                trial_id=trial_id,
+                status=status,
+                params=dict(result.config or {}),
+                seed=seed,
+                steps=None if step is None else int(step),
+                value=float(value) if value is not None else math.nan,
+                best=(max(history) if mode == "max" else min(history)) if history else math.nan,
+                out_dir=str(trial_dir(ctx, trial_id)),
+                error="" if result.error is None else f"{type(result.error).__name__}: {result.error}".splitlines()[0],
+            )
+        )
     return rows
 
 
@@ -79,8 +87,19 @@ def table(rows: list[TrialRow], metric: str) -> tuple[list[str], list[list[str]]
     header = ["rank", "trial_id", "status", *keys, "seed", "steps", metric, f"best {metric}", "output"]
     body = []
     for rank, r in enumerate(rows, 1):
-        body.append([str(rank), r.trial_id, r.status, *(_fmt(r.params.get(k)) for k in keys), _fmt(r.seed),
-                     _fmt(r.steps), _fmt(r.value), _fmt(r.best), r.out_dir])
+        body.append(
+            [
+                str(rank),
+                r.trial_id,
+                r.status,
+                *(_fmt(r.params.get(k)) for k in keys),
+                _fmt(r.seed),
+                _fmt(r.steps),
+                _fmt(r.value),
+                _fmt(r.best),
+                r.out_dir,
+            ]
+        )
     return header, body
 
 
@@ -118,18 +137,19 @@ def write_best(ctx: TrialContext, row: TrialRow, base_config: str, base_override
 
     sweep_dir = Path(ctx.sweep_dir)
     tree = best_config_tree(ctx, row)
-    header = (f"# Best trial {row.trial_id} of sweep {ctx.sweep_name}: {ctx.metric}={_fmt(row.value)}\n"
-              f"# Run it: python -m app.train --config-path {sweep_dir} --config-name best\n")
+    header = (
+        f"# Best trial {row.trial_id} of sweep {ctx.sweep_name}: {ctx.metric}={_fmt(row.value)}\n"
+        f"# Run it: python -m app.train --config-path {sweep_dir} --config-name best\n"
+    )
     path = sweep_dir / "best.yaml"
     path.write_text(header + OmegaConf.to_yaml(OmegaConf.create(tree)))
     overrides = list(base_overrides) + [f"{k}={hydra_value(v)}" for k, v in sorted(row.params.items())]
-    for key in ("trainer.seed", "trainer.total_training_steps", "trainer.experiment_name",
-                "trainer.default_local_dir"):
+    for key in ("trainer.seed", "trainer.total_training_steps", "trainer.experiment_name", "trainer.default_local_dir"):
         if key not in row.params:
             overrides.append(f"{key}={hydra_value(get_key(tree, key))}")
     (sweep_dir / "best_overrides.txt").write_text(
-        f"# python -m app.train --config-name {base_config} followed by these overrides\n"
-        + "\n".join(overrides) + "\n")
+        f"# python -m app.train --config-name {base_config} followed by these overrides\n" + "\n".join(overrides) + "\n"
+    )
     return path
 
 

@@ -6,6 +6,7 @@ Sweep folder (`output_dir`, absolute once started):
     trials/<trial_id>/    each trial's `trainer.default_local_dir`: metrics.jsonl, checkpoints, hf_model/, trial.json
     results.csv/.md, best.yaml, best_overrides.txt   (see app.tuning.results)
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,8 +33,12 @@ from app.tuning.trial import (
 )
 
 TUNE_DIR = "tune"
-RESOURCE_KEYS = ("trainer.num_workers", "trainer.cpus_per_worker", "actor_rollout_ref.rollout.replicas",
-                 "actor_rollout_ref.rollout.cpus_per_replica")
+RESOURCE_KEYS = (
+    "trainer.num_workers",
+    "trainer.cpus_per_worker",
+    "actor_rollout_ref.rollout.replicas",
+    "actor_rollout_ref.rollout.cpus_per_replica",
+)
 
 
 @dataclass
@@ -45,22 +50,34 @@ class SweepOutcome:
     max_concurrent_trials: int
 
 
-def make_context(spec: SweepSpec, base_tree: dict, total_steps: int,
-                 train_fn: Optional[Callable[[TrainerRunConfig], Any]] = None,
-                 base_cfg: Optional[TrainerRunConfig] = None) -> TrialContext:
+def make_context(
+    spec: SweepSpec,
+    base_tree: dict,
+    total_steps: int,
+    train_fn: Optional[Callable[[TrainerRunConfig], Any]] = None,
+    base_cfg: Optional[TrainerRunConfig] = None,
+) -> TrialContext:
     """`base_cfg`: `base_tree` as `app.tuning.trial.built_config` types it, when the caller has it already."""
     base_cfg = built_config(base_tree) if base_cfg is None else base_cfg
-    return TrialContext(sweep_name=spec.name, sweep_dir=str(Path(spec.output_dir).resolve()),
-                        project_name=base_cfg.trainer.project_name, base=copy.deepcopy(base_tree), base_cfg=base_cfg,
-                        metric=spec.metric, total_steps=int(total_steps), trial_seed=spec.trial_seed,
-                        train_fn=train_fn)
+    return TrialContext(
+        sweep_name=spec.name,
+        sweep_dir=str(Path(spec.output_dir).resolve()),
+        project_name=base_cfg.trainer.project_name,
+        base=copy.deepcopy(base_tree),
+        base_cfg=base_cfg,
+        metric=spec.metric,
+        total_steps=int(total_steps),
+        trial_seed=spec.trial_seed,
+        train_fn=train_fn,
+    )
 
 
 def check_param_values(spec: SweepSpec, ctx: TrialContext) -> None:
     """Every listed value (and both ends of every range) gives a valid trainer config, checked before Tune starts."""
     if spec.metric.startswith("val") and not ctx.base_cfg.data.val_files:
-        raise ConfigError(f"sweep search.metric={spec.metric!r} is a validation metric but the base config has no "
-                          "data.val_files")
+        raise ConfigError(
+            f"sweep search.metric={spec.metric!r} is a validation metric but the base config has no data.val_files"
+        )
     for p in spec.params:
         for value in p.values:
             try:
@@ -69,9 +86,15 @@ def check_param_values(spec: SweepSpec, ctx: TrialContext) -> None:
                 raise ConfigError(f"sweep params.{p.key}={value!r}: {exc}") from exc
 
 
-def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
-              train_fn: Optional[Callable[[TrainerRunConfig], Any]] = None, verbose: int = 1,
-              base_cfg: Optional[TrainerRunConfig] = None) -> SweepOutcome:
+def run_sweep(
+    spec: SweepSpec,
+    base_tree: dict,
+    *,
+    total_steps: int,
+    train_fn: Optional[Callable[[TrainerRunConfig], Any]] = None,
+    verbose: int = 1,
+    base_cfg: Optional[TrainerRunConfig] = None,
+) -> SweepOutcome:
     """Start or resume the sweep, wait for every trial, write the results table and best config.
 
     `base_tree`: the base trainer config as Hydra composed it (plain dict, interpolations kept, paths absolute);
@@ -97,8 +120,11 @@ def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
     cluster = ray.cluster_resources()
     needs = trial_needs(_worst_case(spec, ctx))
     concurrency = max_concurrent_trials(cluster, needs, spec.max_concurrent_trials)
-    print(f"sweep {spec.name}: each trial needs {needs.explain}; the cluster has {cluster.get('CPU', 0):g} CPUs "
-          f"-> up to {concurrency} trial(s) at once", flush=True)
+    print(
+        f"sweep {spec.name}: each trial needs {needs.explain}; the cluster has {cluster.get('CPU', 0):g} CPUs "
+        f"-> up to {concurrency} trial(s) at once",
+        flush=True,
+    )
     _start_serve(base_cfg)
 
     # The trial's own actor only waits on its job: a token CPU share, so the job's workers and replicas get the rest.
@@ -113,13 +139,23 @@ def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
         tuner = tune.Tuner(
             trainable,
             param_space=param_space(spec),
-            tune_config=tune.TuneConfig(metric=spec.metric, mode=spec.mode, scheduler=sched,
-                                        search_alg=search_algorithm(spec, concurrency), num_samples=spec.num_samples,
-                                        max_concurrent_trials=concurrency if spec.method == "optuna" else None,
-                                        trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
-            run_config=tune.RunConfig(name=TUNE_DIR, storage_path=str(sweep_dir), verbose=verbose,
-                                      callbacks=[RolloutAppCleanup(ctx)],
-                                      failure_config=tune.FailureConfig(max_failures=0)),
+            tune_config=tune.TuneConfig(
+                metric=spec.metric,
+                mode=spec.mode,
+                scheduler=sched,
+                search_alg=search_algorithm(spec, concurrency),
+                num_samples=spec.num_samples,
+                max_concurrent_trials=concurrency if spec.method == "optuna" else None,
+                trial_name_creator=_trial_name,
+                trial_dirname_creator=_trial_name,
+            ),
+            run_config=tune.RunConfig(
+                name=TUNE_DIR,
+                storage_path=str(sweep_dir),
+                verbose=verbose,
+                callbacks=[RolloutAppCleanup(ctx)],
+                failure_config=tune.FailureConfig(max_failures=0),
+            ),
         )
     try:
         grid = tuner.fit()
@@ -130,8 +166,9 @@ def run_sweep(spec: SweepSpec, base_tree: dict, *, total_steps: int,
     text = results_mod.write_table(sweep_dir, rows, spec.metric)
     best = next((r for r in rows if r.status != "error" and math.isfinite(r.value)), None)
     best_path = results_mod.write_best(ctx, best, spec.base_config, list(spec.base_overrides)) if best else None
-    return SweepOutcome(sweep_dir=sweep_dir, rows=rows, table_markdown=text, best_config=best_path,
-                        max_concurrent_trials=concurrency)
+    return SweepOutcome(
+        sweep_dir=sweep_dir, rows=rows, table_markdown=text, best_config=best_path, max_concurrent_trials=concurrency
+    )
 
 
 def _start_serve(cfg: TrainerRunConfig) -> None:
@@ -155,13 +192,17 @@ def _should_restore(spec: SweepSpec, sweep_dir: Path) -> bool:
     if spec.resume is True and not exists:
         raise ConfigError(f"sweep resume=true but {sweep_dir} holds no sweep to resume")
     if spec.resume is False and exists:
-        raise ConfigError(f"sweep resume=false but {sweep_dir} already holds a sweep: pass resume=true (or auto) "
-                          "to continue it, or choose another output_dir / name")
+        raise ConfigError(
+            f"sweep resume=false but {sweep_dir} already holds a sweep: pass resume=true (or auto) "
+            "to continue it, or choose another output_dir / name"
+        )
     if exists:
         started = json.loads((sweep_dir / "sweep.json").read_text()) if (sweep_dir / "sweep.json").is_file() else None
         if started is not None and started != json.loads(json.dumps(spec.search_signature())):
-            raise ConfigError(f"sweep in {sweep_dir} was started with a different search ({sweep_dir / 'sweep.json'}); "
-                              "resume it with the same params/search/base, or choose another output_dir / name")
+            raise ConfigError(
+                f"sweep in {sweep_dir} was started with a different search ({sweep_dir / 'sweep.json'}); "
+                "resume it with the same params/search/base, or choose another output_dir / name"
+            )
     return exists
 
 

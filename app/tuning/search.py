@@ -1,4 +1,5 @@
 """The sweep spec in Ray Tune's terms: the parameter space, the search algorithm and the ASHA scheduler."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -6,8 +7,10 @@ from typing import Any, Optional
 from app.config.errors import ConfigError
 from app.tuning.spec import ParamSpace, SweepSpec
 
-OPTUNA_MISSING = ("search.method=optuna needs the optuna package, which is not installed: "
-                  "pip install 'rayrl[optuna]' (or pip install 'optuna>=3.6'), or use search.method=random")
+OPTUNA_MISSING = (
+    "search.method=optuna needs the optuna package, which is not installed: "
+    "pip install 'rayrl[optuna]' (or pip install 'optuna>=3.6'), or use search.method=random"
+)
 
 
 def tune_domain(p: ParamSpace) -> Any:
@@ -53,9 +56,12 @@ def scheduler(spec: SweepSpec, total_steps: int) -> Optional[Any]:
         return None
     max_t = s.max_t or total_steps
     if s.grace_period > max_t:
-        raise ConfigError(f"sweep scheduler.grace_period={s.grace_period} is past the last step "
-                          f"(scheduler.max_t / trainer total steps = {max_t}); no trial could ever be stopped")
+        raise ConfigError(
+            f"sweep scheduler.grace_period={s.grace_period} is past the last step "
+            f"(scheduler.max_t / trainer total steps = {max_t}); no trial could ever be stopped"
+        )
     from ray.tune.schedulers import ASHAScheduler
 
-    return ASHAScheduler(time_attr="step", max_t=max_t, grace_period=s.grace_period,
-                         reduction_factor=s.reduction_factor)
+    return ASHAScheduler(
+        time_attr="step", max_t=max_t, grace_period=s.grace_period, reduction_factor=s.reduction_factor
+    )

@@ -12,6 +12,7 @@ The key `kl_coef` is a shorthand for the KL coefficient in use: `actor_rollout_r
 a loss term (`actor.use_kl_loss=true`), `algorithm.kl_ctrl.kl_coef` when it is in the reward
 (`algorithm.use_kl_in_reward=true`); `resolve_params` picks it from the base config.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,6 +34,7 @@ KL_REWARD_KEY = "algorithm.kl_ctrl.kl_coef"
 @dataclass(frozen=True)
 class ParamSpace:
     """One searched config key. `values` holds the list for grid/choice, or (low, high) for the ranges."""
+
     key: str  # dotted trainer-config key, e.g. actor_rollout_ref.actor.optim.lr
     kind: Literal["grid", "choice", "loguniform", "uniform"]
     values: tuple
@@ -45,6 +47,7 @@ class ParamSpace:
 @dataclass(frozen=True)
 class SchedulerSpec:
     """`scheduler`: which trials Tune stops early."""
+
     type: Literal["asha", "fifo"] = "asha"
     grace_period: int = 1  # steps before a trial can be stopped
     reduction_factor: float = 2.0  # ASHA keeps the top 1/reduction_factor at each rung
@@ -54,6 +57,7 @@ class SchedulerSpec:
 @dataclass
 class SweepBase:
     """`base`: the trainer config every trial starts from."""
+
     config: str = ""  # a config name under configs/, e.g. quickstart (required)
     overrides: list[str] = field(default_factory=list)  # Hydra overrides of it, shared by every trial
 
@@ -61,6 +65,7 @@ class SweepBase:
 @dataclass
 class SearchConfig:
     """`search`: how points are drawn and what ranks the trials."""
+
     method: Literal["grid", "random", "optuna"] = "random"  # optuna: pip install 'rayrl[optuna]'
     metric: str = "val-core/reward/mean"
     mode: Literal["max", "min"] = "max"
@@ -73,6 +78,7 @@ class SearchConfig:
 class SweepFile:
     """The sweep file's keys and their defaults, written only here: Hydra composes a sweep file over them (node
     `rayrl_sweep_schema`) and `parse_sweep` reads a tree with the trainer config's loader."""
+
     name: str = ""  # required
     base: SweepBase = field(default_factory=SweepBase)
     # the sweep folder (Tune state, trial folders, results); None: outputs/sweeps/<name>
@@ -97,6 +103,7 @@ def register_sweep_defaults() -> None:
 @dataclass(frozen=True)
 class SweepSpec:
     """A checked sweep file (see `SweepFile` for each field's meaning and default)."""
+
     name: str
     base_config: str
     base_overrides: tuple[str, ...]
@@ -114,9 +121,15 @@ class SweepSpec:
 
     def search_signature(self) -> dict[str, Any]:
         """What must match for a resumed sweep to be the same sweep."""
-        return {"params": [[p.key, p.kind, list(p.values)] for p in self.params], "method": self.method,
-                "metric": self.metric, "mode": self.mode, "num_samples": self.num_samples,
-                "base_config": self.base_config, "base_overrides": list(self.base_overrides)}
+        return {
+            "params": [[p.key, p.kind, list(p.values)] for p in self.params],
+            "method": self.method,
+            "metric": self.metric,
+            "mode": self.mode,
+            "num_samples": self.num_samples,
+            "base_config": self.base_config,
+            "base_overrides": list(self.base_overrides),
+        }
 
 
 def parse_sweep(raw: dict[str, Any]) -> SweepSpec:
@@ -139,11 +152,21 @@ def parse_sweep(raw: dict[str, Any]) -> SweepSpec:
     for p in params:
         _check_method(search.method, p)
     return SweepSpec(
-        name=name, base_config=_string(sweep.base.config, "base.config"), base_overrides=tuple(sweep.base.overrides),
-        output_dir=_string(sweep.output_dir or f"outputs/sweeps/{name}", "output_dir"), params=params,
-        method=search.method, metric=search.metric, mode=search.mode, num_samples=search.num_samples,
-        max_concurrent_trials=search.max_concurrent_trials, search_seed=search.seed, scheduler=scheduler,
-        trial_seed=sweep.trial_seed, resume=sweep.resume)
+        name=name,
+        base_config=_string(sweep.base.config, "base.config"),
+        base_overrides=tuple(sweep.base.overrides),
+        output_dir=_string(sweep.output_dir or f"outputs/sweeps/{name}", "output_dir"),
+        params=params,
+        method=search.method,
+        metric=search.metric,
+        mode=search.mode,
+        num_samples=search.num_samples,
+        max_concurrent_trials=search.max_concurrent_trials,
+        search_seed=search.seed,
+        scheduler=scheduler,
+        trial_seed=sweep.trial_seed,
+        resume=sweep.resume,
+    )
 
 
 def resolve_params(spec: SweepSpec, base: TrainerRunConfig) -> SweepSpec:
@@ -157,20 +180,26 @@ def resolve_params(spec: SweepSpec, base: TrainerRunConfig) -> SweepSpec:
                 raise ConfigError(
                     f"sweep params.{KL_ALIAS}: the base config has both a KL loss (actor_rollout_ref.actor.use_kl_loss"
                     f"=true) and a KL in the reward (algorithm.use_kl_in_reward=true); name {KL_LOSS_KEY} or "
-                    f"{KL_REWARD_KEY} instead")
+                    f"{KL_REWARD_KEY} instead"
+                )
             if not actor.use_kl_loss and not algo.use_kl_in_reward:
                 raise ConfigError(
                     f"sweep params.{KL_ALIAS}: the base config has no KL term (actor_rollout_ref.actor.use_kl_loss"
-                    "=false and algorithm.use_kl_in_reward=false), so the coefficient would change nothing")
+                    "=false and algorithm.use_kl_in_reward=false), so the coefficient would change nothing"
+                )
             key = KL_LOSS_KEY if actor.use_kl_loss else KL_REWARD_KEY
         elif key == KL_LOSS_KEY and not actor.use_kl_loss:
             hint = f"; the KL is in the reward here, search {KL_REWARD_KEY}" if algo.use_kl_in_reward else ""
-            raise ConfigError(f"sweep params.{key}: actor_rollout_ref.actor.use_kl_loss=false in the base config, "
-                              f"so this coefficient is unused{hint}")
+            raise ConfigError(
+                f"sweep params.{key}: actor_rollout_ref.actor.use_kl_loss=false in the base config, "
+                f"so this coefficient is unused{hint}"
+            )
         elif key == KL_REWARD_KEY and not algo.use_kl_in_reward:
             hint = f"; the KL is a loss term here, search {KL_LOSS_KEY}" if actor.use_kl_loss else ""
-            raise ConfigError(f"sweep params.{key}: algorithm.use_kl_in_reward=false in the base config, "
-                              f"so this coefficient is unused{hint}")
+            raise ConfigError(
+                f"sweep params.{key}: algorithm.use_kl_in_reward=false in the base config, "
+                f"so this coefficient is unused{hint}"
+            )
         resolved.append(dataclasses.replace(p, key=key))
     keys = [p.key for p in resolved]
     duplicated = sorted({k for k in keys if keys.count(k) > 1})
@@ -184,8 +213,9 @@ def resolve_params(spec: SweepSpec, base: TrainerRunConfig) -> SweepSpec:
 # ---------------------------------------------------------------------------------------------------- params
 def _parse_params(raw: Any) -> list[ParamSpace]:
     if not raw:
-        raise ConfigError("sweep params: nothing to search; give at least one key with a grid/choice/loguniform/"
-                          "uniform space")
+        raise ConfigError(
+            "sweep params: nothing to search; give at least one key with a grid/choice/loguniform/uniform space"
+        )
     if not isinstance(raw, dict):
         raise ConfigError(f"sweep params: expected a mapping of config keys to spaces, got {raw!r}")
     out: list[ParamSpace] = []
@@ -207,7 +237,7 @@ def _walk_params(node: dict, prefix: str, out: list[ParamSpace]) -> None:
 def _parse_space(key: str, value: dict) -> ParamSpace:
     if len(value) != 1:
         raise ConfigError(f"sweep params.{key}: give exactly one of {', '.join(SPACE_KINDS)}, got {sorted(value)}")
-    (kind, values), = value.items()
+    ((kind, values),) = value.items()
     where = f"sweep params.{key}.{kind}"
     if not isinstance(values, (list, tuple)) or not values:
         raise ConfigError(f"{where}: expected a non-empty list, got {values!r}")
@@ -231,19 +261,25 @@ def _parse_space(key: str, value: dict) -> ParamSpace:
 def _check_method(method: str, p: ParamSpace) -> None:
     where = f"sweep params.{p.key}"
     if method == "grid" and p.kind != "grid":
-        raise ConfigError(f"{where}: search.method=grid tries every combination, so every parameter needs a `grid` "
-                          f"list (got `{p.kind}`); use search.method=random or optuna for `{p.kind}`")
+        raise ConfigError(
+            f"{where}: search.method=grid tries every combination, so every parameter needs a `grid` "
+            f"list (got `{p.kind}`); use search.method=random or optuna for `{p.kind}`"
+        )
     if method == "optuna" and p.kind == "grid":
-        raise ConfigError(f"{where}: search.method=optuna samples its own points and cannot run a `grid`; "
-                          "use `choice` with the same values")
+        raise ConfigError(
+            f"{where}: search.method=optuna samples its own points and cannot run a `grid`; "
+            "use `choice` with the same values"
+        )
 
 
 def _check_against_schema(p: ParamSpace) -> None:
     """The key exists in the trainer schema as a value; ranges only for floats."""
     tp = schema_type(p.key)
     if p.kind in ("loguniform", "uniform") and _base_type(tp) is not float:
-        raise ConfigError(f"sweep params.{p.key}: `{p.kind}` draws real numbers but {p.key} is {_type_name(tp)}; "
-                          "use `choice` or `grid` with its allowed values")
+        raise ConfigError(
+            f"sweep params.{p.key}: `{p.kind}` draws real numbers but {p.key} is {_type_name(tp)}; "
+            "use `choice` or `grid` with its allowed values"
+        )
 
 
 def schema_type(key: str) -> Any:
@@ -254,11 +290,13 @@ def schema_type(key: str) -> Any:
         hints = typing.get_type_hints(cls)
         if part not in hints:
             where = ".".join(parts[:i]) or "the top level"
-            raise ConfigError(f"sweep params.{key}: {'.'.join(parts[:i + 1])} is not a trainer config key "
-                              f"(known under {where}: {', '.join(sorted(hints))})")
+            raise ConfigError(
+                f"sweep params.{key}: {'.'.join(parts[: i + 1])} is not a trainer config key "
+                f"(known under {where}: {', '.join(sorted(hints))})"
+            )
         cls = hints[part]
         if not dataclasses.is_dataclass(cls) and i < len(parts) - 1:
-            raise ConfigError(f"sweep params.{key}: {'.'.join(parts[:i + 1])} is a value, not a section")
+            raise ConfigError(f"sweep params.{key}: {'.'.join(parts[: i + 1])} is a value, not a section")
     if dataclasses.is_dataclass(cls):
         raise ConfigError(f"sweep params.{key}: is a section of the config, not a value to search")
     return cls

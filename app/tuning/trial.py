@@ -25,6 +25,7 @@ the trial's own), output folder `<sweep_dir>/trials/<trial_id>`, and a seed reco
 A trial that Tune stops early (ASHA) has its actor killed; `RolloutAppCleanup` deletes its Serve application from the
 driver, since Serve applications outlive the actor that deployed them.
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,6 +51,7 @@ _INTERPOLATION = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 @dataclass(frozen=True)
 class TrialContext:
     """What every trial of one sweep shares; passed to the trainable with `tune.with_parameters`."""
+
     sweep_name: str
     sweep_dir: str  # absolute
     project_name: str
@@ -74,8 +76,11 @@ def trial_app_name(ctx: TrialContext, trial_id: str) -> str:
     """The trial's Serve application name, exactly as `launch.train` will derive it."""
     from app.trainer.launch import rollout_app_name
 
-    cfg = TrainerRunConfig(trainer=TrainerConfig(project_name=ctx.project_name,
-                                                 experiment_name=trial_experiment_name(ctx.sweep_name, trial_id)))
+    cfg = TrainerRunConfig(
+        trainer=TrainerConfig(
+            project_name=ctx.project_name, experiment_name=trial_experiment_name(ctx.sweep_name, trial_id)
+        )
+    )
     return rollout_app_name(cfg)
 
 
@@ -137,8 +142,10 @@ def build_trial_config(ctx: TrialContext, params: dict[str, Any], trial_id: str)
     from app.trainer.launch import rollout_app_name
 
     if trial_id not in rollout_app_name(cfg):
-        raise ConfigError(f"trainer.project_name={cfg.trainer.project_name!r} and the sweep name are too long: the "
-                          f"Serve application name {rollout_app_name(cfg)!r} lost the trial id {trial_id!r}")
+        raise ConfigError(
+            f"trainer.project_name={cfg.trainer.project_name!r} and the sweep name are too long: the "
+            f"Serve application name {rollout_app_name(cfg)!r} lost the trial id {trial_id!r}"
+        )
     return cfg
 
 
@@ -248,8 +255,13 @@ def run_trial(params: dict[str, Any], ctx: TrialContext) -> None:
     cfg = build_trial_config(ctx, params, trial_id)
     out_dir = Path(cfg.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    record = {"trial_id": trial_id, "params": params, "seed": cfg.trainer.seed,
-              "experiment_name": cfg.trainer.experiment_name, "rollout_app": trial_app_name(ctx, trial_id)}
+    record = {
+        "trial_id": trial_id,
+        "params": params,
+        "seed": cfg.trainer.seed,
+        "experiment_name": cfg.trainer.experiment_name,
+        "rollout_app": trial_app_name(ctx, trial_id),
+    }
     (out_dir / "trial.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     metrics_path = out_dir / "metrics.jsonl"
     _drop_rows_past_resume(cfg, metrics_path)

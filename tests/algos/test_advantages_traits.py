@@ -1,4 +1,5 @@
 """Estimators carry their traits; the trainer reads the traits, so an estimator of one's own can declare them."""
+
 import pytest
 
 from algos.catalog import ADV_ESTIMATORS, EstimatorTraits, estimator_traits
@@ -9,8 +10,12 @@ def test_built_in_estimators_declare_what_they_need():
     needs = {name: estimator_traits(name) for name in ADV_ESTIMATORS.names()}
     assert [n for n, t in needs.items() if t.needs_critic] == ["gae"]
     assert [n for n, t in needs.items() if t.needs_greedy_baseline] == ["remax"]
-    assert sorted(n for n, t in needs.items() if t.needs_groups) == ["grpo", "opo", "reinforce_plus_plus_baseline",
-                                                                     "rloo"]
+    assert sorted(n for n, t in needs.items() if t.needs_groups) == [
+        "grpo",
+        "opo",
+        "reinforce_plus_plus_baseline",
+        "rloo",
+    ]
     assert estimator_traits("reinforce_plus_plus") == EstimatorTraits()  # a per-batch baseline: needs nothing
 
 
@@ -26,7 +31,9 @@ def test_traits_of_a_registered_or_imported_function():
     reg.register("mine", EstimatorTraits(needs_critic=True))(own_estimator)
     assert reg.traits("mine").needs_critic  # the registration's traits win over the function's attribute
     assert reg.traits(f"{__name__}:own_estimator") == EstimatorTraits(needs_groups=True)
-    assert reg.traits("tests.algos.test_advantages_traits:test_traits_of_a_registered_or_imported_function",
-                      "none") == "none"  # a function without traits gets the default
+    assert (
+        reg.traits("tests.algos.test_advantages_traits:test_traits_of_a_registered_or_imported_function", "none")
+        == "none"
+    )  # a function without traits gets the default
     with pytest.raises(ValueError, match="unknown test.key='nope'"):
         reg.traits("nope")

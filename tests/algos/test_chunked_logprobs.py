@@ -41,8 +41,11 @@ def test_hand_computed_values():
 @st.composite
 def logits_cases(draw):
     packed = draw(st.booleans())
-    shape = (draw(st.integers(1, 9)), draw(st.integers(2, 17))) if packed else (
-        draw(st.integers(1, 3)), draw(st.integers(1, 7)), draw(st.integers(2, 17)))
+    shape = (
+        (draw(st.integers(1, 9)), draw(st.integers(2, 17)))
+        if packed
+        else (draw(st.integers(1, 3)), draw(st.integers(1, 7)), draw(st.integers(2, 17)))
+    )
     dtype = draw(st.sampled_from([torch.float32, torch.bfloat16]))
     return shape, draw(st.integers(1, 8)), draw(st.integers(0, 2**16)), dtype
 

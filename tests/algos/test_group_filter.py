@@ -1,4 +1,5 @@
 """algos.group_filter: which GRPO groups carry a signal (DAPO dynamic sampling)."""
+
 import pytest
 import torch
 

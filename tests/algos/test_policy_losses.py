@@ -90,8 +90,13 @@ def test_gspo_clips_on_the_sequence_ratio():
 
 def test_reinforce_hand_computed():
     log_prob = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    loss, m = reinforce(torch.tensor([[-1.5, -2.0]]), log_prob, torch.tensor([[2.0, -1.0]]), torch.ones(1, 2),
-                        loss_agg_mode="token-mean")
+    loss, m = reinforce(
+        torch.tensor([[-1.5, -2.0]]),
+        log_prob,
+        torch.tensor([[2.0, -1.0]]),
+        torch.ones(1, 2),
+        loss_agg_mode="token-mean",
+    )
     # mean(-A * logp) = mean(2, -2) = 0; gradient -A / 2 = [-1, 0.5]; ppo_kl = mean(old - new) = mean(-0.5, 0).
     assert loss.item() == 0.0 and m["ppo_kl"].item() == -0.25
     loss.backward()
@@ -115,8 +120,14 @@ def test_cispo_clips_the_weight_which_carries_no_gradient():
     log_prob = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
     ratios = torch.tensor([[1.5, 0.5, 1.1]])
     adv = torch.tensor([[1.0, 1.0, -1.0]])
-    loss, m = cispo(log_prob.detach() - ratios.log(), log_prob, adv, torch.ones(1, 3), loss_agg_mode="token-mean",
-                    config=policy_loss_config())
+    loss, m = cispo(
+        log_prob.detach() - ratios.log(),
+        log_prob,
+        adv,
+        torch.ones(1, 3),
+        loss_agg_mode="token-mean",
+        config=policy_loss_config(),
+    )
     # Weights clip(r, 0.8, 1.2) = [1.2, 0.8, 1.1]; per token -w * A * logp = [1.2, 1.6, -0.55], mean 2.25 / 3.
     assert loss.item() == pytest.approx(0.75, rel=1e-6)
     loss.backward()
@@ -228,8 +239,9 @@ def test_padding_with_garbage_does_not_change_loss_or_gradient(loss_mode):
     (g,) = torch.autograd.grad(loss, x)
     pad = lambda t, v: torch.cat([t, torch.full((3, 2), v)], dim=1)  # noqa: E731
     xp = pad(new, 30.0).requires_grad_()
-    loss_p, metrics_p = fn(pad(old, -50.0), xp, pad(adv, 1e4), pad(mask, 0), loss_agg_mode=agg,
-                           config=policy_loss_config())
+    loss_p, metrics_p = fn(
+        pad(old, -50.0), xp, pad(adv, 1e4), pad(mask, 0), loss_agg_mode=agg, config=policy_loss_config()
+    )
     (gp,) = torch.autograd.grad(loss_p, xp)
     assert torch.allclose(loss_p, loss, atol=1e-6) and torch.allclose(gp[:, :4], g, atol=1e-7)
     assert not gp[:, 4:].any()
@@ -279,8 +291,11 @@ def test_policy_loss_config_defaults_and_validation():
     from_cfg = PolicyLossConfig.from_mapping({**actor, "clip_ratio": 0.1, "clip_ratio_low": None, "ppo_epochs": 2})
     assert from_cfg == policy_loss_config(clip_ratio=0.1)
     # verl keeps the covariance modes' settings under actor.policy_loss, not on actor itself.
-    nested = {**actor, "kl_cov_ratio": 0.5,
-              "policy_loss": {**actor["policy_loss"], "loss_mode": "kl_cov", "kl_cov_ratio": 0.01, "ppo_kl_coef": 1.0}}
+    nested = {
+        **actor,
+        "kl_cov_ratio": 0.5,
+        "policy_loss": {**actor["policy_loss"], "loss_mode": "kl_cov", "kl_cov_ratio": 0.01, "ppo_kl_coef": 1.0},
+    }
     assert PolicyLossConfig.from_mapping(nested) == policy_loss_config(kl_cov_ratio=0.01, ppo_kl_coef=1.0)
     # an absent key has no default to fall back on here: it is named, never silently filled in
     del nested["policy_loss"]["ppo_kl_coef"]

@@ -1,4 +1,5 @@
 """The registered algorithms have the signatures their registry's Protocol states (algos.protocols)."""
+
 import inspect
 
 from algos.catalog import ADV_ESTIMATORS, POLICY_LOSSES
@@ -12,8 +13,15 @@ def _parameters(fn) -> list[tuple[str, object]]:
 def test_every_built_in_policy_loss_takes_the_protocols_arguments():
     protocol = inspect.signature(PolicyLossFn.__call__).parameters
     expected = _parameters(PolicyLossFn.__call__)[1:]  # without self
-    assert [name for name, _ in expected] == ["old_log_prob", "log_prob", "advantages", "response_mask",
-                                               "loss_agg_mode", "config", "normalizer"]
+    assert [name for name, _ in expected] == [
+        "old_log_prob",
+        "log_prob",
+        "advantages",
+        "response_mask",
+        "loss_agg_mode",
+        "config",
+        "normalizer",
+    ]
     assert len(POLICY_LOSSES) >= 7
     for name in POLICY_LOSSES:
         fn = POLICY_LOSSES.get(name)

@@ -1,4 +1,5 @@
 """Truncated importance weights of the proximal over the sampler's policy, and the decoupled PPO objective they give."""
+
 import math
 
 import pytest
@@ -61,8 +62,14 @@ def test_scaled_advantages_give_the_decoupled_objective_computed_by_hand():
     advantages = torch.tensor([[1.0, 1.0, -1.0]])
     mask = torch.ones(1, 3)
     weights, _ = rollout_is_weights(old, behaviour, mask, level="token", threshold=2.0)
-    loss, metrics = vanilla(old, log_prob, advantages * weights, mask, loss_agg_mode="token-mean",
-                            config=policy_loss_config(clip_ratio=0.2, clip_ratio_c=3.0))
+    loss, metrics = vanilla(
+        old,
+        log_prob,
+        advantages * weights,
+        mask,
+        loss_agg_mode="token-mean",
+        config=policy_loss_config(clip_ratio=0.2, clip_ratio_c=3.0),
+    )
     assert float(loss.detach()) == pytest.approx((-2.2 - 0.6 + 1.2) / 3, rel=1e-6)
     # weighting does not change which tokens count as clipped: token 1 (r 1.5 > 1.2, A > 0) and token 2 (r 0.5 < 0.8,
     # A < 0) took the clipped term

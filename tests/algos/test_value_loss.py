@@ -26,8 +26,9 @@ def test_value_loss_hand_computed():
 def test_no_clip_is_half_mse():
     vpreds = torch.tensor([[3.0, 1.0]])
     ones = torch.ones(1, 2)
-    loss, metrics = compute_value_loss(vpreds, torch.zeros(1, 2), ones, ones, cliprange_value=None,
-                                       loss_agg_mode="token-mean")
+    loss, metrics = compute_value_loss(
+        vpreds, torch.zeros(1, 2), ones, ones, cliprange_value=None, loss_agg_mode="token-mean"
+    )
     # 0.5 * mean((3-1)^2, (1-1)^2) = 0.5 * 2 = 1.
     assert loss.item() == 1.0 and metrics["vf_clipfrac"].item() == 0.0
 
@@ -41,7 +42,9 @@ def test_value_loss_micro_batches_sum_to_the_whole():
         kw = dict(cliprange_value=0.3, loss_agg_mode=mode)
         (g_whole,) = torch.autograd.grad(compute_value_loss(vpreds, values, returns, mask, **kw)[0], vpreds)
         n = loss_normalizer(mask, mode)
-        parts = [compute_value_loss(vpreds[s], values[s], returns[s], mask[s], normalizer=n, **kw)[0]
-                 for s in (slice(0, 2), slice(2, 5))]
+        parts = [
+            compute_value_loss(vpreds[s], values[s], returns[s], mask[s], normalizer=n, **kw)[0]
+            for s in (slice(0, 2), slice(2, 5))
+        ]
         (g_split,) = torch.autograd.grad(sum(parts), vpreds)
         assert torch.allclose(g_split, g_whole, rtol=1e-12, atol=1e-12)

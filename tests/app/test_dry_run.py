@@ -1,4 +1,5 @@
 """`python -m app.train ... --dry-run`: the config and the data are checked, the plan is printed, nothing starts."""
+
 from __future__ import annotations
 
 import os
@@ -16,17 +17,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_split_argv_takes_the_dry_run_flags_and_leaves_hydras():
-    request, rest = split_argv(["--config-name", "quickstart", "--dry-run", "--gpus-per-node", "8", "--nodes=2",
-                                "trainer.n_gpus_per_node=8"])
+    request, rest = split_argv(
+        ["--config-name", "quickstart", "--dry-run", "--gpus-per-node", "8", "--nodes=2", "trainer.n_gpus_per_node=8"]
+    )
     assert request == DryRun(nodes=2, gpus_per_node=8, cpus_per_node=None)
     assert rest == ["--config-name", "quickstart", "trainer.n_gpus_per_node=8"]
     assert split_argv(["--config-name", "quickstart", "a.b=1"]) == (None, ["--config-name", "quickstart", "a.b=1"])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--nodes", "2"], "describe a cluster for --dry-run; add --dry-run"),
-    (["--dry-run", "--nodes", "0"], "--nodes=0 must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--nodes", "2"], "describe a cluster for --dry-run; add --dry-run"),
+        (["--dry-run", "--nodes", "0"], "--nodes=0 must be >= 1"),
+    ],
+)
 def test_cluster_flags_without_sense_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         split_argv(argv)
@@ -36,20 +41,27 @@ def test_cluster_flags_without_sense_are_refused(argv, message, capsys):
 def _train(args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "app.train", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.train", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     return done, time.monotonic() - start
 
 
 def test_dry_run_prints_a_gpu_plan_and_refuses_a_cluster_too_small(tiny_model_dir, small_arith_data, tmp_path):
-    base = [f"data.train_files={small_arith_data / 'train.parquet'}",
-            f"data.val_files={small_arith_data / 'test.parquet'}", "data.train_batch_size=4",
-            "data.max_prompt_length=256", f"actor_rollout_ref.model.path={tiny_model_dir}",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "algorithm.adv_estimator=grpo",
-            "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=4",
-            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-            f"trainer.default_local_dir={tmp_path / 'run'}",
-            f"actor_rollout_ref.rollout.http_port={free_port()}"]  # not 8000, which another run may hold
+    base = [
+        f"data.train_files={small_arith_data / 'train.parquet'}",
+        f"data.val_files={small_arith_data / 'test.parquet'}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=256",
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.rollout.n=2",
+        "trainer.n_gpus_per_node=4",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+        f"actor_rollout_ref.rollout.http_port={free_port()}",
+    ]  # not 8000, which another run may hold
     done, seconds = _train(["--dry-run", "--gpus-per-node", "4", *base])
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout

@@ -1,4 +1,5 @@
 """Model import: the SmolLM2 alias round-trips its tokenizer and chat template; bad sources are named."""
+
 import json
 import shutil
 
@@ -61,8 +62,9 @@ def test_hf_folder_and_mlflow_folder_import(tiny_model_dir, tmp_path):
 
 def test_hub_id_not_cached_names_id_and_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelImportError,
-                       match=r"hub id 'nobody/not-a-model' is not in the local Hugging Face cache \("):
+    with pytest.raises(
+        ModelImportError, match=r"hub id 'nobody/not-a-model' is not in the local Hugging Face cache \("
+    ):
         import_model("nobody/not-a-model", tmp_path / "out")
 
 
@@ -91,8 +93,10 @@ def test_a_gguf_named_file_that_is_not_gguf_ends_with_one_line(tmp_path, capfd):
     bad.write_text("<html>rate limited</html>")
     assert main(["--source", str(bad), "--output", str(tmp_path / "o")]) == 2
     err = capfd.readouterr().err.strip().splitlines()
-    assert err == [f"error: --source {bad} is not a GGUF file: it starts with b'<htm', a GGUF file with b'GGUF'; "
-                   "expected a .gguf model file, a Hugging Face folder, an MLflow model folder or a cached hub id"]
+    assert err == [
+        f"error: --source {bad} is not a GGUF file: it starts with b'<htm', a GGUF file with b'GGUF'; "
+        "expected a .gguf model file, a Hugging Face folder, an MLflow model folder or a cached hub id"
+    ]
     assert not (tmp_path / "o").exists()
 
 
@@ -101,4 +105,5 @@ def test_a_missing_option_ends_with_one_line(capfd):
         main(["--output", "x"])
     assert done.value.code == 2
     assert capfd.readouterr().err.strip().splitlines() == [
-        "error: python -m app.import_model: the following arguments are required: --source (--help lists the options)"]
+        "error: python -m app.import_model: the following arguments are required: --source (--help lists the options)"
+    ]

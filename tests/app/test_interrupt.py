@@ -5,6 +5,7 @@ reward workers) is gone, and the HTTP port is free for the next run.
 `python -m app.train` runs as a subprocess with a Ray temp dir of its own (so it starts its own local cluster and
 its processes can be told apart from any other on the machine); the signal goes once the first step has been logged.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,18 +67,45 @@ def _port_is_free(port: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["ray-job-stop", "ctrl-c"])
 def test_a_stopped_run_leaves_no_process_and_frees_its_port(sig, tiny_model_dir, tmp_path):
-    subprocess.run([sys.executable, "-m", "app.prepare", "arithmetic", "--output", str(tmp_path / "data"),
-                    "--train-size", "64", "--test-size", "2"], cwd=REPO, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.prepare",
+            "arithmetic",
+            "--output",
+            str(tmp_path / "data"),
+            "--train-size",
+            "64",
+            "--test-size",
+            "2",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     overrides = tiny_run_overrides(tiny_model_dir, tmp_path / "data")
     port = int(next(o for o in overrides if o.startswith("actor_rollout_ref.rollout.http_port=")).split("=")[1])
     temp_dir = tempfile.mkdtemp(prefix="ri", dir="/tmp")  # short: Ray's socket paths must stay under 107 chars
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     env |= {"RAY_TMPDIR": temp_dir, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "app.train", "--config-name", "grpo_trainer", *overrides,
-           "trainer.total_training_steps=200", "trainer.test_freq=-1", "trainer.val_before_train=false",
-           "trainer.logger=[console,jsonl]", f"trainer.default_local_dir={tmp_path / 'run'}"]
-    driver = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.train",
+        "--config-name",
+        "grpo_trainer",
+        *overrides,
+        "trainer.total_training_steps=200",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.logger=[console,jsonl]",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+    ]
+    driver = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     seen, started = [], set()
     try:
         deadline = time.monotonic() + 300

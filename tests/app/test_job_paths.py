@@ -1,5 +1,6 @@
 """Under `ray job submit` the quickstart's relative, git-ignored paths are named before Ray starts; absolute ones
 pass."""
+
 from __future__ import annotations
 
 import logging
@@ -42,8 +43,11 @@ def test_absolute_paths_pass_and_a_relative_output_dir_is_a_warning(monkeypatch,
     job_dir.mkdir()
     monkeypatch.chdir(job_dir)
     monkeypatch.setenv(JOB_CONFIG_ENV, "{}")
-    cfg = quickstart(f"actor_rollout_ref.model.path={files}/models/m", f"data.train_files={files}/data/train.parquet",
-                     f"data.val_files={files}/data/test.parquet")
+    cfg = quickstart(
+        f"actor_rollout_ref.model.path={files}/models/m",
+        f"data.train_files={files}/data/train.parquet",
+        f"data.val_files={files}/data/test.parquet",
+    )
     with caplog.at_level(logging.WARNING, logger="app.job_paths"):
         check_job_paths(cfg)
     assert "trainer.default_local_dir=outputs/quickstart is relative" in caplog.text

@@ -6,6 +6,7 @@ temp dir), submits a tiny training job with the CLI (which returns once the job 
 timeout), checks that it SUCCEEDED, the run's artifacts, and that the run's dashboard metrics reached the cluster's
 Prometheus endpoint.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,16 +40,38 @@ def head_node():
     """A Ray head node of this test's own: {'dashboard': http address for jobs, 'temp_dir': its temp dir}."""
     temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths must stay under 107 chars
     dashboard_port, metrics_port = free_port(), free_port()
-    cmd = [str(BIN / "ray"), "start", "--head", "--port", str(free_port()), "--num-cpus", "8",
-           "--disable-usage-stats", "--temp-dir", temp_dir, "--include-dashboard", "true",
-           "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard_port),
-           "--ray-client-server-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port()),
-           "--metrics-export-port", str(metrics_port)]
+    cmd = [
+        str(BIN / "ray"),
+        "start",
+        "--head",
+        "--port",
+        str(free_port()),
+        "--num-cpus",
+        "8",
+        "--disable-usage-stats",
+        "--temp-dir",
+        temp_dir,
+        "--include-dashboard",
+        "true",
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dashboard_port),
+        "--ray-client-server-port",
+        str(free_port()),
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--metrics-export-port",
+        str(metrics_port),
+    ]
     try:
         started = subprocess.run(cmd, env=cluster_env(), capture_output=True, text=True, timeout=180)
         assert started.returncode == 0, started.stdout + started.stderr
-        yield {"dashboard": f"http://127.0.0.1:{dashboard_port}", "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
-               "temp_dir": temp_dir}
+        yield {
+            "dashboard": f"http://127.0.0.1:{dashboard_port}",
+            "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+            "temp_dir": temp_dir,
+        }
     finally:
         kill_ray_under(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -56,15 +79,33 @@ def head_node():
 
 def submit(head: dict, entrypoint: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     """`ray job submit` as the README shows: it streams the job's logs and returns when the job has finished."""
-    return subprocess.run([str(BIN / "ray"), "job", "submit", "--address", head["dashboard"], "--working-dir",
-                           str(REPO), "--", *entrypoint], env=cluster_env(), capture_output=True, text=True,
-                          timeout=timeout_s)
+    return subprocess.run(
+        [
+            str(BIN / "ray"),
+            "job",
+            "submit",
+            "--address",
+            head["dashboard"],
+            "--working-dir",
+            str(REPO),
+            "--",
+            *entrypoint,
+        ],
+        env=cluster_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 def tiny_overrides(model_dir: Path, data_dir: Path, out_dir: Path) -> list[str]:
     """The suite's tiny GRPO run (`support.tiny_run_overrides`), logging to the console and metrics.jsonl."""
-    return [*tiny_run_overrides(model_dir, data_dir), "trainer.logger=[console,jsonl]",
-            "trainer.experiment_name=job-submit", f"trainer.default_local_dir={out_dir}"]
+    return [
+        *tiny_run_overrides(model_dir, data_dir),
+        "trainer.logger=[console,jsonl]",
+        "trainer.experiment_name=job-submit",
+        f"trainer.default_local_dir={out_dir}",
+    ]
 
 
 def scrape(url: str, experiment: str) -> dict[str, float]:
@@ -77,21 +118,47 @@ def scrape(url: str, experiment: str) -> dict[str, float]:
         body = urllib.request.urlopen(url, timeout=5).read().decode()
     except OSError:
         return {}
-    return {s.name: s.value for family in text_string_to_metric_families(body) for s in family.samples
-            if s.labels.get("experiment") == experiment}
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.labels.get("experiment") == experiment
+    }
 
 
 def prepare_arithmetic(out: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "app.prepare", "arithmetic", "--output", str(out), "--train-size", "16",
-                    "--test-size", "8"], cwd=REPO, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.prepare",
+            "arithmetic",
+            "--output",
+            str(out),
+            "--train-size",
+            "16",
+            "--test-size",
+            "8",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return out
 
 
 def test_training_job_submitted_to_a_cluster_succeeds(head_node, tiny_model_dir, tmp_path):
     data_dir = prepare_arithmetic(tmp_path / "data")
     out_dir = tmp_path / "run"
-    entry = ["python", "-m", "app.train", "--config-name", "grpo_trainer",
-             *tiny_overrides(tiny_model_dir, data_dir, out_dir)]
+    entry = [
+        "python",
+        "-m",
+        "app.train",
+        "--config-name",
+        "grpo_trainer",
+        *tiny_overrides(tiny_model_dir, data_dir, out_dir),
+    ]
     done = submit(head_node, entry, timeout_s=420)
     assert done.returncode == 0 and "succeeded" in done.stdout, (done.stdout + done.stderr)[-8000:]
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -102,8 +169,11 @@ def test_training_job_submitted_to_a_cluster_succeeds(head_node, tiny_model_dir,
     assert any(p.name.endswith(".safetensors") for p in (out_dir / "hf_model").iterdir())
 
     # the rank-0 worker published the run's dashboard metrics: the cluster's Prometheus endpoint has them
-    want = {"ray_rayrl_training_step": 2.0, "ray_rayrl_steps_total": 2.0,
-            "ray_rayrl_val_reward_mean": rows[-1]["val-core/reward/mean"]}
+    want = {
+        "ray_rayrl_training_step": 2.0,
+        "ray_rayrl_steps_total": 2.0,
+        "ray_rayrl_val_reward_mean": rows[-1]["val-core/reward/mean"],
+    }
     deadline, seen = time.monotonic() + 60, {}
     while time.monotonic() < deadline and not all(name in seen for name in want):
         seen = scrape(head_node["metrics"], experiment="job-submit")

@@ -1,4 +1,5 @@
 """The console's volume: RAYRL_VERBOSE turns the libraries' INFO chatter back on; warnings always show."""
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,12 @@ def quiet(monkeypatch):
 
 
 def test_a_quiet_run_silences_vllm_serve_access_lines_and_ray_train_info(quiet):
-    assert logs.quiet_env() == {"VLLM_LOGGING_LEVEL": "ERROR", "TORCH_CPP_LOG_LEVEL": "ERROR", "TQDM_DISABLE": "1",
-                                "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning"}
+    assert logs.quiet_env() == {
+        "VLLM_LOGGING_LEVEL": "ERROR",
+        "TORCH_CPP_LOG_LEVEL": "ERROR",
+        "TQDM_DISABLE": "1",
+        "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
+    }
     assert logs.train_log_level() == "WARNING"
     config = serve_logging_config()
     assert config.enable_access_log is False and config.log_level == "WARNING"

@@ -1,5 +1,6 @@
 """docs/metrics.md lists every metric name the code logs: the literal names in the source, and the names built from
 the pieces the algorithms return (loss metrics, importance-weight metrics, dynamic-sampling counts, timing phases)."""
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,22 @@ from app.trainer.dynamic_sampling import FILTER_COUNTS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "metrics.md").read_text()
-PREFIXES = ("actor", "critic", "reward", "val-core", "val-aux", "timing_s", "perf", "response_length", "prompt_length",
-            "filter_groups", "train", "async", "rollout_corr", "training")
+PREFIXES = (
+    "actor",
+    "critic",
+    "reward",
+    "val-core",
+    "val-aux",
+    "timing_s",
+    "perf",
+    "response_length",
+    "prompt_length",
+    "filter_groups",
+    "train",
+    "async",
+    "rollout_corr",
+    "training",
+)
 NAME = re.compile(r"""["'](?:%s)/[A-Za-z0-9_/.{}-]*["']""" % "|".join(map(re.escape, PREFIXES)))
 SOURCE = {p: p.read_text() for d in ("app", "algos") for p in (ROOT / d).rglob("*.py")}
 

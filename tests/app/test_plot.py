@@ -1,4 +1,5 @@
 """`python -m app.plot` draws a run's curves and a sweep's trials, and names a folder without metrics."""
+
 import json
 
 import pytest
@@ -33,10 +34,19 @@ def test_folder_without_metrics_is_named(tmp_path, capsys):
 
 
 def test_reward_field_panel_lists_validation_fields_only():
-    rows = [{"step": 0, "val-aux/arithmetic/acc/mean": 0.3, "val-aux/arithmetic/formatted/mean": 0.2,
-             "val-aux/response_length/mean": 20.0, "reward/extra/acc/mean": 0.1}]
-    assert _reward_field_series({"run": rows}) == [("val-aux/arithmetic/acc/mean", "arithmetic acc"),
-                                                  ("val-aux/arithmetic/formatted/mean", "arithmetic formatted")]
+    rows = [
+        {
+            "step": 0,
+            "val-aux/arithmetic/acc/mean": 0.3,
+            "val-aux/arithmetic/formatted/mean": 0.2,
+            "val-aux/response_length/mean": 20.0,
+            "reward/extra/acc/mean": 0.1,
+        }
+    ]
+    assert _reward_field_series({"run": rows}) == [
+        ("val-aux/arithmetic/acc/mean", "arithmetic acc"),
+        ("val-aux/arithmetic/formatted/mean", "arithmetic formatted"),
+    ]
 
 
 def test_moving_average_is_trailing_and_averages_fewer_at_the_start():

@@ -67,10 +67,13 @@ def test_gsm8k_instruction_follows_the_question_or_is_left_out(tmp_path):
     for split in ("train", "test"):
         (tmp_path / f"{split}.jsonl").write_text(json.dumps({"question": f"  {question}\n", "answer": "3+2=5\n#### 5"}))
     for name, instruction, content in (
-            ("bare", "", question),
-            ("custom", 'Answer after "####".', f'{question}\nAnswer after "####".')):
-        assert main(["gsm8k", "--input", str(tmp_path), "--output", str(tmp_path / name),
-                     "--instruction", instruction]) == 0
+        ("bare", "", question),
+        ("custom", 'Answer after "####".', f'{question}\nAnswer after "####".'),
+    ):
+        assert (
+            main(["gsm8k", "--input", str(tmp_path), "--output", str(tmp_path / name), "--instruction", instruction])
+            == 0
+        )
         for split in ("train", "test"):
             row = pq.read_table(tmp_path / name / f"{split}.parquet").to_pylist()[0]
             assert row["prompt"] == [{"role": "user", "content": content}], (name, split)
@@ -98,8 +101,22 @@ def test_gsm8k_bad_line_named(tmp_path):
 
 def test_arithmetic_cli_is_deterministic(tmp_path):
     for name in ("a", "b"):
-        assert main(["arithmetic", "--output", str(tmp_path / name), "--train-size", "40", "--test-size", "10",
-                     "--seed", "3"]) == 0
+        assert (
+            main(
+                [
+                    "arithmetic",
+                    "--output",
+                    str(tmp_path / name),
+                    "--train-size",
+                    "40",
+                    "--test-size",
+                    "10",
+                    "--seed",
+                    "3",
+                ]
+            )
+            == 0
+        )
     for split, n in (("train", 40), ("test", 10)):
         a = pq.read_table(tmp_path / "a" / f"{split}.parquet")
         assert a.num_rows == n
@@ -108,8 +125,22 @@ def test_arithmetic_cli_is_deterministic(tmp_path):
 
 
 def test_arithmetic_level_weights_option(tmp_path):
-    assert main(["arithmetic", "--output", str(tmp_path / "hard"), "--train-size", "20", "--test-size", "5",
-                 "--level-weights", "0,0,1,1"]) == 0
+    assert (
+        main(
+            [
+                "arithmetic",
+                "--output",
+                str(tmp_path / "hard"),
+                "--train-size",
+                "20",
+                "--test-size",
+                "5",
+                "--level-weights",
+                "0,0,1,1",
+            ]
+        )
+        == 0
+    )
     infos = pq.read_table(tmp_path / "hard" / "train.parquet").column("extra_info").to_pylist()
     levels = {info["level"] for info in infos}
     assert levels == {3, 4}
@@ -120,7 +151,8 @@ def test_arithmetic_level_weights_option(tmp_path):
 def test_cli_entry_point_reports_errors(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "app.prepare", "gsm8k", "--input", str(tmp_path), "--output", str(tmp_path / "o")],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 2
     assert "GSM8K file not found" in done.stderr and "train.jsonl" in done.stderr
@@ -140,4 +172,5 @@ def test_a_bad_option_value_ends_with_one_line(capfd):
     assert done.value.code == 2
     assert capfd.readouterr().err.strip().splitlines() == [
         "error: python -m app.prepare arithmetic: argument --train-size: invalid int value: 'many' "
-        "(--help lists the options)"]
+        "(--help lists the options)"
+    ]

@@ -1,5 +1,6 @@
 """The one line app.train ends with when Ray Train gives up on the run (`app.failure_report.failure_line`), built from
 the exceptions Ray Train 2's `trainer.fit()` raises; no cluster."""
+
 from __future__ import annotations
 
 import ray.exceptions
@@ -17,25 +18,32 @@ def test_a_dead_worker_with_max_failures_0_names_the_keys_that_let_a_run_resume(
     line = failure_line(err, max_failures=0)
 
     assert "\n" not in line
-    assert line.startswith("train worker rank 1 failed (ActorDiedError: The actor died unexpectedly before "
-                           "finishing this task.)")
+    assert line.startswith(
+        "train worker rank 1 failed (ActorDiedError: The actor died unexpectedly before finishing this task.)"
+    )
     assert "trainer.max_failures=0" in line and "set trainer.max_failures" in line and "trainer.save_freq" in line
 
 
 def test_the_lowest_failing_rank_and_its_users_exception_are_named_after_the_restarts_ran_out():
-    failures = {3: UserExceptionWithTraceback(ValueError("late"), "Traceback ..."),
-                0: UserExceptionWithTraceback(ValueError("reward function returned None\nrow 7"), "Traceback ...")}
+    failures = {
+        3: UserExceptionWithTraceback(ValueError("late"), "Traceback ..."),
+        0: UserExceptionWithTraceback(ValueError("reward function returned None\nrow 7"), "Traceback ..."),
+    }
 
     line = failure_line(WorkerGroupError("...", failures), max_failures=2)
 
-    assert line == ("train worker rank 0 failed (ValueError: reward function returned None row 7) after "
-                    "trainer.max_failures=2 restarts of the worker group")
+    assert line == (
+        "train worker rank 0 failed (ValueError: reward function returned None row 7) after "
+        "trainer.max_failures=2 restarts of the worker group"
+    )
 
 
 def test_a_rollout_replica_past_its_retry_bound_is_reported_in_its_own_words():
-    exhausted = ReplicaRetryExhausted("generate of prompts [0, 4) at policy version 3: rollout replica k3xq9w died "
-                                      "(...); raise actor_rollout_ref.rollout.replica_retry_max / "
-                                      "replica_retry_timeout_s")
+    exhausted = ReplicaRetryExhausted(
+        "generate of prompts [0, 4) at policy version 3: rollout replica k3xq9w died "
+        "(...); raise actor_rollout_ref.rollout.replica_retry_max / "
+        "replica_retry_timeout_s"
+    )
     err = WorkerGroupError("...", {0: UserExceptionWithTraceback(exhausted, "Traceback ...")})
 
     assert failure_line(err, max_failures=0) == str(exhausted)

@@ -4,6 +4,7 @@ Two trials side by side (grid over the learning rate), each a whole `launch.trai
 app and Ray Train worker: 2 steps, export. Checks each trial's isolated folder and artifacts, the results table, that
 the best config composes back into the trial's config and that `app.plot` draws one curve per trial.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,16 +32,38 @@ def test_sweep_of_two_real_trainings(ray_cluster, tiny_model_dir, tmp_path):
     from app.sweep import run
 
     data_dir = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "app.prepare", "arithmetic", "--output", str(data_dir), "--train-size",
-                    "16", "--test-size", "8"], cwd=REPO, check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.prepare",
+            "arithmetic",
+            "--output",
+            str(data_dir),
+            "--train-size",
+            "16",
+            "--test-size",
+            "8",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     sweep_dir = tmp_path / "sweep"
     base = tiny_run_overrides(tiny_model_dir, data_dir)
     overrides = [
-        "name=e2e", f"output_dir={sweep_dir}", "base.config=grpo_trainer",
+        "name=e2e",
+        f"output_dir={sweep_dir}",
+        "base.config=grpo_trainer",
         "base.overrides=[" + ",".join(f"'{o}'" for o in base) + "]",
-        "~params", "+params={actor_rollout_ref.actor.optim.lr:{grid:[1.0e-4,1.0e-3]}}",  # replaces the file's spaces
-        "search.method=grid", "search.num_samples=1", "search.max_concurrent_trials=2",
-        "scheduler.type=asha", "scheduler.grace_period=1",
+        "~params",
+        "+params={actor_rollout_ref.actor.optim.lr:{grid:[1.0e-4,1.0e-3]}}",  # replaces the file's spaces
+        "search.method=grid",
+        "search.num_samples=1",
+        "search.max_concurrent_trials=2",
+        "scheduler.type=asha",
+        "scheduler.grace_period=1",
     ]
     with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
         cfg = compose(config_name="sweep/grpo_small", overrides=overrides)

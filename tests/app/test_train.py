@@ -1,12 +1,16 @@
 """`app.train.run`: the command types the Hydra config once, and what it validated is what it hands to the launch."""
+
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 from support import with_dotted
 
-BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
-        "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
-        "algorithm": {"adv_estimator": "grpo"}, "trainer": {"default_local_dir": "out"}}
+BASE = {
+    "data": {"train_files": "train.parquet", "train_batch_size": 4},
+    "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
+    "algorithm": {"adv_estimator": "grpo"},
+    "trainer": {"default_local_dir": "out"},
+}
 
 
 def test_the_command_builds_the_typed_config_once_and_launches_that_object(monkeypatch, tmp_path):

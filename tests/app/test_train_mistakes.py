@@ -1,6 +1,7 @@
 """`python -m app.train --config-name quickstart` plus one mistake each, as a new user makes them (issue 44): each
 ends with exit code 2 and ONE line on stderr that names the key, file or value and what to change, without Ray
 having been started (ray.init is never called), in a subprocess as from the shell."""
+
 from __future__ import annotations
 
 import json
@@ -17,11 +18,13 @@ LIMIT_S = 180  # a hang guard on a shared machine; the measured times are in doc
 @pytest.fixture()
 def train(tiny_model_dir, small_arith_data, tmp_path):
     """Runs app.train on the quickstart config with the tiny model and small data, plus `extra` overrides."""
-    base = [f"actor_rollout_ref.model.path={tiny_model_dir}",
-            f"data.train_files={small_arith_data / 'train.parquet'}",
-            f"data.val_files={small_arith_data / 'test.parquet'}",
-            f"trainer.default_local_dir={tmp_path / 'out'}",
-            f"actor_rollout_ref.rollout.http_port={free_port()}"]
+    base = [
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        f"data.train_files={small_arith_data / 'train.parquet'}",
+        f"data.val_files={small_arith_data / 'test.parquet'}",
+        f"trainer.default_local_dir={tmp_path / 'out'}",
+        f"actor_rollout_ref.rollout.http_port={free_port()}",
+    ]
 
     def run(*extra: str, env: dict | None = None):
         done = run_entry("app.train", ["--config-name", "quickstart", *base, *extra], cwd=tmp_path, env=env)
@@ -29,13 +32,15 @@ def train(tiny_model_dir, small_arith_data, tmp_path):
         assert not done.ray_init_called
         assert done.seconds < LIMIT_S
         return done.error
+
     return run
 
 
 # ------------------------------------------------------------------ the rows of the issue's table
 def test_a_misspelt_key_names_the_nearest_valid_key(train):
     assert train("actor_rollout_ref.actor.optim.lrr=1e-5") == (
-        "error: unknown key actor_rollout_ref.actor.optim.lrr; did you mean actor_rollout_ref.actor.optim.lr?")
+        "error: unknown key actor_rollout_ref.actor.optim.lrr; did you mean actor_rollout_ref.actor.optim.lr?"
+    )
 
 
 def test_a_model_path_that_does_not_exist_says_how_to_make_one(train):
@@ -49,21 +54,23 @@ def test_a_hub_id_with_no_local_copy_says_to_import_it(train, tmp_path):
     empty_cache.mkdir()
     line = train("actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct", env={"HF_HUB_CACHE": str(empty_cache)})
     assert "hub id Qwen/Qwen2.5-0.5B-Instruct has no copy in the local Hugging Face cache" in line
-    assert ("python -m app.import_model --source Qwen/Qwen2.5-0.5B-Instruct --output models/qwen2.5-0.5b-instruct"
-            in line)
+    assert (
+        "python -m app.import_model --source Qwen/Qwen2.5-0.5B-Instruct --output models/qwen2.5-0.5b-instruct" in line
+    )
 
 
 def test_a_custom_reward_file_that_does_not_exist(train, tmp_path):
     missing = tmp_path / "my_reward.py"
     assert train(f"custom_reward_function.path={missing}") == (
-        f"error: custom_reward_function.path={missing}: no such file")
+        f"error: custom_reward_function.path={missing}: no such file"
+    )
 
 
 def test_a_custom_reward_file_with_a_syntax_error_names_file_and_line(train, tmp_path):
     bad = tmp_path / "bad_reward.py"
-    bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
-                   "    return 1.0\n"
-                   "def broken(:\n")
+    bad.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return 1.0\ndef broken(:\n"
+    )
     line = train(f"custom_reward_function.path={bad}")
     assert line.startswith(f"error: custom_reward_function.path={bad}: {bad} line 3: SyntaxError: ")
 
@@ -71,8 +78,9 @@ def test_a_custom_reward_file_with_a_syntax_error_names_file_and_line(train, tmp
 def test_a_cluster_address_that_does_not_answer_names_it_and_its_key(train):
     port = free_port()  # nothing listens there
     line = train(f"trainer.ray_address=127.0.0.1:{port}")
-    assert line.startswith(f"error: trainer.ray_address=127.0.0.1:{port}: no Ray cluster answers at "
-                           f"127.0.0.1:{port} (connection refused)")
+    assert line.startswith(
+        f"error: trainer.ray_address=127.0.0.1:{port}: no Ray cluster answers at 127.0.0.1:{port} (connection refused)"
+    )
 
 
 def test_a_ray_address_variable_that_does_not_answer_names_the_variable(train):
@@ -103,8 +111,10 @@ def test_a_checkpoint_of_another_model(train, smollm2_dir, tiny_model_dir, tmp_p
 
     ckpt = write_checkpoint(tiny_model_dir, tmp_path / "other-run", step=3)
     line = train(f"actor_rollout_ref.model.path={smollm2_dir}", f"trainer.resume_mode={ckpt}")
-    assert line.startswith(f"error: trainer.resume_mode: the checkpoint {ckpt} was not written for "
-                           f"actor_rollout_ref.model.path={smollm2_dir}")
+    assert line.startswith(
+        f"error: trainer.resume_mode: the checkpoint {ckpt} was not written for "
+        f"actor_rollout_ref.model.path={smollm2_dir}"
+    )
     assert "[576]" in line or "576" in line  # SmolLM2-135M's hidden size, against the tiny model's 64
 
 
@@ -137,27 +147,31 @@ def test_no_samples_per_prompt(train):
 def test_a_sequence_budget_beyond_the_models_positions(train):
     # the tiny model's config.json has max_position_embeddings=2048; the quickstart's prompts are 192 tokens
     line = train("data.max_response_length=2000", "reward_model.overlong_buffer.enable=false")
-    assert line == ("error: actor_rollout_ref.rollout.prompt_length=192 + response_length=2000 = 2192 tokens, more "
-                    f"than the 2048 positions of actor_rollout_ref.model.path={line.split('model.path=')[1].split()[0]}"
-                    " (config.json); lower data.max_prompt_length / data.max_response_length")
+    assert line == (
+        "error: actor_rollout_ref.rollout.prompt_length=192 + response_length=2000 = 2192 tokens, more "
+        f"than the 2048 positions of actor_rollout_ref.model.path={line.split('model.path=')[1].split()[0]}"
+        " (config.json); lower data.max_prompt_length / data.max_response_length"
+    )
 
 
 def test_a_reward_function_with_the_wrong_arguments(train, tmp_path):
     reward = tmp_path / "two_args.py"
     reward.write_text("def compute_score(response, answer):\n    return float(response == answer)\n")
     line = train(f"custom_reward_function.path={reward}")
-    assert line.startswith(f"error: custom_reward_function.name=compute_score: compute_score(response, answer) at "
-                           f"{reward} line 1 cannot be called as compute_score(data_source=, solution_str=, "
-                           "ground_truth=, extra_info=)")
+    assert line.startswith(
+        f"error: custom_reward_function.name=compute_score: compute_score(response, answer) at "
+        f"{reward} line 1 cannot be called as compute_score(data_source=, solution_str=, "
+        "ground_truth=, extra_info=)"
+    )
 
 
 def test_a_misspelt_reward_function_name(train, tmp_path):
     reward = tmp_path / "reward.py"
-    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    return 0.0\n")
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
     assert train(f"custom_reward_function.path={reward}", "custom_reward_function.name=compute_scor") == (
         f"error: custom_reward_function.name=compute_scor: {reward} defines no function compute_scor; "
-        "did you mean compute_score?")
+        "did you mean compute_score?"
+    )
 
 
 def test_a_gguf_file_given_as_the_model_path(train, tmp_path):

@@ -5,6 +5,7 @@ machine) under the run folder, and its record holds the run's config and both st
 The script's arguments come from tests/app/config/verl_scripts/ as the shell splits them; what this test appends only
 shrinks the job (sizes, lengths, one CPU rank, the hf rollout) and never touches a key's meaning or the logger.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,27 +20,42 @@ SCRIPT = Path(__file__).resolve().parent / "config" / "verl_scripts" / "grpo_run
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-def test_verl_grpo_lora_script_trains_two_steps_logging_to_wandb_offline(ray_cluster, tiny_model_dir, small_arith_data,
-                                                                         wandb_env, tmp_path):
+def test_verl_grpo_lora_script_trains_two_steps_logging_to_wandb_offline(
+    ray_cluster, tiny_model_dir, small_arith_data, wandb_env, tmp_path
+):
     from hydra import compose, initialize_config_dir
 
     from app.train import run
 
     out = tmp_path / "run"
-    args = verl_script_args(SCRIPT, model=str(tiny_model_dir), train=str(small_arith_data / "train.parquet"),
-                            test=str(small_arith_data / "test.parquet"))
+    args = verl_script_args(
+        SCRIPT,
+        model=str(tiny_model_dir),
+        train=str(small_arith_data / "train.parquet"),
+        test=str(small_arith_data / "test.parquet"),
+    )
     assert 'trainer.logger=["console","wandb"]' in args  # the script's own logger setting, untouched below
     shrink = [
-        "trainer.n_gpus_per_node=0", "trainer.num_workers=1", "trainer.cpus_per_worker=1",
-        "data.train_batch_size=2", "data.max_prompt_length=256", "data.max_response_length=16",
-        "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        "trainer.n_gpus_per_node=0",
+        "trainer.num_workers=1",
+        "trainer.cpus_per_worker=1",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=256",
+        "data.max_response_length=16",
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.name=hf",
-        "actor_rollout_ref.rollout.dtype=float32", f"actor_rollout_ref.rollout.http_port={free_port()}",
-        "reward_model.num_workers=1", "trainer.total_training_steps=2", "trainer.save_freq=-1",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.dtype=float32",
+        f"actor_rollout_ref.rollout.http_port={free_port()}",
+        "reward_model.num_workers=1",
+        "trainer.total_training_steps=2",
+        "trainer.save_freq=-1",
         f"trainer.default_local_dir={out}",
     ]
     with initialize_config_dir(str(CONFIGS), version_base=None):

@@ -1,5 +1,6 @@
 """bench/engine_mfu.py: the GPU presets' shapes and settings, the FLOP counting by hand, and a tiny run on the CPU so
 the benchmark cannot rot between GPU runs."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,9 +36,15 @@ def _batch(lengths, responses, prompt_width=6, response_width=4):
     ids = torch.full((len(lengths), prompt_width + response_width), 5)
     mask = torch.zeros_like(ids)
     for i, (n, r) in enumerate(zip(lengths, responses)):
-        mask[i, prompt_width - (n - r):prompt_width + r] = 1
-    return TensorBatch({"input_ids": ids, "attention_mask": mask, "responses": ids[:, prompt_width:],
-                        "response_mask": mask[:, prompt_width:]})
+        mask[i, prompt_width - (n - r) : prompt_width + r] = 1
+    return TensorBatch(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "responses": ids[:, prompt_width:],
+            "response_mask": mask[:, prompt_width:],
+        }
+    )
 
 
 def test_flops_by_hand():
@@ -59,11 +66,42 @@ def test_flops_by_hand():
 
 
 def test_tiny_run_on_cpu_reports_mfu_and_hfu(tmp_path):
-    results = mfu.main(["--preset", "tiny", "--device", "cpu", "--dtypes", "fp32", "--remove-padding", "1",
-                        "--batch", "4", "--prompt-len", "8", "--prompt-spread", "2", "--response-len", "6",
-                        "--micro-batch-sizes", "2", "--grad-ckpt", "1", "--lora-rank", "0", "--steps", "1",
-                        "--peak-size", "256", "--forward-pass", "0", "--cache", str(tmp_path),
-                        "--json", str(tmp_path / "out.jsonl")])
+    results = mfu.main(
+        [
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--dtypes",
+            "fp32",
+            "--remove-padding",
+            "1",
+            "--batch",
+            "4",
+            "--prompt-len",
+            "8",
+            "--prompt-spread",
+            "2",
+            "--response-len",
+            "6",
+            "--micro-batch-sizes",
+            "2",
+            "--grad-ckpt",
+            "1",
+            "--lora-rank",
+            "0",
+            "--steps",
+            "1",
+            "--peak-size",
+            "256",
+            "--forward-pass",
+            "0",
+            "--cache",
+            str(tmp_path),
+            "--json",
+            str(tmp_path / "out.jsonl"),
+        ]
+    )
     [r] = results
     assert r["parameters"] == mfu.count_parameters("tiny")
     assert 0 < r["mfu"] < r["hfu"]  # checkpointing: the hardware did more than the model needs

@@ -1,5 +1,6 @@
 """bench/gpu_check.sh end to end on the CPU (tiny shapes), with Ray, vLLM, Hydra, OmegaConf, DeepSpeed and
 flash-attn made unimportable, as on the bare GPU machine the lead runs it on."""
+
 from __future__ import annotations
 
 import json
@@ -17,12 +18,19 @@ def test_gpu_check_runs_on_cpu_without_the_cluster_packages(tmp_path):
     blocker.mkdir()
     # a None entry in sys.modules makes `import name` raise ImportError, as if the package were not installed
     (blocker / "sitecustomize.py").write_text(
-        "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in ABSENT))
+        "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in ABSENT)
+    )
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "PYTHONPATH": str(blocker),
-           "RAYRL_BENCH_CACHE": str(tmp_path / "models")}
-    result = subprocess.run(["bash", "bench/gpu_check.sh", "--cpu-tiny"], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=900)
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(blocker),
+        "RAYRL_BENCH_CACHE": str(tmp_path / "models"),
+    }
+    result = subprocess.run(
+        ["bash", "bench/gpu_check.sh", "--cpu-tiny"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
     log = (out / "gpu_check.log").read_text() if (out / "gpu_check.log").is_file() else result.stdout
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == ["info", "flex", "engine", "mfu-tiny"], log[-3000:]

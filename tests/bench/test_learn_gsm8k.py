@@ -1,4 +1,5 @@
 """bench/learn_gsm8k.py trains on the GSM8K problems with few calculations; the evaluation items are never filtered."""
+
 import json
 from pathlib import Path
 
@@ -57,8 +58,9 @@ def test_test_items_are_copied_whole_whatever_the_training_filter(tmp_path):
 def test_a_filter_that_keeps_no_training_problem_is_refused_naming_the_file(tmp_path):
     bench = load_bench()
     gsm8k = write_gsm8k(tmp_path / "gsm8k", [line("t", "<<1+1=2>>2\n#### 2")], [line("test", "#### 1")])
-    with pytest.raises(ValueError,
-                       match=r"--max-calc-steps 0 leaves none of the 1 training problems of .*train\.jsonl"):
+    with pytest.raises(
+        ValueError, match=r"--max-calc-steps 0 leaves none of the 1 training problems of .*train\.jsonl"
+    ):
         bench.write_gsm8k_source(gsm8k, tmp_path / "source", "test", 200, max_calc_steps=0)
 
 
@@ -100,13 +102,19 @@ def test_the_training_settings_load_as_app_train_reads_them_and_the_user_overrid
 
 def test_the_training_reward_pays_a_well_formed_wrong_answer_format_and_step_credit():
     reward = load_bench_script("gsm8k_train_reward")
-    info = {"question": "Natalia sold clips to 48 friends in April, and half as many in May. How many in all?",
-            "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72 clips.\n#### 72"}
+    info = {
+        "question": "Natalia sold clips to 48 friends in April, and half as many in May. How many in all?",
+        "answer": "In May she sold 48/2 = <<48/2=24>>24 clips.\nIn all 48+24 = <<48+24=72>>72 clips.\n#### 72",
+    }
     wrong = "In May she sold 48 / 2 = 24 clips.\nIn all 24 + 24 = 48 clips.\n#### 48"
     # well formed (work with a computed result, then a last `#### N` line): 0.2; of the reference's two results,
     # 24 and 72, it computes 24: 0.5 * 1/2
     assert reward.compute_score("openai/gsm8k", wrong, "72", info)["score"] == pytest.approx(0.2 + 0.25)
-    assert reward.compute_score("openai/gsm8k", wrong.replace("24 + 24 = 48", "48 + 24 = 72").replace("#### 48",
-                                "#### 72"), "72", info)["score"] == 1.0
+    assert (
+        reward.compute_score(
+            "openai/gsm8k", wrong.replace("24 + 24 = 48", "48 + 24 = 72").replace("#### 48", "#### 72"), "72", info
+        )["score"]
+        == 1.0
+    )
     # arithmetic rows keep the built-in task's rule, which pays an unmarked right answer half
     assert reward.compute_score("arithmetic", "The answer is 7.", "7")["score"] == 0.5

@@ -1,4 +1,5 @@
 """bench/quickstart_repeat.py reads a run's before/after validation reward and its minutes of steps."""
+
 import json
 from pathlib import Path
 
@@ -18,10 +19,12 @@ def write_metrics(path: Path, rows: list[dict]) -> Path:
 
 def test_summary_takes_the_first_and_last_validation_and_sums_step_time(tmp_path):
     bench = load_bench()
-    rows = [{"step": 2, "timing_s/step": 30.0, "val-core/reward/mean": 0.45},
-            {"step": 0, "val-core/reward/mean": 0.2},
-            {"step": 1, "timing_s/step": 60.0, "val-core/reward/mean": 0.3},
-            {"step": 3, "timing_s/step": 30.0, "val-core/reward/mean": 0.55}]
+    rows = [
+        {"step": 2, "timing_s/step": 30.0, "val-core/reward/mean": 0.45},
+        {"step": 0, "val-core/reward/mean": 0.2},
+        {"step": 1, "timing_s/step": 60.0, "val-core/reward/mean": 0.3},
+        {"step": 3, "timing_s/step": 30.0, "val-core/reward/mean": 0.55},
+    ]
     run = bench.summarize_run(write_metrics(tmp_path / "metrics.jsonl", rows))
     assert (run.first_step, run.last_step) == (0, 3)
     assert run.curve == [0.2, 0.3, 0.45, 0.55]

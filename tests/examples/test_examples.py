@@ -1,5 +1,6 @@
 """Every script in examples/ runs as written: its commands load through the same checks as the entry points (config
 loader, sweep parser, argparse), and the custom reward and loss do what their docstrings say."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,8 +30,9 @@ def test_the_scripts_commands_load(script, tmp_path, monkeypatch):
 
 
 def test_extra_arguments_reach_the_trainer_as_overrides(tmp_path):
-    [call] = record_calls((EXAMPLES / "lora.sh").read_text(), tmp_path / "calls",
-                          args=("trainer.total_training_steps=3",))
+    [call] = record_calls(
+        (EXAMPLES / "lora.sh").read_text(), tmp_path / "calls", args=("trainer.total_training_steps=3",)
+    )
     cfg = load_train_config(call[3:])
     assert cfg.trainer.total_training_steps == 3 and cfg.actor_rollout_ref.model.lora_rank == 32
 
@@ -54,9 +56,17 @@ def test_the_custom_loss_is_found_by_module_and_function_and_weights_by_the_clip
     monkeypatch.syspath_prepend(str(REPO))
     loss_fn = POLICY_LOSSES.get("examples.custom_loss:clipped_pg")
     assert policy_loss_traits("examples.custom_loss:clipped_pg").linear_in_advantage
-    config = PolicyLossConfig(clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0,
-                              clip_cov_ratio=0.0002, clip_cov_lb=1.0, clip_cov_ub=5.0, kl_cov_ratio=0.0002,
-                              ppo_kl_coef=0.1)
+    config = PolicyLossConfig(
+        clip_ratio=0.2,
+        clip_ratio_low=None,
+        clip_ratio_high=None,
+        clip_ratio_c=3.0,
+        clip_cov_ratio=0.0002,
+        clip_cov_lb=1.0,
+        clip_cov_ub=5.0,
+        kl_cov_ratio=0.0002,
+        ppo_kl_coef=0.1,
+    )
     old = torch.zeros(1, 2)
     log_prob = torch.tensor([[0.0, 0.5]], requires_grad=True)  # ratios 1 and e^0.5 = 1.65, clipped to 1.2
     advantages, mask = torch.ones(1, 2), torch.ones(1, 2)

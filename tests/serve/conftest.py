@@ -1,4 +1,5 @@
 """Fixtures for the rollout-service tests: a vLLM-compatible tiny model, a rollout config, and reference math."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,16 @@ def vllm_tiny_model_dir(tiny_model_dir: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(**{**{k: v for k, v in config.items() if k in LlamaConfig().to_dict()},
-                         "hidden_size": 128, "intermediate_size": 256,
-                         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64})
+    cfg = LlamaConfig(
+        **{
+            **{k: v for k, v in config.items() if k in LlamaConfig().to_dict()},
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 64,
+        }
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).to(torch.float32)
     staging = out.with_name(out.name + ".tmp")
@@ -71,7 +79,7 @@ def reference_greedy(model, prompt: list[int], max_tokens: int) -> list[int]:
     with torch.no_grad():
         for _ in range(max_tokens):
             ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 @pytest.fixture(scope="session")

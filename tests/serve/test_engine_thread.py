@@ -3,6 +3,7 @@
 The fake engine answers each request with one token per step until it has `length` of them, as vLLM's `LLMEngine`
 does with `ignore_eos`; it records, on the engine thread, which thread called it and in what order.
 """
+
 from __future__ import annotations
 
 import asyncio

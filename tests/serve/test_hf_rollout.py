@@ -3,6 +3,7 @@
 Its log-probs come from `generate`'s processed scores; they must equal a plain forward pass at logits / temperature
 to 1e-4 (same fp32 kernels on both sides, only the batch layout of the KV cache differs).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,13 @@ def hf_rollout(ray_cluster, vllm_tiny_model_dir, rollout_config):
     from serve import deploy_rollout
 
     # with an API key, as a run whose http_host is not loopback has: the HTTP test sends it (the handle needs none)
-    client = deploy_rollout(replace(rollout_config, name="hf", http_api_key=API_KEY), vllm_tiny_model_dir, APP,
-                            trust_remote_code=False, route_prefix="/hf")
+    client = deploy_rollout(
+        replace(rollout_config, name="hf", http_api_key=API_KEY),
+        vllm_tiny_model_dir,
+        APP,
+        trust_remote_code=False,
+        route_prefix="/hf",
+    )
     try:
         yield client
     finally:
@@ -88,8 +94,10 @@ def test_hf_fallback_follows_weight_and_adapter_updates(hf_rollout, hf_model, re
         assert torch.allclose(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=0)
 
     # merged LoRA: folded into the model folder's base weights (not the version-1 weights), version 2's adapter gone
-    folded = get_peft_model(AutoModelForCausalLM.from_pretrained(vllm_tiny_model_dir, dtype=torch.float32),
-                            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    folded = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(vllm_tiny_model_dir, dtype=torch.float32),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
     with torch.no_grad():
         for name, p in folded.named_parameters():
             if "lora_B" in name:
@@ -109,8 +117,9 @@ def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, r
     url = f"http://127.0.0.1:{rollout_config.http_port}/hf/v1"
 
     def post(headers):
-        request = urllib.request.Request(f"{url}/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json", **headers})
+        request = urllib.request.Request(
+            f"{url}/chat/completions", data=body, headers={"Content-Type": "application/json", **headers}
+        )
         with urllib.request.urlopen(request, timeout=120) as response:
             return json.loads(response.read())
 
@@ -126,9 +135,9 @@ def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, r
     assert err.value.code == 401
 
 
-
 def test_with_two_replicas_a_replacement_starts_at_the_current_policy_and_every_replica_follows_updates(
-        ray_cluster, vllm_tiny_model_dir, rollout_config):
+    ray_cluster, vllm_tiny_model_dir, rollout_config
+):
     """Several replicas (rollout.replicas): each update reaches every replica, and a replica that joins later (a
     restart here; Serve autoscaling starts replicas the same way) loads the current policy from the policy store
     before it serves. The transformers engine stands in for vLLM: the replica logic is the deployment's, shared."""
@@ -138,8 +147,13 @@ def test_with_two_replicas_a_replacement_starts_at_the_current_policy_and_every_
     from serve import FullWeights, deploy_rollout, wait_for_replicas
 
     app = "test-rollout-hf-two"
-    client = deploy_rollout(replace(rollout_config, name="hf", replicas=2, cpus_per_replica=0.5),
-                            vllm_tiny_model_dir, app, trust_remote_code=False, route_prefix=None)
+    client = deploy_rollout(
+        replace(rollout_config, name="hf", replicas=2, cpus_per_replica=0.5),
+        vllm_tiny_model_dir,
+        app,
+        trust_remote_code=False,
+        route_prefix=None,
+    )
     try:
         from safetensors.torch import load_file
 
@@ -150,8 +164,11 @@ def test_with_two_replicas_a_replacement_starts_at_the_current_policy_and_every_
         versions = client.update_weights(1, FullWeights(first))
         assert len(versions) == 2 and set(versions.values()) == {1}
         victim, survivor = sorted(versions)
-        (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True)
-                    if a["name"].startswith(f"SERVE_REPLICA::{app}#") and a["name"].endswith(victim)]
+        (actor,) = [
+            a
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith(f"SERVE_REPLICA::{app}#") and a["name"].endswith(victim)
+        ]
         ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
         (newcomer,) = [r for r in wait_for_replicas(app, 2, timeout_s=240, exclude=[victim]) if r != survivor]
         # the newcomer missed version 1's broadcast, yet serves it: it replayed exactly version 1's tensors

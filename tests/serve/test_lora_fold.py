@@ -1,5 +1,6 @@
 """The rollout-side LoRA fold (`serve.lora_fold`): the same merged weights as the trainer's merge, bit for bit, and a
 mismatched adapter refused before anything is yielded. No Ray, no vLLM."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,12 @@ def _base_and_adapter(rank: int = 4):
     """A base checkpoint (HF names: two LoRA-wrapped linears, an embedding, a norm, a tied lm_head) and a peft
     adapter for it, random."""
     torch.manual_seed(0)
-    base = {"model.embed_tokens.weight": torch.randn(12, 6), "model.norm.weight": torch.randn(6),
-            "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 6),
-            "model.layers.0.mlp.down_proj.weight": torch.randn(6, 10)}
+    base = {
+        "model.embed_tokens.weight": torch.randn(12, 6),
+        "model.norm.weight": torch.randn(6),
+        "model.layers.0.self_attn.q_proj.weight": torch.randn(8, 6),
+        "model.layers.0.mlp.down_proj.weight": torch.randn(6, 10),
+    }
     base["lm_head.weight"] = base["model.embed_tokens.weight"].clone()
     adapter = {}
     for module in LINEARS:
@@ -70,8 +74,10 @@ def test_adapter_folder_is_read_with_peft_scaling(tmp_path):
     folded = dict(iter_folded_adapter(str(tmp_path), str(staged), "float32"))
 
     q = "model.layers.0.self_attn.q_proj.weight"
-    a, b = adapter[f"{PEFT}model.layers.0.self_attn.q_proj.lora_A.weight"], adapter[
-        f"{PEFT}model.layers.0.self_attn.q_proj.lora_B.weight"]
+    a, b = (
+        adapter[f"{PEFT}model.layers.0.self_attn.q_proj.lora_A.weight"],
+        adapter[f"{PEFT}model.layers.0.self_attn.q_proj.lora_B.weight"],
+    )
     assert torch.equal(folded[q], base[q] + 2.0 * (b @ a))
     assert "lm_head.weight" in folded  # nothing skipped unless asked
 

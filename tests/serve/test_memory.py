@@ -1,4 +1,5 @@
 """release_free_heap gives freed heap pages back to the OS (glibc's malloc_trim)."""
+
 import ctypes.util
 import json
 import subprocess

@@ -1,4 +1,5 @@
 """The OpenAI-compatible route's request checks and response shapes (`serve.openai_api`), without a server."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,19 @@ from serve.openai_api import ApiError, IncrementalText, parse_messages, parse_pr
 
 
 def test_sampling_fields_map_to_options_and_temperature_zero_is_greedy():
-    parsed = parse_sampling({"temperature": 0, "max_completion_tokens": 7, "max_tokens": 99, "n": 3, "seed": 5,
-                             "stream": True, "stream_options": {"include_usage": True}, "frequency_penalty": 0},
-                            ("max_completion_tokens", "max_tokens"))
+    parsed = parse_sampling(
+        {
+            "temperature": 0,
+            "max_completion_tokens": 7,
+            "max_tokens": 99,
+            "n": 3,
+            "seed": 5,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "frequency_penalty": 0,
+        },
+        ("max_completion_tokens", "max_tokens"),
+    )
     s = parsed.sampling
     assert s.greedy and (s.max_tokens, s.n, s.seed) == (7, 3, 5)  # the newer name wins, as in OpenAI's API
     assert parsed.stream and parsed.include_usage
@@ -21,11 +32,20 @@ def test_sampling_fields_map_to_options_and_temperature_zero_is_greedy():
     assert sampled.max_tokens == openai_api.DEFAULT_MAX_TOKENS and not parse_sampling({}).stream
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"temperature": "hot"}, "temperature"), ({"temperature": 2.5}, "temperature"), ({"top_p": 0}, "top_p"),
-    ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 1.5}, "max_tokens"), ({"n": 0}, "n"),
-    ({"n": True}, "n"), ({"stream": "yes"}, "stream"), ({"stream_options": [1]}, "stream_options"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": 2.5}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": 1.5}, "max_tokens"),
+        ({"n": 0}, "n"),
+        ({"n": True}, "n"),
+        ({"stream": "yes"}, "stream"),
+        ({"stream_options": [1]}, "stream_options"),
+    ],
+)
 def test_bad_sampling_fields_are_400s_naming_the_field(body, param):
     with pytest.raises(ApiError) as err:
         parse_sampling(body)
@@ -35,9 +55,12 @@ def test_bad_sampling_fields_are_400s_naming_the_field(body, param):
 
 def test_messages_and_prompts_are_checked():
     assert parse_messages({"messages": [{"role": "user", "content": "hi"}]})[0]["content"] == "hi"
-    for body, param in (({"messages": "hi"}, "messages"), ({"messages": []}, "messages"),
-                        ({"messages": [{"content": "hi"}]}, "messages[0]"),
-                        ({"messages": [{"role": "user", "content": None}]}, "messages[0].content")):
+    for body, param in (
+        ({"messages": "hi"}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"content": "hi"}]}, "messages[0]"),
+        ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
+    ):
         with pytest.raises(ApiError) as err:
             parse_messages(body)
         assert err.value.param == param
@@ -70,7 +93,9 @@ def test_incremental_text_holds_back_half_characters():
 def test_stream_pieces_follow_openai_layout():
     opening = openai_api.stream_chunk("chat", "id", "m", 3, 1, role=True)
     assert opening["object"] == "chat.completion.chunk" and opening["choices"][0]["delta"] == {
-        "role": "assistant", "content": ""}
+        "role": "assistant",
+        "content": "",
+    }
     end = openai_api.stream_chunk("chat", "id", "m", 3, 1, finish_reason="stop")
     assert end["choices"][0] == {"index": 1, "delta": {}, "finish_reason": "stop"}
     piece = openai_api.stream_chunk("completion", "id", "m", 3, 0, "xy")

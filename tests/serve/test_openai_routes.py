@@ -1,5 +1,6 @@
 """`serve.openai_routes.OpenAIRoutes` behind a FastAPI app, without Serve: the key check, the completions layout
 with the replica's policy version, and a streamed answer's events; the engine and tokenizer are stand-ins."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,15 @@ class EchoEngine:
 
 
 def client(engine, version=3) -> TestClient:
-    routes = OpenAIRoutes(engine=engine, gate=ReplicaGate("r1"), replica="r1", served_model_name="policy",
-                          model_path="unused", api_key=KEY, version=lambda: version)
+    routes = OpenAIRoutes(
+        engine=engine,
+        gate=ReplicaGate("r1"),
+        replica="r1",
+        served_model_name="policy",
+        model_path="unused",
+        api_key=KEY,
+        version=lambda: version,
+    )
     routes._tokenizer = LetterTokenizer()  # what _chat_tokenizer would read from model_path
     app = FastAPI()
 
@@ -65,8 +73,11 @@ def test_a_request_without_the_key_is_refused_and_reaches_no_engine():
 
 def test_completions_answer_each_sample_with_the_served_policy_version():
     engine = EchoEngine()
-    reply = client(engine, version=3).post("/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
-                                           json={"model": "policy", "prompt": "abc", "n": 2, "max_tokens": 4})
+    reply = client(engine, version=3).post(
+        "/v1/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={"model": "policy", "prompt": "abc", "n": 2, "max_tokens": 4},
+    )
     body = reply.json()
     assert reply.status_code == 200, body
     assert engine.prompts == [[97, 98, 99]]  # the prompt tokenized by the replica's tokenizer
@@ -76,8 +87,11 @@ def test_completions_answer_each_sample_with_the_served_policy_version():
 
 
 def test_a_streamed_completion_sends_the_text_as_it_grows_then_done():
-    reply = client(EchoEngine()).post("/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
-                                      json={"model": "policy", "prompt": "abc", "stream": True, "max_tokens": 4})
+    reply = client(EchoEngine()).post(
+        "/v1/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={"model": "policy", "prompt": "abc", "stream": True, "max_tokens": 4},
+    )
     events = [line.removeprefix("data: ") for line in reply.text.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
@@ -99,8 +113,15 @@ class TemplateTokenizer(LetterTokenizer):
 
 
 def chat_client(engine) -> TestClient:
-    routes = OpenAIRoutes(engine=engine, gate=ReplicaGate("r1"), replica="r1", served_model_name="policy",
-                          model_path="unused", api_key=None, version=lambda: 0)
+    routes = OpenAIRoutes(
+        engine=engine,
+        gate=ReplicaGate("r1"),
+        replica="r1",
+        served_model_name="policy",
+        model_path="unused",
+        api_key=None,
+        version=lambda: 0,
+    )
     routes._tokenizer = TemplateTokenizer()
     app = FastAPI()
 
@@ -111,16 +132,29 @@ def chat_client(engine) -> TestClient:
     return TestClient(app)
 
 
-CALCULATOR = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",
-                                               "parameters": {"type": "object", "properties": {}}}}
+CALCULATOR = {
+    "type": "function",
+    "function": {"name": "calculator", "description": "arithmetic", "parameters": {"type": "object", "properties": {}}},
+}
 
 
 def test_chat_tools_reach_the_chat_template_and_a_tool_call_turn_may_have_no_content():
     engine = EchoEngine()
-    messages = [{"role": "user", "content": "12*34"},
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                    "name": "calculator", "arguments": "{\"expression\": \"12*34\"}"}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "408"}]
+    messages = [
+        {"role": "user", "content": "12*34"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": '{"expression": "12*34"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "408"},
+    ]
     done = chat_client(engine).post("/v1/chat/completions", json={"messages": messages, "tools": [CALCULATOR]})
     assert done.status_code == 200, done.text
     # the template saw the tool's name and the three turns (the tool-call turn's content empty)
@@ -129,7 +163,12 @@ def test_chat_tools_reach_the_chat_template_and_a_tool_call_turn_may_have_no_con
 
 def test_malformed_tools_are_refused_naming_the_entry():
     engine = EchoEngine()
-    bad = chat_client(engine).post("/v1/chat/completions", json={
-        "messages": [{"role": "user", "content": "hi"}], "tools": [CALCULATOR, {"type": "function", "function": {}}]})
+    bad = chat_client(engine).post(
+        "/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [CALCULATOR, {"type": "function", "function": {}}],
+        },
+    )
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools[1].function"
     assert engine.prompts == []

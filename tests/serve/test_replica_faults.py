@@ -5,6 +5,7 @@ call has reached it (the replica reports the generation running, or the sync wai
 What the client must do (serve.replica_retry): resend only the dead replica's share, at the same policy version;
 bring every replica to the new version after a sync that lost one; past its bound, stop with one line.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,14 @@ LONG = dict(n=4, max_tokens=192, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def config(rollout_config):
-    return replace(rollout_config, replicas=2, response_length=LONG["max_tokens"], cpu_kv_cache_gib=0.25,
-                   replica_retry_max=2, replica_retry_timeout_s=300.0)
+    return replace(
+        rollout_config,
+        replicas=2,
+        response_length=LONG["max_tokens"],
+        cpu_kv_cache_gib=0.25,
+        replica_retry_max=2,
+        replica_retry_timeout_s=300.0,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -147,8 +154,9 @@ def busiest(now: dict[str, dict]) -> str:
     return max(sorted(now), key=lambda r: now[r]["generating"])
 
 
-def test_a_replica_killed_during_a_sync_is_replaced_and_every_replica_ends_on_the_new_version(rollout,
-                                                                                              vllm_tiny_model_dir):
+def test_a_replica_killed_during_a_sync_is_replaced_and_every_replica_ends_on_the_new_version(
+    rollout, vllm_tiny_model_dir
+):
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -157,18 +165,28 @@ def test_a_replica_killed_during_a_sync_is_replaced_and_every_replica_ends_on_th
     version = version_of(rollout)
     model = AutoModelForCausalLM.from_pretrained(vllm_tiny_model_dir, dtype=torch.float32)
     torch.manual_seed(5)
-    state = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()
-             if k != "lm_head.weight"}  # tied to embed_tokens
+    state = {
+        k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items() if k != "lm_head.weight"
+    }  # tied to embed_tokens
     # a generation on every replica holds the sync at each replica's gate, where the kill finds it
     # (a broadcast is sent when its results are asked for: a thread asks)
     hold = rollout.sampling(**{**LONG, "n": 16})
-    held = in_background(lambda: rollout.handle.broadcast("generate", PROMPTS[:1], hold, version, 0).results(
-        return_exceptions=True))
-    wait_for(rollout, lambda now: len(now) == 2 and all(a["generating"] for a in now.values()),
-             "both replicas run the generation that holds the sync", held)
+    held = in_background(
+        lambda: rollout.handle.broadcast("generate", PROMPTS[:1], hold, version, 0).results(return_exceptions=True)
+    )
+    wait_for(
+        rollout,
+        lambda now: len(now) == 2 and all(a["generating"] for a in now.values()),
+        "both replicas run the generation that holds the sync",
+        held,
+    )
     sync = in_background(lambda: rollout.update_weights(version + 1, FullWeights(state)))
-    victim, _, _ = kill_when(rollout, lambda now: len(now) == 2 and all(a["updating"] for a in now.values()),
-                             "both replicas hold the sync at their gate", sync)
+    victim, _, _ = kill_when(
+        rollout,
+        lambda now: len(now) == 2 and all(a["updating"] for a in now.values()),
+        "both replicas hold the sync at their gate",
+        sync,
+    )
 
     versions = sync()
 
@@ -186,8 +204,7 @@ def test_past_the_retry_bound_the_call_stops_with_one_line_and_leaves_nothing_ru
 
     version = version_of(rollout)
     strict = RolloutClient(APP, replace(config, replica_retry_max=0))
-    result = in_background(lambda: strict.generate(PROMPTS, expect_version=version,
-                                                   sampling=strict.sampling(**LONG)))
+    result = in_background(lambda: strict.generate(PROMPTS, expect_version=version, sampling=strict.sampling(**LONG)))
     victim, pid, _ = kill_when(strict, chunks_running(2), "both chunks run", result, pick=busiest)
 
     with pytest.raises(ReplicaRetryExhausted) as err:
@@ -210,10 +227,12 @@ def test_an_http_completion_whose_replica_dies_is_answered_through_the_openai_cl
 
     version = version_of(rollout)
     client = OpenAI(base_url=f"http://127.0.0.1:{config.http_port}/v1", api_key="unused", max_retries=2, timeout=300)
-    result = in_background(lambda: client.completions.create(model=APP, prompt=PROMPTS[0], n=4, temperature=1.0,
-                                                             max_tokens=LONG["max_tokens"]))
-    victim, _, _ = kill_when(rollout, chunks_running(1), "a replica generates the completion", result,
-                             pick=busiest)
+    result = in_background(
+        lambda: client.completions.create(
+            model=APP, prompt=PROMPTS[0], n=4, temperature=1.0, max_tokens=LONG["max_tokens"]
+        )
+    )
+    victim, _, _ = kill_when(rollout, chunks_running(1), "a replica generates the completion", result, pick=busiest)
 
     answer = result()
 

@@ -1,5 +1,6 @@
 """The replica's gate around a stand-in engine: sleep waits for the generations in flight, nothing reaches a sleeping
 engine (refused at once, never queued behind a paused scheduler), and wake-up serves again."""
+
 from __future__ import annotations
 
 import asyncio
@@ -103,6 +104,7 @@ def test_a_request_arriving_during_the_sleep_call_is_refused_not_queued():
 def test_wait_until_returns_when_a_generation_starts_at_the_awaited_version_while_it_still_runs():
     """What the replica's `wait_for_generation` rests on: the waiter wakes on a generation's start and on an update's
     end, and returns only when its condition holds, here a generation running at version 2."""
+
     async def scenario():
         gate, engine, served = ReplicaGate(), StandInEngine(), {"version": 1}
         waiter = asyncio.create_task(gate.wait_until(lambda: gate.active > 0 and served["version"] == 2))

@@ -1,5 +1,6 @@
 """The retry policy for calls whose rollout replica died, and the client's use of it, against a fake Serve handle:
 no Ray cluster, no engine. The end-to-end kills are in test_replica_faults.py."""
+
 from __future__ import annotations
 
 import logging
@@ -14,11 +15,13 @@ from serve.types import PolicyVersionMismatch, RolloutSample, SamplingOptions
 
 # What Ray raises when a Serve replica is SIGKILLed under a call (ActorDiedError built from the death context, as
 # str() renders it): one sentence, indented fields, then the cause.
-DEATH_TEXT = ("The actor died unexpectedly before finishing this task.\n\tclass_name: ServeReplica:app:rollout\n"
-              "\tactor_id: 9f8e\n\tpid: 4242\n\tname: SERVE_REPLICA::app#rollout#k3xq9w\n"
-              "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
-              "detail: Worker unexpectedly exits with a connection error code 2. End of file. Some common causes "
-              "include: (1) the process was killed by the OOM killer due to high memory usage, (2) ...")
+DEATH_TEXT = (
+    "The actor died unexpectedly before finishing this task.\n\tclass_name: ServeReplica:app:rollout\n"
+    "\tactor_id: 9f8e\n\tpid: 4242\n\tname: SERVE_REPLICA::app#rollout#k3xq9w\n"
+    "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit "
+    "detail: Worker unexpectedly exits with a connection error code 2. End of file. Some common causes "
+    "include: (1) the process was killed by the OOM killer due to high memory usage, (2) ..."
+)
 
 
 class ReplicaDied(ray.exceptions.ActorDiedError):
@@ -88,9 +91,11 @@ def test_resends_stop_after_replica_retry_max_with_one_line_naming_replica_cause
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("generate of prompts [0, 4) at policy version 3: rollout replica k3xq9w died (")
-    assert ("(The actor died unexpectedly before finishing this task. The actor is dead because its worker process "
-            "has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection "
-            "error code 2. End of file.) and 2 resends") in message
+    assert (
+        "(The actor died unexpectedly before finishing this task. The actor is dead because its worker process "
+        "has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection "
+        "error code 2. End of file.) and 2 resends"
+    ) in message
     assert "pid: 4242" not in message and "common causes" not in message  # Ray's fields and advice stay out
     assert "actor_rollout_ref.rollout.replica_retry_max / replica_retry_timeout_s" in message
 
@@ -121,11 +126,15 @@ def test_a_resend_that_outlasts_the_timeout_stops_the_run_but_a_first_try_timeou
     assert seen == [None]
 
 
-@pytest.mark.parametrize("error", [
-    PolicyVersionMismatch(4, 0, "k3xq9w"),  # a replacement that could not replay the policy: resending samples v0
-    ray.exceptions.RayTaskError("generate", "Traceback ...", ValueError("prompt 2 is longer than max_model_len")),
-    ValueError("bad request"),
-], ids=["version-mismatch", "replica-raised", "local"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        PolicyVersionMismatch(4, 0, "k3xq9w"),  # a replacement that could not replay the policy: resending samples v0
+        ray.exceptions.RayTaskError("generate", "Traceback ...", ValueError("prompt 2 is longer than max_model_len")),
+        ValueError("bad request"),
+    ],
+    ids=["version-mismatch", "replica-raised", "local"],
+)
 def test_answers_a_replica_gave_on_purpose_are_not_resent(error):
     policy = RetryPolicy(3, 60.0, clock=FakeClock(), wait=lambda s: None)
     counts = FaultCounts()
@@ -202,8 +211,13 @@ class FakeHandle:
                 if offset in handle.die_once:
                     handle.die_once.discard(offset)
                     return FakeResponse(ReplicaDied())
-                return FakeResponse([RolloutSample(offset + i, j, [7, 8], [-0.5, -0.25], "length", expect_version)
-                                     for i in range(len(prompts)) for j in range(sampling.n)])
+                return FakeResponse(
+                    [
+                        RolloutSample(offset + i, j, [7, 8], [-0.5, -0.25], "length", expect_version)
+                        for i in range(len(prompts))
+                        for j in range(sampling.n)
+                    ]
+                )
 
         self.generate = Generate
 
@@ -240,8 +254,11 @@ def test_generate_past_the_bound_raises_the_one_line_error():
     handle = FakeHandle(die_once_at_offset=[0])
     client = make_client(handle, replicas=1, replica_retry_max=0)
 
-    with pytest.raises(ReplicaRetryExhausted, match=r"^generate of prompts \[0, 2\) at policy version 1: rollout "
-                                                    r"replica k3xq9w died \(.*replica_retry_max=0"):
+    with pytest.raises(
+        ReplicaRetryExhausted,
+        match=r"^generate of prompts \[0, 2\) at policy version 1: rollout "
+        r"replica k3xq9w died \(.*replica_retry_max=0",
+    ):
         client.generate([[1]] * 2, expect_version=1, sampling=SamplingOptions(max_tokens=2))
     assert handle.generate_calls == [0]
 
@@ -251,19 +268,28 @@ def test_update_weights_resends_to_the_replacement_until_every_replica_serves_th
     from serve.types import LoraAdapter
 
     monkeypatch.setattr(serve.client, "to_wire", lambda payload, chunk_bytes: "wire")  # no object store here
-    handle = FakeHandle(broadcasts={
-        "update_weights": [[2, ReplicaDied()]],  # replica a loaded version 2; the other died during the sync
-        # the resend reaches a alone (the replacement c is starting), then a and c
-        "ensure_version": [[2], [2, 2]],
-        # c replayed the store before a had published version 2, so it came back on version 1
-        "policy_version": [[{"replica": "a", "version": 2}, {"replica": "c", "version": 1}],
-                           [{"replica": "a", "version": 2}, {"replica": "c", "version": 2}]],
-    })
+    handle = FakeHandle(
+        broadcasts={
+            "update_weights": [[2, ReplicaDied()]],  # replica a loaded version 2; the other died during the sync
+            # the resend reaches a alone (the replacement c is starting), then a and c
+            "ensure_version": [[2], [2, 2]],
+            # c replayed the store before a had published version 2, so it came back on version 1
+            "policy_version": [
+                [{"replica": "a", "version": 2}, {"replica": "c", "version": 1}],
+                [{"replica": "a", "version": 2}, {"replica": "c", "version": 2}],
+            ],
+        }
+    )
     client = make_client(handle)
 
     assert client.update_weights(2, LoraAdapter({"r": 8}, {})) == {"a": 2, "c": 2}
-    assert handle.broadcast_calls == ["update_weights", "ensure_version", "policy_version", "ensure_version",
-                                      "policy_version"]
+    assert handle.broadcast_calls == [
+        "update_weights",
+        "ensure_version",
+        "policy_version",
+        "ensure_version",
+        "policy_version",
+    ]
     assert client.take_faults() == ({"k3xq9w"}, 1)
 
 

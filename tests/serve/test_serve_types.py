@@ -2,6 +2,7 @@
 
 No Ray cluster and no vLLM engine: these run in milliseconds.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -80,10 +81,13 @@ def test_a_chunk_is_a_safetensors_file_for_every_dtype_shape_and_layout():
     tensors = {
         "f64": torch.tensor([1.0 / 3.0], dtype=torch.float64),
         "f32": torch.arange(12, dtype=torch.float32).reshape(3, 4),
-        "bf16": torch.tensor([[0.5, -3.0]], dtype=torch.bfloat16), "i64": torch.tensor([-(2 ** 40)]),
-        "i8": torch.tensor([-7, 7], dtype=torch.int8), "u8": torch.tensor([255], dtype=torch.uint8),
+        "bf16": torch.tensor([[0.5, -3.0]], dtype=torch.bfloat16),
+        "i64": torch.tensor([-(2**40)]),
+        "i8": torch.tensor([-7, 7], dtype=torch.int8),
+        "u8": torch.tensor([255], dtype=torch.uint8),
         "bool": torch.tensor([True, False, True]),
-        "scalar": torch.tensor(2.5), "empty": torch.zeros(0, 3),
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 3),
         "transposed": torch.arange(6, dtype=torch.float32).reshape(2, 3).t(),  # not contiguous: copied in row order
     }
     data = SafetensorsChunk.of(tensors).tobytes()
@@ -112,8 +116,9 @@ def test_a_stream_of_tensors_is_encoded_chunk_by_chunk_as_it_is_read():
     # the first chunk (t0, t1) is out when t2, which does not fit in it, has been pulled, and no later tensor
     assert pulled == [0, 1, 2] and set(decode_tensors([first])) == {"t0", "t1"}
     back = decode_tensors([first, *chunks])
-    assert sorted(back) == [f"t{i}" for i in range(5)] and all(torch.equal(back[f"t{i}"], torch.full((25,), float(i)))
-                                                             for i in range(5))
+    assert sorted(back) == [f"t{i}" for i in range(5)] and all(
+        torch.equal(back[f"t{i}"], torch.full((25,), float(i))) for i in range(5)
+    )
     with pytest.raises(ValueError, match="empty"):
         next(iter_encoded_chunks(iter(())))
 
@@ -127,8 +132,10 @@ def test_tied_tensors_are_sent_as_separate_copies():
 def test_lora_payload_is_staged_as_a_peft_folder(tmp_path):
     chunks = encode_tensors({"base_model.model.x.lora_A.weight": torch.zeros(2, 3)})
     folder = write_peft_adapter({"r": 2, "peft_type": "LORA"}, chunks, tmp_path / "adapter")
-    assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == ["adapter_config.json",
-                                                                      "adapter_model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
     assert folder == str(tmp_path / "adapter")
     with pytest.raises(ValueError, match="one safetensors chunk"):
         write_peft_adapter({}, chunks * 2, tmp_path / "two")

@@ -1,4 +1,5 @@
 """How a replica starts vLLM on a CPU: the environment under which it builds the engine, and the log line that drops."""
+
 from __future__ import annotations
 
 import logging
@@ -11,10 +12,21 @@ from serve.vllm_engine import _ARG_UTILS_LOGGER, InProcessSeedWarning, engine_bu
 
 
 def _spec(threads: int, tensor_parallel_size: int = 1) -> RolloutEngineSpec:
-    return RolloutEngineSpec(model_path="m", dtype="bfloat16", tensor_parallel_size=tensor_parallel_size,
-                      gpu_memory_utilization=0.5, max_num_batched_tokens=2048, max_num_seqs=64, max_model_len=None,
-                      enforce_eager=True, enable_chunked_prefill=True, cpu_kv_cache_bytes=1 << 28,
-                      cpu_threads=threads, max_lora_rank=None, trust_remote_code=False)
+    return RolloutEngineSpec(
+        model_path="m",
+        dtype="bfloat16",
+        tensor_parallel_size=tensor_parallel_size,
+        gpu_memory_utilization=0.5,
+        max_num_batched_tokens=2048,
+        max_num_seqs=64,
+        max_model_len=None,
+        enforce_eager=True,
+        enable_chunked_prefill=True,
+        cpu_kv_cache_bytes=1 << 28,
+        cpu_threads=threads,
+        max_lora_rank=None,
+        trust_remote_code=False,
+    )
 
 
 @pytest.fixture
@@ -34,7 +46,8 @@ def test_one_worker_runs_in_the_replica_on_its_cores(four_cores):
 
 def test_tensor_parallel_workers_keep_vllms_own_processes_and_binding(four_cores):
     assert engine_build_env(_spec(threads=2, tensor_parallel_size=2), replica_rank=0) == {
-        "VLLM_CPU_OMP_THREADS_BIND": "0,1"}
+        "VLLM_CPU_OMP_THREADS_BIND": "0,1"
+    }
 
 
 def test_environment_restores_previous_values_and_absences(monkeypatch):
@@ -71,7 +84,8 @@ def test_only_vllms_in_process_seed_warning_is_dropped(monkeypatch):
     seed = _vllms_seed_warning(monkeypatch)
     assert seed.getMessage().startswith("The global random seed is set to 7.")
     assert seed.name == _ARG_UTILS_LOGGER  # the logger the filter is attached to
-    other = logging.LogRecord(seed.name, logging.WARNING, __file__, 1, "The global random seed is set to %d.", (7,),
-                              None)
+    other = logging.LogRecord(
+        seed.name, logging.WARNING, __file__, 1, "The global random seed is set to %d.", (7,), None
+    )
     assert not InProcessSeedWarning().filter(seed)
     assert InProcessSeedWarning().filter(other)

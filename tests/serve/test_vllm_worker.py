@@ -1,4 +1,5 @@
 """vLLM's reload warning is kept only for layers that should have loaded (serve.vllm_worker.ExpectedReloadGaps)."""
+
 import logging
 
 import torch
@@ -45,5 +46,7 @@ def test_the_filter_drops_only_the_expected_layers_warnings(caplog):
             vllm_logger.warning("%s: some other problem", "Head")
     finally:
         vllm_logger.removeFilter(gap_filter)
-    assert [record.getMessage() for record in caplog.records] == ["Linear: Failed to load weights",
-                                                                 "Head: some other problem"]
+    assert [record.getMessage() for record in caplog.records] == [
+        "Linear: Failed to load weights",
+        "Head: some other problem",
+    ]

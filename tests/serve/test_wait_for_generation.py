@@ -1,5 +1,6 @@
 """The replica's `wait_for_generation`, which a fault drill waits on to kill the replica while a generate is in flight:
 the method itself over a real `ReplicaGate`, with a stand-in for the rest of the replica (no Ray, no engine)."""
+
 from __future__ import annotations
 
 import asyncio

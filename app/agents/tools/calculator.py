@@ -1,6 +1,7 @@
 """A calculator tool: evaluates an arithmetic expression by walking its syntax tree. Only numbers, + - * / // % **,
 unary signs and parentheses are allowed; anything else (names, calls, attributes, strings...) is refused, so no code
 from the model ever runs. Integers stay exact, however large."""
+
 from __future__ import annotations
 
 import ast
@@ -14,8 +15,15 @@ MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 1000  # keeps 10**10**10 from freezing the run
 MAX_RESULT_DIGITS = 4000
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
 
@@ -46,8 +54,13 @@ def _eval(node: ast.AST) -> Number:
         left, right = _eval(node.left), _eval(node.right)
         if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
             raise CalculatorError(f"exponent {right} is larger than {MAX_EXPONENT}")
-        if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and \
-                abs(left) > 1 and len(str(abs(left))) * right > MAX_RESULT_DIGITS:
+        if (
+            isinstance(node.op, ast.Pow)
+            and isinstance(left, int)
+            and isinstance(right, int)
+            and abs(left) > 1
+            and len(str(abs(left))) * right > MAX_RESULT_DIGITS
+        ):
             raise CalculatorError(f"result has more than {MAX_RESULT_DIGITS} digits")
         try:
             value = _BINARY[type(node.op)](left, right)
@@ -55,8 +68,14 @@ def _eval(node: ast.AST) -> Number:
             raise CalculatorError("division by zero") from e
         except OverflowError as e:
             raise CalculatorError("result too large") from e
-        if isinstance(value, float) and value.is_integer() and isinstance(node.op, ast.Div) and \
-                isinstance(left, int) and isinstance(right, int) and left % right == 0:
+        if (
+            isinstance(value, float)
+            and value.is_integer()
+            and isinstance(node.op, ast.Div)
+            and isinstance(left, int)
+            and isinstance(right, int)
+            and left % right == 0
+        ):
             return left // right  # exact for big integers, where the float would round
         if isinstance(value, complex):
             raise CalculatorError("the result is not a real number")

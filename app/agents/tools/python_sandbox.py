@@ -6,6 +6,7 @@ interface but loopback; `resource` limits cap its address space, CPU time and fi
 before the code runs refuses writes outside the scratch folder, reads outside it and the standard library, and new
 processes, sockets and `ctypes`. Where `unshare` cannot make the namespaces the tool refuses to start unless its config
 says `sandbox: false`, which runs the code without the network namespace (the other layers stay)."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ from app.agents.tool_base import BaseTool
 UNSHARE_COMMAND = ("unshare", "--user", "--map-root-user", "--net")
 
 # Runs in the child with the interpreter's -I (no site-packages, no user env): limits, then the guard, then the code.
-_BOOTSTRAP = r'''
+_BOOTSTRAP = r"""
 import os, resource, sys, sysconfig
 
 
@@ -71,7 +72,7 @@ with open(os.path.join(_scratch, 'main.py')) as _f:
 install(_scratch, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
 del install
 exec(compile(_source, "main.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-'''
+"""
 
 
 def network_namespace_available() -> tuple[bool, str]:
@@ -99,9 +100,11 @@ class PythonSandboxTool(BaseTool):
         if self.isolate_network:
             ok, why = network_namespace_available()
             if not ok:
-                raise RuntimeError(f"tool {self.name!r}: no network namespace for the Python sandbox ({why}); run "
-                                   "where unprivileged user namespaces are allowed, or set `sandbox: false` in this "
-                                   "tool's config to run code with network access")
+                raise RuntimeError(
+                    f"tool {self.name!r}: no network namespace for the Python sandbox ({why}); run "
+                    "where unprivileged user namespaces are allowed, or set `sandbox: false` in this "
+                    "tool's config to run code with network access"
+                )
         self._scratch: dict[str, str] = {}
 
     def create(self, instance_id=None, **kwargs) -> str:
@@ -119,14 +122,30 @@ class PythonSandboxTool(BaseTool):
         scratch = self._scratch[instance_id]
         with open(os.path.join(scratch, "main.py"), "w") as f:
             f.write(code)
-        command = [sys.executable, "-I", "-c", _BOOTSTRAP, scratch, str(self.memory_mb << 20),
-                   str(max(1, int(self.timeout_s) + 1)), str(self.max_file_mb << 20)]
+        command = [
+            sys.executable,
+            "-I",
+            "-c",
+            _BOOTSTRAP,
+            scratch,
+            str(self.memory_mb << 20),
+            str(max(1, int(self.timeout_s) + 1)),
+            str(self.max_file_mb << 20),
+        ]
         if self.isolate_network:
             command = [*UNSHARE_COMMAND, *command]
         env = {"PATH": os.defpath, "HOME": scratch, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
         try:
-            done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, errors="replace",
-                                  timeout=self.timeout_s, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                command,
+                cwd=scratch,
+                env=env,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=self.timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             return f"Error: the code ran longer than {self.timeout_s:g} s and was stopped", 0.0, {"timeout": 1}
         out = done.stdout + (("\n" if done.stdout else "") + done.stderr if done.stderr else "")

@@ -5,10 +5,14 @@ import pytest
 from algos.rewards.gsm8k_steps import compute_score, reference_results, step_credit, well_formed, written_results
 
 # GSM8K train item 0: 48/2 = 24 clips in May, 48 + 24 = 72 altogether.
-QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-            "How many clips did Natalia sell altogether in April and May?")
-SOLUTION = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
-            "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72")
+QUESTION = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?"
+)
+SOLUTION = (
+    "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+    "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72"
+)
 INFO = {"answer": SOLUTION, "question": QUESTION}
 
 

@@ -1,4 +1,5 @@
 """DAPO's soft overlong punishment (algos.rewards.overlong)."""
+
 import pytest
 import torch
 

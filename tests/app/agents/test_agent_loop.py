@@ -1,5 +1,6 @@
 """The agent loop against a scripted stand-in policy and the real SmolLM2 tokenizer: every token of a trajectory, its
 mask and its log-probs are checked against a sequence built by hand from the chat template."""
+
 import pytest
 import torch
 from scripted_policy import ScriptedPolicy, logprobs_for
@@ -20,27 +21,42 @@ ANSWER = f"The product is {PRODUCT}.\n#### {PRODUCT}"
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_dir):
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
 def calculator():
-    schema = ToolSchema.from_dict({"type": "function", "function": {
-        "name": "calculator", "description": "Evaluate arithmetic",
-        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}, "test")
+    schema = ToolSchema.from_dict(
+        {
+            "type": "function",
+            "function": {
+                "name": "calculator",
+                "description": "Evaluate arithmetic",
+                "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+            },
+        },
+        "test",
+    )
     return {"calculator": CalculatorTool({}, schema)}
 
 
 def make_loop(tokenizer, script, response_length=200, **limits):
     tools = calculator()
     policy = ScriptedPolicy(tokenizer, script)
-    loop = AgentLoop(policy, tokenizer, tools, ToolRunner(tools, max_parallel_calls=2),
-                     AgentLoopLimits(response_length=response_length, **limits))
+    loop = AgentLoop(
+        policy,
+        tokenizer,
+        tools,
+        ToolRunner(tools, max_parallel_calls=2),
+        AgentLoopLimits(response_length=response_length, **limits),
+    )
     return loop, policy
 
 
 def prompt_ids(tokenizer, question="What is 123456789 * 987654321?"):
-    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+    )
     return tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -55,24 +71,36 @@ def test_tokens_mask_and_logprobs_token_by_token(tokenizer):
     eos = tokenizer.eos_token_id
     turn0 = tokenizer.encode(CALL, add_special_tokens=False) + [eos]
     # ChatML after an assistant turn: the newline ending its message, the tool message, the next assistant header
-    glue = tokenizer.encode(f"\n<|im_start|>tool\n{PRODUCT}<|im_end|>\n<|im_start|>assistant\n",
-                            add_special_tokens=False)
+    glue = tokenizer.encode(
+        f"\n<|im_start|>tool\n{PRODUCT}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False
+    )
     turn1 = tokenizer.encode(ANSWER, add_special_tokens=False) + [eos]
     assert traj.prompt_ids == prompt
     assert traj.response_ids == turn0 + glue + turn1
     assert traj.response_mask == [1] * len(turn0) + [0] * len(glue) + [1] * len(turn1)
     assert traj.response_logprobs == logprobs_for(0, len(turn0)) + [0.0] * len(glue) + logprobs_for(1, len(turn1))
     # the whole sequence is exactly what the chat template writes for this conversation
-    conversation = [{"role": "user", "content": "What is 123456789 * 987654321?"},
-                    {"role": "assistant", "content": CALL}, {"role": "tool", "content": PRODUCT},
-                    {"role": "assistant", "content": ANSWER}]
-    assert tokenizer.decode(traj.prompt_ids + traj.response_ids) == \
-        tokenizer.apply_chat_template(conversation, tokenize=False).removesuffix("\n")
+    conversation = [
+        {"role": "user", "content": "What is 123456789 * 987654321?"},
+        {"role": "assistant", "content": CALL},
+        {"role": "tool", "content": PRODUCT},
+        {"role": "assistant", "content": ANSWER},
+    ]
+    assert tokenizer.decode(traj.prompt_ids + traj.response_ids) == tokenizer.apply_chat_template(
+        conversation, tokenize=False
+    ).removesuffix("\n")
     # each turn saw the sequence so far, one sample, the same policy version, the budget left
     assert [(c[0], c[1], c[2].n, c[2].max_tokens) for c in policy.calls] == [
-        (prompt, 7, 1, 200), (prompt + turn0 + glue, 7, 1, 200 - len(turn0) - len(glue))]
-    assert (traj.finish_reason, traj.assistant_turns, traj.tool_turns, traj.tool_calls, traj.tool_errors) == \
-        ("stop", 2, 1, 1, {})
+        (prompt, 7, 1, 200),
+        (prompt + turn0 + glue, 7, 1, 200 - len(turn0) - len(glue)),
+    ]
+    assert (traj.finish_reason, traj.assistant_turns, traj.tool_turns, traj.tool_calls, traj.tool_errors) == (
+        "stop",
+        2,
+        1,
+        1,
+        {},
+    )
     assert traj.turns[1] == {"role": "tool", "content": PRODUCT}
 
     batch = build_trajectory_batch([traj], pad_token_id=tokenizer.pad_token_id)
@@ -95,7 +123,7 @@ def test_advantages_are_zero_on_every_tool_token(tokenizer):
         rewards[i, len(t.response_ids) - 1] = 1.0 - i
     adv, _ = grpo(rewards, mask, ["p", "p"])
     assert torch.all(adv[mask == 0] == 0)
-    expected = 0.5 / (0.5 ** 0.5 + 1e-6)  # deviation from the mean 0.5, over the unbiased std of {1, 0}: sqrt(0.5)
+    expected = 0.5 / (0.5**0.5 + 1e-6)  # deviation from the mean 0.5, over the unbiased std of {1, 0}: sqrt(0.5)
     assert adv[0][mask[0] == 1].tolist() == pytest.approx([expected] * int(mask[0].sum()), rel=1e-5)
     assert int((mask[0] == 0).sum()) > 10  # the glue and the tool result really are in the row
 
@@ -118,8 +146,10 @@ def test_turn_limits_and_budget(tokenizer):
 
 
 def test_a_batch_runs_concurrently_prompt_major_with_tool_errors_counted(tokenizer):
-    bad = '<tool_call>{"name": "calculator", "arguments": {"expression": "os.getcwd()"}}</tool_call>' \
-          '<tool_call>{"name": "search", "arguments": {}}</tool_call><tool_call>{oops}</tool_call>'
+    bad = (
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "os.getcwd()"}}</tool_call>'
+        '<tool_call>{"name": "search", "arguments": {}}</tool_call><tool_call>{oops}</tool_call>'
+    )
     loop, policy = make_loop(tokenizer, [bad, ANSWER])
     prompts = [prompt_ids(tokenizer, "q1"), prompt_ids(tokenizer, "q2")]
     trajs = loop.run(prompts, version=3, sampling=SamplingOptions(max_tokens=200, n=2, seed=10))

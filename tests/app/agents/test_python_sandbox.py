@@ -33,24 +33,30 @@ def test_runs_code_and_keeps_files_in_its_scratch_folder(sandbox):
     assert run(sandbox, "import json; print(json.dumps(open('notes.txt').read()))")[0] == '"kept"\n'
 
 
-@pytest.mark.parametrize("code, refused", [
-    ("open('/etc/hostname').read()", "/etc/hostname is outside the scratch folder"),
-    ("open('../escape.txt', 'w')", "escape.txt is outside the scratch folder"),
-    ("import os; os.listdir('/')", "sandbox: / is outside the scratch folder"),
-    ("import os; os.remove('/tmp/x')", "os.remove on /tmp/x is outside the scratch folder"),
-    ("import subprocess; subprocess.run(['true'])", "subprocess.Popen is not allowed"),
-    ("import os; os.system('true')", "os.system is not allowed"),
-    ("import socket; socket.socket().connect(('10.0.0.1', 80))", "socket.__new__ is not allowed"),
-    ("import urllib.request; urllib.request.urlopen('http://10.0.0.1')", "socket.getaddrinfo is not allowed"),
-])
+@pytest.mark.parametrize(
+    "code, refused",
+    [
+        ("open('/etc/hostname').read()", "/etc/hostname is outside the scratch folder"),
+        ("open('../escape.txt', 'w')", "escape.txt is outside the scratch folder"),
+        ("import os; os.listdir('/')", "sandbox: / is outside the scratch folder"),
+        ("import os; os.remove('/tmp/x')", "os.remove on /tmp/x is outside the scratch folder"),
+        ("import subprocess; subprocess.run(['true'])", "subprocess.Popen is not allowed"),
+        ("import os; os.system('true')", "os.system is not allowed"),
+        ("import socket; socket.socket().connect(('10.0.0.1', 80))", "socket.__new__ is not allowed"),
+        ("import urllib.request; urllib.request.urlopen('http://10.0.0.1')", "socket.getaddrinfo is not allowed"),
+    ],
+)
 def test_refuses_files_outside_processes_and_network(sandbox, code, refused):
     text, _, metrics = run(sandbox, code)
     assert refused in text and metrics == {"error": 1}
 
 
 def test_time_and_memory_limits(sandbox):
-    assert run(sandbox, "while True: pass") == ("Error: the code ran longer than 3 s and was stopped", 0.0,
-                                                {"timeout": 1})
+    assert run(sandbox, "while True: pass") == (
+        "Error: the code ran longer than 3 s and was stopped",
+        0.0,
+        {"timeout": 1},
+    )
     text, _, metrics = run(sandbox, "x = bytearray(1 << 30)")  # 1 GiB over a 256 MiB address-space limit
     assert "MemoryError" in text and metrics == {"error": 1}
 
@@ -60,8 +66,9 @@ def test_the_namespace_has_no_network():
     if not HAS_NETNS:
         pytest.skip(f"this platform gives no network namespace ({WHY_NOT})")
     probe = "import socket; s = socket.socket(); s.settimeout(5); print(s.connect_ex(('10.0.0.1', 80)))"
-    done = subprocess.run([*python_sandbox.UNSHARE_COMMAND, sys.executable, "-I", "-c", probe], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [*python_sandbox.UNSHARE_COMMAND, sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60
+    )
     assert done.stdout.strip() == "101"  # ENETUNREACH
 
 

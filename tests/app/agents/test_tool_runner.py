@@ -37,8 +37,12 @@ def tool(cls, name):
 
 
 def runner(**kwargs):
-    tools = {"echo": tool(EchoTool, "echo"), "aecho": tool(AsyncEchoTool, "aecho"),
-             "fail": tool(FailingTool, "fail"), "hang": tool(HangingTool, "hang")}
+    tools = {
+        "echo": tool(EchoTool, "echo"),
+        "aecho": tool(AsyncEchoTool, "aecho"),
+        "fail": tool(FailingTool, "fail"),
+        "hang": tool(HangingTool, "hang"),
+    }
     return ToolRunner(tools, **kwargs), tools
 
 
@@ -48,15 +52,24 @@ IDS = {"echo": "e1", "aecho": "a1", "fail": "f1", "hang": "h1"}
 def test_answers_in_call_order_sync_and_async():
     run, _ = runner(max_parallel_calls=2)
     results = run.run([ToolCall("echo", {"text": "hi"}), ToolCall("aecho", {"text": "yo"})], IDS)
-    assert [(r.name, r.content, r.error, r.reward) for r in results] == [("echo", "e1:hi", None, 0.5),
-                                                                        ("aecho", "YO", None, 0.0)]
+    assert [(r.name, r.content, r.error, r.reward) for r in results] == [
+        ("echo", "e1:hi", None, 0.5),
+        ("aecho", "YO", None, 0.0),
+    ]
 
 
 def test_errors_become_messages_and_counted_kinds():
     run, tools = runner(max_parallel_calls=3, timeout_s=0.2)
     try:
-        results = run.run([ToolCall("fail", {}), ToolCall("hang", {}), ToolCall("nope", {}),
-                           ToolCall("echo", {"text": "over the limit"})], IDS)
+        results = run.run(
+            [
+                ToolCall("fail", {}),
+                ToolCall("hang", {}),
+                ToolCall("nope", {}),
+                ToolCall("echo", {"text": "over the limit"}),
+            ],
+            IDS,
+        )
     finally:
         tools["hang"].release_event.set()
     assert [r.error for r in results] == ["exception", "timeout", "unknown_tool", "too_many_calls"]

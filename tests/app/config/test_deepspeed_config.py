@@ -1,5 +1,6 @@
 """`strategy=deepspeed`: DeepSpeed's JSON derived from our keys and merged with a user's file, refused on the driver
 when the two disagree."""
+
 import json
 
 import pytest
@@ -17,9 +18,11 @@ A = "actor_rollout_ref.actor"
 # 4 prompts x rollout.n=2 = 8 samples per optimiser step, over 2 ranks = 4 each, in micro-batches of 2
 BASE = {
     "data": {"train_files": "train.parquet", "train_batch_size": 8},
-    "actor_rollout_ref": {"model": {"path": "/models/x"}, "rollout": {"n": 2},
-                          "actor": {"strategy": "deepspeed", "ppo_mini_batch_size": 4,
-                                    "ppo_micro_batch_size_per_gpu": 2}},
+    "actor_rollout_ref": {
+        "model": {"path": "/models/x"},
+        "rollout": {"n": 2},
+        "actor": {"strategy": "deepspeed", "ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2},
+    },
     "algorithm": {"adv_estimator": "grpo"},
     "trainer": {"num_workers": 2},
 }
@@ -39,46 +42,65 @@ def _config(tmp_path, user=None, **actor):
 
 def test_batch_keys_split_like_the_fsdp_engine():
     # 8 samples over 2 ranks = 4 per rank; micro-batches of 2 -> 2 accumulated backward passes per step
-    assert batch_keys(8, 2, 2) == {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
-                                   "gradient_accumulation_steps": 2}
+    assert batch_keys(8, 2, 2) == {
+        "train_batch_size": 8,
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_accumulation_steps": 2,
+    }
     # no micro-batch size, or a token budget: one forward of the whole per-rank share
     assert batch_keys(8, None, 2)["train_micro_batch_size_per_gpu"] == 4
     assert batch_keys(8, 2, 2, use_dynamic_bsz=True)["gradient_accumulation_steps"] == 1
     # inference only: nothing accumulates
-    assert batch_keys(None, 3, 2) == {"train_batch_size": 6, "train_micro_batch_size_per_gpu": 3,
-                                      "gradient_accumulation_steps": 1}
+    assert batch_keys(None, 3, 2) == {
+        "train_batch_size": 6,
+        "train_micro_batch_size_per_gpu": 3,
+        "gradient_accumulation_steps": 1,
+    }
     with pytest.raises(DeepSpeedConfigError, match="micro-batches of 3"):
         batch_keys(8, 3, 2)
 
 
 def _derived(**kwargs):
-    args = dict(zero_stage=2, offload_optimizer=False, trains=True, grad_clip=1.0, param_dtype="bf16",
-                batch=batch_keys(8, 2, 2))
+    args = dict(
+        zero_stage=2, offload_optimizer=False, trains=True, grad_clip=1.0, param_dtype="bf16", batch=batch_keys(8, 2, 2)
+    )
     args.update(kwargs)
     return derived_config(**args)
 
 
 def test_user_values_win_auto_takes_ours_and_an_inference_engine_drops_zero_2():
-    user = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 2, "gradient_clipping": "auto",
-            "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
-                                                               "overlap_comm": False},
-            "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto"}},
-            "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}}
+    user = {
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": 2,
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "overlap_comm": False},
+        "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto"}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}},
+    }
     merged = merge_user_config(_derived(offload_optimizer=True), user, source="ds.json", trains=True)
     assert merged["zero_optimization"] == {"stage": 3, "overlap_comm": False, "offload_optimizer": {"device": "cpu"}}
     assert merged["train_micro_batch_size_per_gpu"] == 2 and merged["gradient_accumulation_steps"] == 2
     assert merged["gradient_clipping"] == 1.0 and merged["bf16"] == {"enabled": True}
     assert "optimizer" not in merged and "scheduler" not in merged  # ours: AdamW and the optim.* schedule
     # no optimizer: ZeRO-2 has nothing to partition (DeepSpeed refuses it), the user's batch keys mean nothing
-    inference = merge_user_config(_derived(trains=False, batch=batch_keys(None, None, 2)),
-                                  {"train_batch_size": 64, "zero_optimization": {"stage": 2}}, source="ds.json",
-                                  trains=False)
+    inference = merge_user_config(
+        _derived(trains=False, batch=batch_keys(None, None, 2)),
+        {"train_batch_size": 64, "zero_optimization": {"stage": 2}},
+        source="ds.json",
+        trains=False,
+    )
     assert inference["zero_optimization"]["stage"] == 0 and inference["train_batch_size"] == 2
 
 
-@pytest.mark.parametrize("section", [{"optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}},
-                                     {"optimizer": {"type": "Lamb", "params": {"lr": "auto"}}},
-                                     {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}}])
+@pytest.mark.parametrize(
+    "section",
+    [
+        {"optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}},
+        {"optimizer": {"type": "Lamb", "params": {"lr": "auto"}}},
+        {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}},
+    ],
+)
 def test_an_optimizer_or_schedule_of_its_own_is_refused(section):
     with pytest.raises(DeepSpeedConfigError, match=r"ds\.json: (optimizer|scheduler)=.* actor\.optim"):
         merge_user_config(_derived(), section, source="ds.json", trains=True, optim_key="actor.optim")
@@ -86,17 +108,24 @@ def test_an_optimizer_or_schedule_of_its_own_is_refused(section):
 
 def test_a_user_file_whose_batch_key_disagrees_is_refused_before_any_worker_naming_file_key_and_values(tmp_path):
     # derived: 4 samples per rank in micro-batches of 2 -> gradient_accumulation_steps=2; the file says 4
-    with pytest.raises(ConfigError, match=rf"{A}\.deepspeed_config\.config_path=.*ds\.json: "
-                                          r"gradient_accumulation_steps=4 disagrees with "
-                                          r"gradient_accumulation_steps=2 derived from .*ppo_mini_batch_size=4 x "
-                                          r"actor_rollout_ref\.rollout\.n=2 .*trainer\.num_workers=2.*"
-                                          r"ppo_micro_batch_size_per_gpu=2"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"{A}\.deepspeed_config\.config_path=.*ds\.json: "
+        r"gradient_accumulation_steps=4 disagrees with "
+        r"gradient_accumulation_steps=2 derived from .*ppo_mini_batch_size=4 x "
+        r"actor_rollout_ref\.rollout\.n=2 .*trainer\.num_workers=2.*"
+        r"ppo_micro_batch_size_per_gpu=2",
+    ):
         load_config(_config(tmp_path, {"gradient_accumulation_steps": 4}))
     with pytest.raises(ConfigError, match=r"ds\.json: train_batch_size=16 disagrees with train_batch_size=8"):
         load_config(_config(tmp_path, {"train_batch_size": 16}))
     # the same numbers, or "auto", pass
-    cfg = load_config(_config(tmp_path, {"train_batch_size": 8, "train_micro_batch_size_per_gpu": "auto",
-                                         "zero_optimization": {"stage": 3}}))
+    cfg = load_config(
+        _config(
+            tmp_path,
+            {"train_batch_size": 8, "train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 3}},
+        )
+    )
     assert cfg.actor_rollout_ref.actor.deepspeed_config.zero_stage == 2  # the file's stage wins in the engine
 
 
@@ -120,8 +149,11 @@ def test_strategy_and_stage_values_are_named(tmp_path):
 
 
 def test_fsdp_only_settings_are_refused_with_deepspeed(tmp_path):
-    with pytest.raises(ConfigError, match=rf"{A}\.fsdp_config\.optimizer_offload=true is an FSDP setting.*"
-                                          rf"{A}\.deepspeed_config\.offload_optimizer"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"{A}\.fsdp_config\.optimizer_offload=true is an FSDP setting.*"
+        rf"{A}\.deepspeed_config\.offload_optimizer",
+    ):
         load_config(_config(tmp_path, fsdp_config={"optimizer_offload": True}))
     with pytest.raises(ConfigError, match=rf"{A}\.use_torch_compile=true is not supported"):
         load_config(_config(tmp_path, use_torch_compile=True))

@@ -6,6 +6,7 @@ what a user sets.
 app/, serve/ or algos/ outside the schema itself. A name shared by several sections counts for all of them, so this
 catches keys whose name appears nowhere (the ones that slip in when a verl key is added to the schema alone).
 """
+
 import dataclasses
 import re
 import typing
@@ -29,6 +30,7 @@ def leaf_keys(cls: type, prefix: str = ""):
 
 def unread_keys(cls: type, source: str) -> list[str]:
     """Keys of `cls` whose name `source` never uses as an attribute or a string."""
+
     def read(key: str) -> bool:
         name = re.escape(key.rsplit(".", 1)[-1])
         return re.search(rf"\.{name}\b|[\"']{name}[\"']", source) is not None
@@ -37,11 +39,11 @@ def unread_keys(cls: type, source: str) -> list[str]:
 
 
 def test_every_schema_key_is_read_or_documented_as_without_effect():
-    source = "\n".join(p.read_text() for d in ("app", "serve", "algos") for p in (ROOT / d).rglob("*.py")
-                       if p != SCHEMA)
+    source = "\n".join(
+        p.read_text() for d in ("app", "serve", "algos") for p in (ROOT / d).rglob("*.py") if p != SCHEMA
+    )
     assert len(list(leaf_keys(TrainerRunConfig))) > 200  # the walk reached the nested sections
-    unread = [k for k in unread_keys(TrainerRunConfig, source)
-              if k not in NO_EFFECT and k not in DEFAULT_ONLY]
+    unread = [k for k in unread_keys(TrainerRunConfig, source) if k not in NO_EFFECT and k not in DEFAULT_ONLY]
     assert unread == []
     assert set(NO_EFFECT) | set(DEFAULT_ONLY) <= set(leaf_keys(TrainerRunConfig))  # the lists name real keys
 

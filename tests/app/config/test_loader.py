@@ -1,4 +1,5 @@
 """The schema loader: wrong keys and values are named, derived defaults are filled."""
+
 import pytest
 from support import with_dotted
 
@@ -26,11 +27,17 @@ def test_valid_config_fills_derived_defaults():
 
 
 def test_unknown_key_is_named_with_its_path():
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.lr under actor_rollout_ref\.actor; did you mean "
-                                          r"actor_rollout_ref\.actor\.optim\.lr\?; known keys: .*optim"):
+    with pytest.raises(
+        ConfigError,
+        match=r"actor_rollout_ref\.actor\.lr under actor_rollout_ref\.actor; did you mean "
+        r"actor_rollout_ref\.actor\.optim\.lr\?; known keys: .*optim",
+    ):
         load_config(with_(**{"actor_rollout_ref.actor.lr": 1e-5}))  # a key of that name one level down
-    with pytest.raises(ConfigError, match=r"algorithm\.adv_estimater under algorithm; did you mean "
-                                          r"algorithm\.adv_estimator\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"algorithm\.adv_estimater under algorithm; did you mean "
+        r"algorithm\.adv_estimator\?",
+    ):
         load_config(with_(**{"algorithm.adv_estimater": "grpo"}))  # a typo of a sibling
     with pytest.raises(ConfigError, match=r"unknown key trainer\.zzz under trainer; known keys"):
         load_config(with_(**{"trainer.zzz": 1}))  # nothing close: no guess
@@ -60,8 +67,15 @@ def test_minibatch_that_does_not_divide_names_both_keys():
 def test_samples_per_minibatch_must_split_over_workers():
     # 1 prompt × n=3 samples = 3 samples cannot be shared by 2 workers
     with pytest.raises(ConfigError, match=r"= 3 samples per mini-batch .*trainer\.num_workers=2"):
-        load_config(with_(**{"actor_rollout_ref.actor.ppo_mini_batch_size": 1, "actor_rollout_ref.rollout.n": 3,
-                             "data.train_batch_size": 2}))
+        load_config(
+            with_(
+                **{
+                    "actor_rollout_ref.actor.ppo_mini_batch_size": 1,
+                    "actor_rollout_ref.rollout.n": 3,
+                    "data.train_batch_size": 2,
+                }
+            )
+        )
 
 
 def test_micro_batch_must_divide_per_worker_share():
@@ -85,8 +99,9 @@ def test_unknown_estimator_lists_known_ones():
 
 def test_unknown_kl_type_is_named():
     with pytest.raises(ConfigError, match=r"kl_loss_type='k9'"):
-        load_config(with_(**{"actor_rollout_ref.actor.use_kl_loss": True,
-                             "actor_rollout_ref.actor.kl_loss_type": "k9"}))
+        load_config(
+            with_(**{"actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_type": "k9"})
+        )
 
 
 def test_bypass_mode_refuses_truncated_sampling():
@@ -122,8 +137,12 @@ def test_async_training_needs_a_correction_for_stale_samples_and_refuses_what_it
     with pytest.raises(ConfigError, match=r"cannot be combined with algorithm\.adv_estimator=remax"):
         load_config(with_(**corrected, **{"algorithm.adv_estimator": "remax"}))
     with pytest.raises(ConfigError, match=r"cannot be combined with trainer\.placement=colocated: vLLM sleeps"):
-        load_config(with_(**corrected, **{"trainer.placement": "colocated", "trainer.n_gpus_per_node": 2,
-                                                "trainer.num_workers": None}))
+        load_config(
+            with_(
+                **corrected,
+                **{"trainer.placement": "colocated", "trainer.n_gpus_per_node": 2, "trainer.num_workers": None},
+            )
+        )
     with pytest.raises(ConfigError, match=r"max_staleness=-1 must be >= 0"):
         load_config(with_(**corrected, **{"async_training.max_staleness": -1}))
     # verl's fully-async key means something else (a fraction of a batch): refused by name, not misread
@@ -151,26 +170,38 @@ def test_gen_batch_size_defaults_to_the_train_batch_and_needs_the_group_filter_t
     assert cfg.data.gen_batch_size == 16
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"algorithm.adv_estimator": "gae"}, r"filter_groups\.enable=true .*adv_estimator='gae' is not one of them"),
-    ({"algorithm.filter_groups.max_num_gen_batches": -1}, r"max_num_gen_batches=-1 must be >= 0"),
-    ({"algorithm.filter_groups.max_num_gen_batches": 1, "data.gen_batch_size": 4},
-     r"max_num_gen_batches=1 rounds of data\.gen_batch_size=4 prompts cannot fill data\.train_batch_size=8"),
-    ({"algorithm.filter_groups.metric": "seq_final_reward", "algorithm.use_kl_in_reward": True},
-     r"metric=seq_final_reward with algorithm\.use_kl_in_reward=true"),
-    ({"algorithm.filter_groups.metric": "accuracy"}, r"algorithm\.filter_groups\.metric"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"algorithm.adv_estimator": "gae"}, r"filter_groups\.enable=true .*adv_estimator='gae' is not one of them"),
+        ({"algorithm.filter_groups.max_num_gen_batches": -1}, r"max_num_gen_batches=-1 must be >= 0"),
+        (
+            {"algorithm.filter_groups.max_num_gen_batches": 1, "data.gen_batch_size": 4},
+            r"max_num_gen_batches=1 rounds of data\.gen_batch_size=4 prompts cannot fill data\.train_batch_size=8",
+        ),
+        (
+            {"algorithm.filter_groups.metric": "seq_final_reward", "algorithm.use_kl_in_reward": True},
+            r"metric=seq_final_reward with algorithm\.use_kl_in_reward=true",
+        ),
+        ({"algorithm.filter_groups.metric": "accuracy"}, r"algorithm\.filter_groups\.metric"),
+    ],
+)
 def test_bad_group_filter_settings_are_named(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(with_(**{"algorithm.filter_groups.enable": True, **overrides}))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"reward_model.overlong_buffer.len": 0}, r"overlong_buffer\.len=0 must lie in \(0, 64\]"),
-    ({"reward_model.overlong_buffer.len": 65}, r"overlong_buffer\.len=65 must lie in \(0, 64\]"),
-    ({"reward_model.overlong_buffer.len": 16, "reward_model.overlong_buffer.penalty_factor": -1.0},
-     r"penalty_factor=-1\.0 must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"reward_model.overlong_buffer.len": 0}, r"overlong_buffer\.len=0 must lie in \(0, 64\]"),
+        ({"reward_model.overlong_buffer.len": 65}, r"overlong_buffer\.len=65 must lie in \(0, 64\]"),
+        (
+            {"reward_model.overlong_buffer.len": 16, "reward_model.overlong_buffer.penalty_factor": -1.0},
+            r"penalty_factor=-1\.0 must be >= 0",
+        ),
+    ],
+)
 def test_bad_overlong_buffer_settings_are_named(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(with_(**{"data.max_response_length": 64, "reward_model.overlong_buffer.enable": True, **overrides}))
@@ -186,22 +217,28 @@ def test_policy_loss_section_takes_verls_keys_and_the_actor_passes_them_to_the_l
     assert (loss_cfg.kl_cov_ratio, loss_cfg.ppo_kl_coef) == (0.0002, 0.0)
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("kl_cov_ratio", -0.1, r"actor_rollout_ref\.actor\.policy_loss\.kl_cov_ratio must be in \(0, 1\].*got -0\.1"),
-    ("clip_cov_ratio", 2.0, r"actor_rollout_ref\.actor\.policy_loss\.clip_cov_ratio must be in \(0, 1\].*got 2\.0"),
-    ("clip_cov_lb", 6.0, r"actor_rollout_ref\.actor\.policy_loss\.clip_cov_lb=6\.0 must be below clip_cov_ub=5\.0"),
-    ("ppo_kl_coef", -1.0, r"actor_rollout_ref\.actor\.policy_loss\.ppo_kl_coef must be >= 0, got -1\.0"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("kl_cov_ratio", -0.1, r"actor_rollout_ref\.actor\.policy_loss\.kl_cov_ratio must be in \(0, 1\].*got -0\.1"),
+        ("clip_cov_ratio", 2.0, r"actor_rollout_ref\.actor\.policy_loss\.clip_cov_ratio must be in \(0, 1\].*got 2\.0"),
+        ("clip_cov_lb", 6.0, r"actor_rollout_ref\.actor\.policy_loss\.clip_cov_lb=6\.0 must be below clip_cov_ub=5\.0"),
+        ("ppo_kl_coef", -1.0, r"actor_rollout_ref\.actor\.policy_loss\.ppo_kl_coef must be >= 0, got -1\.0"),
+    ],
+)
 def test_bad_policy_loss_settings_are_named(key, value, message):
     with pytest.raises(ConfigError, match=message):
         load_config(with_(**{f"actor_rollout_ref.actor.policy_loss.{key}": value}))
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("clip_ratio_low", -0.1, r"actor_rollout_ref\.actor\.clip_ratio_low must be >= 0, got -0\.1"),
-    ("clip_ratio", -0.2, r"actor_rollout_ref\.actor\.clip_ratio must be >= 0, got -0\.2"),
-    ("clip_ratio_c", 1.0, r"actor_rollout_ref\.actor\.clip_ratio_c must be > 1 .*got 1\.0"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("clip_ratio_low", -0.1, r"actor_rollout_ref\.actor\.clip_ratio_low must be >= 0, got -0\.1"),
+        ("clip_ratio", -0.2, r"actor_rollout_ref\.actor\.clip_ratio must be >= 0, got -0\.2"),
+        ("clip_ratio_c", 1.0, r"actor_rollout_ref\.actor\.clip_ratio_c must be > 1 .*got 1\.0"),
+    ],
+)
 def test_clip_ratios_are_checked_by_the_losss_one_rule(key, value, message):
     # one rule, the loss's (PolicyLossConfig): the config once had its own, stricter copy (> 0)
     with pytest.raises(ConfigError, match=message):
@@ -211,8 +248,12 @@ def test_clip_ratios_are_checked_by_the_losss_one_rule(key, value, message):
 
 def test_logits_chunk_size_is_sized_per_device_unless_given_and_then_must_be_positive():
     assert load_config(BASE).actor_rollout_ref.actor.logits_chunk_size is None  # app.engine.forward sizes it
-    assert load_config(with_(**{"actor_rollout_ref.actor.logits_chunk_size": 256})).actor_rollout_ref.actor \
-        .logits_chunk_size == 256
+    assert (
+        load_config(
+            with_(**{"actor_rollout_ref.actor.logits_chunk_size": 256})
+        ).actor_rollout_ref.actor.logits_chunk_size
+        == 256
+    )
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.logits_chunk_size=0 must be a positive integer"):
         load_config(with_(**{"actor_rollout_ref.actor.logits_chunk_size": 0}))
 
@@ -225,11 +266,15 @@ def test_max_bad_steps_must_not_be_negative():
 
 def test_routes_beyond_loopback_need_an_api_key(monkeypatch):
     monkeypatch.delenv("RAYRL_API_KEY", raising=False)
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.http_host='0\.0\.0\.0' exposes the OpenAI "
-                                          r"routes beyond this machine: set actor_rollout_ref\.rollout\.http_api_key"):
+    with pytest.raises(
+        ConfigError,
+        match=r"actor_rollout_ref\.rollout\.http_host='0\.0\.0\.0' exposes the OpenAI "
+        r"routes beyond this machine: set actor_rollout_ref\.rollout\.http_api_key",
+    ):
         load_config(with_(**{"actor_rollout_ref.rollout.http_host": "0.0.0.0"}))
-    cfg = load_config(with_(**{"actor_rollout_ref.rollout.http_host": "0.0.0.0",
-                               "actor_rollout_ref.rollout.http_api_key": "k"}))
+    cfg = load_config(
+        with_(**{"actor_rollout_ref.rollout.http_host": "0.0.0.0", "actor_rollout_ref.rollout.http_api_key": "k"})
+    )
     assert cfg.actor_rollout_ref.rollout.http_api_key == "k"
 
 
@@ -237,8 +282,11 @@ def test_restarts_need_auto_resume_and_a_sane_limit():
     assert load_config(with_(**{"trainer.max_failures": -1})).trainer.max_failures == -1  # no limit
     with pytest.raises(ConfigError, match=r"trainer\.max_failures=-2 must be >= -1"):
         load_config(with_(**{"trainer.max_failures": -2}))
-    with pytest.raises(ConfigError, match=r"trainer\.max_failures=2 restarts resume from the newest checkpoint, which "
-                                          r"needs trainer\.resume_mode=auto \(got 'disable'\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"trainer\.max_failures=2 restarts resume from the newest checkpoint, which "
+        r"needs trainer\.resume_mode=auto \(got 'disable'\)",
+    ):
         load_config(with_(**{"trainer.max_failures": 2, "trainer.resume_mode": "disable"}))
 
 
@@ -250,14 +298,25 @@ def test_default_data_source_reaches_the_data_options():
     assert PromptDataOptions.from_mapping(load_config(with_()).data).default_data_source is None
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("algorithm.adv_estimator", "gpro", r"algorithm\.adv_estimator='gpro': unknown algorithm\.adv_estimator"),
-    ("actor_rollout_ref.actor.loss_agg_mode", "token-sum", r"actor_rollout_ref\.actor\.loss_agg_mode: 'token-sum' "
-                                                           r"is not one of 'token-mean'"),
-    ("actor_rollout_ref.actor.kl_loss_type", "kl2", r"kl_loss_type='kl2' is not one of"),
-    ("data.truncation", "chop", r"data\.truncation: 'chop' is not one of"),
-    ("actor_rollout_ref.actor.strategy", "megatron", r"actor_rollout_ref\.actor\.strategy: 'megatron' is not one of"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("algorithm.adv_estimator", "gpro", r"algorithm\.adv_estimator='gpro': unknown algorithm\.adv_estimator"),
+        (
+            "actor_rollout_ref.actor.loss_agg_mode",
+            "token-sum",
+            r"actor_rollout_ref\.actor\.loss_agg_mode: 'token-sum' "
+            r"is not one of 'token-mean'",
+        ),
+        ("actor_rollout_ref.actor.kl_loss_type", "kl2", r"kl_loss_type='kl2' is not one of"),
+        ("data.truncation", "chop", r"data\.truncation: 'chop' is not one of"),
+        (
+            "actor_rollout_ref.actor.strategy",
+            "megatron",
+            r"actor_rollout_ref\.actor\.strategy: 'megatron' is not one of",
+        ),
+    ],
+)
 def test_each_enum_names_the_key_and_the_allowed_values(key, value, message):
     overrides = {key: value}
     if key.endswith("kl_loss_type"):

@@ -1,4 +1,5 @@
 """`auto` precision: bf16 where the hardware computes it natively, fp32 on CPUs that would emulate it."""
+
 import pytest
 
 from app.config import load_config
@@ -21,9 +22,12 @@ def test_auto_is_bf16_on_gpus_and_native_cpus_and_fp32_elsewhere():
     assert resolve_auto_dtype(on_gpu=False, native_bf16=False) == ("fp32", "float32")
 
 
-BASE = {"data": {"train_files": "t.parquet", "train_batch_size": 4},
-        "actor_rollout_ref": {"model": {"path": "/m"}, "actor": {"ppo_mini_batch_size": 4}, "rollout": {"n": 2}},
-        "algorithm": {"adv_estimator": "grpo"}, "trainer": {"num_workers": 1}}
+BASE = {
+    "data": {"train_files": "t.parquet", "train_batch_size": 4},
+    "actor_rollout_ref": {"model": {"path": "/m"}, "actor": {"ppo_mini_batch_size": 4}, "rollout": {"n": 2}},
+    "algorithm": {"adv_estimator": "grpo"},
+    "trainer": {"num_workers": 1},
+}
 
 
 @pytest.mark.parametrize("native, short, long", [(True, "bf16", "bfloat16"), (False, "fp32", "float32")])
@@ -32,10 +36,14 @@ def test_validation_resolves_auto_once_and_keeps_explicit_choices(monkeypatch, n
     cfg = load_config(BASE)
     arr = cfg.actor_rollout_ref
     assert arr.rollout.dtype == long
-    assert {arr.actor.fsdp_config.mixed_precision.param_dtype, arr.ref.fsdp_config.mixed_precision.param_dtype,
-            cfg.critic.model.fsdp_config.mixed_precision.param_dtype} == {short}
-    explicit = load_config({**BASE, "actor_rollout_ref": {**BASE["actor_rollout_ref"], "rollout": {
-        "n": 2, "dtype": "float16"}}})
+    assert {
+        arr.actor.fsdp_config.mixed_precision.param_dtype,
+        arr.ref.fsdp_config.mixed_precision.param_dtype,
+        cfg.critic.model.fsdp_config.mixed_precision.param_dtype,
+    } == {short}
+    explicit = load_config(
+        {**BASE, "actor_rollout_ref": {**BASE["actor_rollout_ref"], "rollout": {"n": 2, "dtype": "float16"}}}
+    )
     assert explicit.actor_rollout_ref.rollout.dtype == "float16"
 
 

@@ -6,6 +6,7 @@ TypeError; one that reads the wrong key, or the wrong section, fails the compari
 The maps spec field -> config key are kept by hand. A field added to a spec without a default fails the first test
 until it is mapped here to the key it mirrors.
 """
+
 import dataclasses
 from dataclasses import MISSING
 
@@ -29,59 +30,105 @@ def _same_names(section: str, *names: str) -> dict[str, str]:
 
 def _loaded(model: str, fsdp: str) -> dict[str, str]:
     """What every trainer engine reads from its model section and its fsdp_config."""
-    return {"model_path": f"{model}.path", **_same_names(model, "trust_remote_code", "use_remove_padding",
-                                                         "share_prompt_prefix"),
-            **_same_names(fsdp, "model_dtype", "param_offload", "optimizer_offload"),
-            **_same_names(f"{fsdp}.mixed_precision", "param_dtype", "reduce_dtype", "buffer_dtype")}
+    return {
+        "model_path": f"{model}.path",
+        **_same_names(model, "trust_remote_code", "use_remove_padding", "share_prompt_prefix"),
+        **_same_names(fsdp, "model_dtype", "param_offload", "optimizer_offload"),
+        **_same_names(f"{fsdp}.mixed_precision", "param_dtype", "reduce_dtype", "buffer_dtype"),
+    }
 
 
 def _trained(model: str, role: str) -> dict[str, str]:
     """What a trained engine (actor, critic) reads from its role section."""
-    return {**_same_names(model, "enable_gradient_checkpointing"), **_same_names(role, "grad_clip", "use_dynamic_bsz"),
-            "micro_batch_size_per_gpu": f"{role}.ppo_micro_batch_size_per_gpu",
-            "max_token_len_per_gpu": f"{role}.ppo_max_token_len_per_gpu", "compile_layers": f"{role}.use_torch_compile",
-            **_same_names(role, "ulysses_sequence_parallel_size")}
+    return {
+        **_same_names(model, "enable_gradient_checkpointing"),
+        **_same_names(role, "grad_clip", "use_dynamic_bsz"),
+        "micro_batch_size_per_gpu": f"{role}.ppo_micro_batch_size_per_gpu",
+        "max_token_len_per_gpu": f"{role}.ppo_max_token_len_per_gpu",
+        "compile_layers": f"{role}.use_torch_compile",
+        **_same_names(role, "ulysses_sequence_parallel_size"),
+    }
 
 
-OPTIM = _same_names("optim", "lr", "weight_decay", "betas", "lr_warmup_steps", "lr_warmup_steps_ratio", "warmup_style",
-                    "min_lr_ratio", "total_training_steps")  # under the role's section
+OPTIM = _same_names(
+    "optim",
+    "lr",
+    "weight_decay",
+    "betas",
+    "lr_warmup_steps",
+    "lr_warmup_steps_ratio",
+    "warmup_style",
+    "min_lr_ratio",
+    "total_training_steps",
+)  # under the role's section
 # under the role's section
 DEEPSPEED = _same_names("deepspeed_config", "zero_stage", "offload_optimizer", "config_path")
-ACTOR_ENGINE = {**_loaded(MODEL, f"{ACTOR}.fsdp_config"), **_trained(MODEL, ACTOR),
-                **_same_names(MODEL, "lora_rank", "lora_alpha", "target_modules", "exclude_modules"),
-                **_same_names(ACTOR, "logits_chunk_size")}
+ACTOR_ENGINE = {
+    **_loaded(MODEL, f"{ACTOR}.fsdp_config"),
+    **_trained(MODEL, ACTOR),
+    **_same_names(MODEL, "lora_rank", "lora_alpha", "target_modules", "exclude_modules"),
+    **_same_names(ACTOR, "logits_chunk_size"),
+}
 CRITIC_ENGINE = {**_loaded("critic.model", "critic.model.fsdp_config"), **_trained("critic.model", "critic")}
-REF_ENGINE = {**_loaded(MODEL, f"{ARR}.ref.fsdp_config"),
-              "micro_batch_size_per_gpu": f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
-              **_same_names(ACTOR, "use_dynamic_bsz", "logits_chunk_size"),
-              "max_token_len_per_gpu": f"{ACTOR}.ppo_max_token_len_per_gpu",
-              "compile_layers": f"{ACTOR}.use_torch_compile",
-              "ulysses_sequence_parallel_size": f"{ARR}.ref.ulysses_sequence_parallel_size"}
-ROLLOUT_ENGINE = {"model_path": f"{MODEL}.path", "trust_remote_code": f"{MODEL}.trust_remote_code",
-                  "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
-                  **_same_names(ROLLOUT, "dtype", "gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
-                                "enforce_eager", "enable_chunked_prefill")}
+REF_ENGINE = {
+    **_loaded(MODEL, f"{ARR}.ref.fsdp_config"),
+    "micro_batch_size_per_gpu": f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
+    **_same_names(ACTOR, "use_dynamic_bsz", "logits_chunk_size"),
+    "max_token_len_per_gpu": f"{ACTOR}.ppo_max_token_len_per_gpu",
+    "compile_layers": f"{ACTOR}.use_torch_compile",
+    "ulysses_sequence_parallel_size": f"{ARR}.ref.ulysses_sequence_parallel_size",
+}
+ROLLOUT_ENGINE = {
+    "model_path": f"{MODEL}.path",
+    "trust_remote_code": f"{MODEL}.trust_remote_code",
+    "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
+    **_same_names(
+        ROLLOUT,
+        "dtype",
+        "gpu_memory_utilization",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "enforce_eager",
+        "enable_chunked_prefill",
+    ),
+}
 # rollout keys the builder converts (or derives from model.lora_rank): checked one by one below
 ROLLOUT_CONVERTED = {"max_model_len", "cpu_kv_cache_bytes", "cpu_threads", "max_lora_rank"}
-PROMPT_DATA = _same_names("data", "prompt_key", "system_prompt", "ground_truth_key", "reward_fn_key",
-                          "default_data_source", "max_prompt_length", "filter_overlong_prompts", "truncation")
-POLICY_LOSS = {**_same_names(ACTOR, "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c"),
-               **_same_names(f"{ACTOR}.policy_loss", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
-                             "ppo_kl_coef")}
+PROMPT_DATA = _same_names(
+    "data",
+    "prompt_key",
+    "system_prompt",
+    "ground_truth_key",
+    "reward_fn_key",
+    "default_data_source",
+    "max_prompt_length",
+    "filter_overlong_prompts",
+    "truncation",
+)
+POLICY_LOSS = {
+    **_same_names(ACTOR, "clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c"),
+    **_same_names(
+        f"{ACTOR}.policy_loss", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef"
+    ),
+}
 
 
 def _without_default(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls) if f.default is MISSING and f.default_factory is MISSING}
 
 
-@pytest.mark.parametrize("cls, config_keys", [
-    (OptimSpec, set(OPTIM)),
-    (DeepSpeedSpec, set(DEEPSPEED) | {"train_batch_size"}),  # train_batch_size: ppo_mini_batch_size x rollout.n
-    (EngineSpec, set(ACTOR_ENGINE) | {"optim"}),  # optim: the role's optim section (None: an inference-only engine)
-    (RolloutEngineSpec, set(ROLLOUT_ENGINE) | ROLLOUT_CONVERTED),
-    (PromptDataOptions, set(PROMPT_DATA)),
-    (PolicyLossConfig, set(POLICY_LOSS)),
-], ids=lambda x: x.__qualname__ if isinstance(x, type) else "")
+@pytest.mark.parametrize(
+    "cls, config_keys",
+    [
+        (OptimSpec, set(OPTIM)),
+        (DeepSpeedSpec, set(DEEPSPEED) | {"train_batch_size"}),  # train_batch_size: ppo_mini_batch_size x rollout.n
+        (EngineSpec, set(ACTOR_ENGINE) | {"optim"}),  # optim: the role's optim section (None: an inference-only engine)
+        (RolloutEngineSpec, set(ROLLOUT_ENGINE) | ROLLOUT_CONVERTED),
+        (PromptDataOptions, set(PROMPT_DATA)),
+        (PolicyLossConfig, set(POLICY_LOSS)),
+    ],
+    ids=lambda x: x.__qualname__ if isinstance(x, type) else "",
+)
 def test_the_fields_that_are_config_keys_and_only_they_have_no_default(cls, config_keys):
     assert _without_default(cls) == config_keys
 
@@ -132,9 +179,10 @@ def test_rollout_engine_spec_holds_the_configs_values(cfg):
     spec = engine_spec_from_config(rollout, model.path, trust_remote_code=model.trust_remote_code)
     _assert_mirrors(spec, ROLLOUT_ENGINE, cfg)
     assert rollout.max_model_len is None and spec.max_model_len == rollout.prompt_length + rollout.response_length
-    assert spec.cpu_kv_cache_bytes == rollout.cpu_kv_cache_gib * 2 ** 30
+    assert spec.cpu_kv_cache_bytes == rollout.cpu_kv_cache_gib * 2**30
     assert rollout.omp_threads is None and spec.cpu_threads == rollout.cpus_per_replica
     assert spec.max_lora_rank is None  # LoRA off unless the launcher passes model.lora_rank
-    capped = engine_spec_from_config(dataclasses.replace(rollout, max_model_len=4096), model.path,
-                                     trust_remote_code=model.trust_remote_code)
+    capped = engine_spec_from_config(
+        dataclasses.replace(rollout, max_model_len=4096), model.path, trust_remote_code=model.trust_remote_code
+    )
     assert capped.max_model_len == 4096

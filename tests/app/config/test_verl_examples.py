@@ -6,6 +6,7 @@ dropped). The test splits them as the shell does (line continuations, quote remo
 configs/ppo_trainer.yaml as `python -m app.train` does, and validates the result. `{model}`, `{train}`, `{test}` and
 `{ckpt}` are stand-ins the test creates; load_config does not open them (app.train's data check does, later).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,8 +32,9 @@ REMAX = "remax_run_qwen2.5-3b_seq_balance"
 GSPO = "gspo_test_gspo_3b_math"
 GRPO_LORA = "grpo_run_qwen2_5-3b_gsm8k_grpo_lora"
 DAPO = "dapo_test_dapo_7b_math"  # the DAPO recipe: reward_manager=dapo with reward_kwargs
-DAPO_AS_PUBLISHED = dict(sp_size=4, fsdp_size=32,
-                         override="+actor_rollout_ref.model.override_config.max_position_embeddings=32768")
+DAPO_AS_PUBLISHED = dict(
+    sp_size=4, fsdp_size=32, override="+actor_rollout_ref.model.override_config.max_position_embeddings=32768"
+)
 DAPO_SUPPORTED = dict(sp_size=1, fsdp_size=-1, override="")
 GMPO = "gmpo_test_dapo_7b_math"  # the DAPO recipe with GMPO's geometric-mean loss; the same three refused settings
 PPO_SP2 = "ppo_run_deepseek7b_llm_sp2"  # PPO with Ulysses sequence parallelism 2 (actor and critic)
@@ -97,27 +99,46 @@ def test_old_global_micro_batch_names_become_per_rank_sizes(paths):
     # both names for the same setting: fine when they agree, refused when they do not
     same = run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16")
     assert same.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 16
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.ppo_micro_batch_size=128 means 16 per rank "
-                                          r"over 8 ranks \(trainer\.n_gpus_per_node=8 × trainer\.nnodes=1\), but "
-                                          r"actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu=32"):
+    with pytest.raises(
+        ConfigError,
+        match=r"actor_rollout_ref\.actor\.ppo_micro_batch_size=128 means 16 per rank "
+        r"over 8 ranks \(trainer\.n_gpus_per_node=8 × trainer\.nnodes=1\), but "
+        r"actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu=32",
+    ):
         run_script(GRPO_OLD_NAMES, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32")
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.log_prob_micro_batch_size=128 .*does not "
-                                          r"split over 3 ranks \(trainer\.n_gpus_per_node=3"):
-        run_script(GRPO_OLD_NAMES, paths, "trainer.n_gpus_per_node=3", "trainer.placement=split",
-                   "actor_rollout_ref.actor.ppo_micro_batch_size=null")
+    with pytest.raises(
+        ConfigError,
+        match=r"actor_rollout_ref\.rollout\.log_prob_micro_batch_size=128 .*does not "
+        r"split over 3 ranks \(trainer\.n_gpus_per_node=3",
+    ):
+        run_script(
+            GRPO_OLD_NAMES,
+            paths,
+            "trainer.n_gpus_per_node=3",
+            "trainer.placement=split",
+            "actor_rollout_ref.actor.ppo_micro_batch_size=null",
+        )
 
 
 def test_gpu_jobs_are_sized_by_gpus_per_node_times_nodes_as_in_verl(paths):
     assert run_script(GRPO, paths, "trainer.nnodes=2").trainer.num_workers == 16
     assert run_script(GRPO, paths, "trainer.num_workers=8").trainer.num_workers == 8  # agreeing is fine
-    with pytest.raises(ConfigError, match=r"trainer\.num_workers=2 contradicts trainer\.n_gpus_per_node=8 × "
-                                          r"trainer\.nnodes=1 = 8 GPU ranks"):
+    with pytest.raises(
+        ConfigError,
+        match=r"trainer\.num_workers=2 contradicts trainer\.n_gpus_per_node=8 × "
+        r"trainer\.nnodes=1 = 8 GPU ranks",
+    ):
         run_script(GRPO, paths, "trainer.num_workers=2")
     # on CPU (no GPUs per node) trainer.num_workers counts the ranks; nnodes has no meaning there
-    cpu = run_script(GRPO, paths, "trainer.n_gpus_per_node=0", "data.train_batch_size=8",
-                     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-                     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
+    cpu = run_script(
+        GRPO,
+        paths,
+        "trainer.n_gpus_per_node=0",
+        "data.train_batch_size=8",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    )
     assert cpu.trainer.num_workers == 2
     with pytest.raises(ConfigError, match=r"trainer\.nnodes=2 with trainer\.n_gpus_per_node=0: on CPU the ranks"):
         run_script(GRPO, paths, "trainer.n_gpus_per_node=0", "trainer.nnodes=2")
@@ -179,16 +200,28 @@ def test_grpo_lora_script(paths):
 def test_dapo_script_reward_kwargs_become_the_overlong_buffer(paths):
     cfg = run_script(DAPO, paths, **DAPO_SUPPORTED)
     assert cfg.reward_model.reward_manager == "dapo"
-    assert cfg.reward_model.overlong_buffer == OverlongBufferConfig(enable=True, len=4096, penalty_factor=1.0,
-                                                                    log=False)
+    assert cfg.reward_model.overlong_buffer == OverlongBufferConfig(
+        enable=True, len=4096, penalty_factor=1.0, log=False
+    )
     # max_resp_len names the budget the buffer ends at, which here is the rollout's response length
-    with pytest.raises(ConfigError, match=r"reward_model\.reward_kwargs\.max_resp_len=8192: .*"
-                                          r"actor_rollout_ref\.rollout\.response_length=4096"):
+    with pytest.raises(
+        ConfigError,
+        match=r"reward_model\.reward_kwargs\.max_resp_len=8192: .*"
+        r"actor_rollout_ref\.rollout\.response_length=4096",
+    ):
         run_script(DAPO, paths, "actor_rollout_ref.rollout.response_length=4096", **DAPO_SUPPORTED)
-    with pytest.raises(ConfigError, match=r"reward_kwargs\.overlong_buffer_cfg .* and reward_model\.overlong_buffer "
-                                          r".* disagree"):
-        run_script(DAPO, paths, "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=16",
-                   **DAPO_SUPPORTED)
+    with pytest.raises(
+        ConfigError,
+        match=r"reward_kwargs\.overlong_buffer_cfg .* and reward_model\.overlong_buffer "
+        r".* disagree",
+    ):
+        run_script(
+            DAPO,
+            paths,
+            "reward_model.overlong_buffer.enable=true",
+            "reward_model.overlong_buffer.len=16",
+            **DAPO_SUPPORTED,
+        )
     with pytest.raises(ConfigError, match=r"unknown key reward_model\.reward_kwargs\.max_resp_length "):
         run_script(DAPO, paths, "+reward_model.reward_kwargs.max_resp_length=8192", **DAPO_SUPPORTED)
 
@@ -205,20 +238,27 @@ def test_gmpo_script_with_sequence_parallelism_off(paths):
     assert arr.actor.policy_loss.loss_mode == "geo_mean" and cfg.algorithm.adv_estimator == "grpo"
     assert (arr.actor.clip_ratio_low, arr.actor.clip_ratio_high) == (0.4, 0.4)
     assert arr.actor.checkpoint.save_contents == ["model", "optimizer", "extra"]  # the shell's quoted list
-    assert cfg.reward_model.overlong_buffer == OverlongBufferConfig(enable=True, len=4096, penalty_factor=1.0,
-                                                                    log=False)
+    assert cfg.reward_model.overlong_buffer == OverlongBufferConfig(
+        enable=True, len=4096, penalty_factor=1.0, log=False
+    )
     assert cfg.trainer.num_workers == 64 and cfg.trainer.logger == ["console", "wandb"]
 
 
 def test_gmpo_script_as_published_is_refused_for_hybrid_sharding_then_override(paths):
     # its sequence parallelism (4) is accepted; its fsdp_size=32 over 64 ranks is hybrid sharding: refused, naming
     # the layout
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=32: hybrid sharding "
-                                          r".* over all 64 ranks \(trainer\.n_gpus_per_node=8 × trainer\.nnodes=8"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=32: hybrid sharding "
+        r".* over all 64 ranks \(trainer\.n_gpus_per_node=8 × trainer\.nnodes=8",
+    ):
         run_script(GMPO, paths, **DAPO_AS_PUBLISHED)
     # and its max_position_embeddings override: the trainer and vLLM load the model folder as it is
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.model\.override_config=\{'max_position_embeddings': "
-                                          r"32768\}: overriding the model's Hugging Face config is not supported yet"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor_rollout_ref\.model\.override_config=\{'max_position_embeddings': "
+        r"32768\}: overriding the model's Hugging Face config is not supported yet",
+    ):
         run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "fsdp_size": -1})
     cfg = run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "fsdp_size": -1, "override": ""})
     arr = cfg.actor_rollout_ref
@@ -259,16 +299,24 @@ def test_a_sweep_trial_keeps_a_one_name_logger_and_adds_jsonl(tmp_path):
     from app.tuning.trial import TrialContext, built_config, trial_config_tree
 
     base = {"trainer": {"logger": "console"}}
-    ctx = TrialContext(sweep_name="s", sweep_dir=str(tmp_path), project_name="p", base=base,
-                       base_cfg=built_config(base), metric="val-core/reward/mean", total_steps=1)
+    ctx = TrialContext(
+        sweep_name="s",
+        sweep_dir=str(tmp_path),
+        project_name="p",
+        base=base,
+        base_cfg=built_config(base),
+        metric="val-core/reward/mean",
+        total_steps=1,
+    )
     assert trial_config_tree(ctx, {}, "t0")["trainer"]["logger"] == ["console", "jsonl"]
 
 
 def test_grpo_with_one_sample_per_prompt_loads_with_a_warning(paths, caplog):
     with caplog.at_level(logging.WARNING, logger="app.config.validate"):
         # 256 prompts x 1 sample over 2 ranks: the script's micro-batch of 40 no longer divides a rank's share
-        cfg = run_script(GRPO, paths, "actor_rollout_ref.rollout.n=1",
-                         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32")
+        cfg = run_script(
+            GRPO, paths, "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"
+        )
     assert cfg.actor_rollout_ref.rollout.n == 1
     assert "actor_rollout_ref.rollout.n=1" in caplog.text and "its own score" in caplog.text
     caplog.clear()
@@ -278,56 +326,95 @@ def test_grpo_with_one_sample_per_prompt_loads_with_a_warning(paths, caplog):
 
 
 def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(paths):
-    cfg = run_script(GRPO, paths, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
-                     "critic.ulysses_sequence_parallel_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
-                     "critic.model.fsdp_config.fsdp_size=-1", "actor_rollout_ref.model.override_config={}",
-                     "actor_rollout_ref.rollout.multi_turn.format=hermes",
-                     "actor_rollout_ref.actor.checkpoint.save_contents=[extra,model,optimizer]",
-                     "actor_rollout_ref.rollout.max_model_len=1536", "actor_rollout_ref.rollout.mode=sync",
-                     "trainer.logger=[console,jsonl]", "trainer.log_val_generations=4",
-                     "trainer.use_legacy_worker_impl=disable")
+    cfg = run_script(
+        GRPO,
+        paths,
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
+        "critic.ulysses_sequence_parallel_size=1",
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
+        "critic.model.fsdp_config.fsdp_size=-1",
+        "actor_rollout_ref.model.override_config={}",
+        "actor_rollout_ref.rollout.multi_turn.format=hermes",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[extra,model,optimizer]",
+        "actor_rollout_ref.rollout.max_model_len=1536",
+        "actor_rollout_ref.rollout.mode=sync",
+        "trainer.logger=[console,jsonl]",
+        "trainer.log_val_generations=4",
+        "trainer.use_legacy_worker_impl=disable",
+    )
     arr = cfg.actor_rollout_ref
     assert arr.actor.fsdp_config.fsdp_size == 8  # all the ranks (8 GPUs): the one layout there is
     assert arr.actor.checkpoint.load_contents == ["extra", "model", "optimizer"]  # verl: ${.save_contents}
 
 
 # ---------------------------------------------------------------- refusals name the key, the value and why
-@pytest.mark.parametrize("override, message", [
-    ("reward_model.ulysses_sequence_parallel_size=2",
-     r"reward_model\.ulysses_sequence_parallel_size=2: the reward model runs without sequence parallelism here"),
-    ("critic.model.fsdp_config.ulysses_sequence_parallel_size=2",
-     r"critic\.model\.fsdp_config\.ulysses_sequence_parallel_size=2 disagrees with "
-     r"critic\.ulysses_sequence_parallel_size=1, the key read here"),
-    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=3",
-     r"actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=3: 8 ranks \(trainer\.n_gpus_per_node=8 × "
-     r"trainer\.nnodes=1\) do not split into groups of 3 ranks"),
-    ("actor_rollout_ref.actor.fsdp_config.fsdp_size=4",
-     r"actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=4: hybrid sharding .* over all 8 ranks \(trainer\.n_gpus_"),
-    ("critic.model.fsdp_config.fsdp_size=1", r"critic\.model\.fsdp_config\.fsdp_size=1: hybrid sharding"),
-    ("+actor_rollout_ref.model.override_config.attention_dropout=0.",
-     r"actor_rollout_ref\.model\.override_config=\{'attention_dropout': 0\.0\}: overriding the model's Hugging Face "
-     r"config is not supported yet"),
-    ("+critic.model.override_config.attn_implementation=sdpa", r"critic\.model\.override_config="),
-    ("actor_rollout_ref.rollout.multi_turn.interaction_config_path=interaction.yaml",
-     r"actor_rollout_ref\.rollout\.multi_turn\.interaction_config_path='interaction.yaml': interactions .* not "
-     r"supported yet"),
-    ("actor_rollout_ref.rollout.multi_turn.tool_config_path=/no/such/tools.yaml",
-     r"actor_rollout_ref\.rollout\.multi_turn\.tool_config_path='/no/such/tools.yaml': no such file"),
-    ("actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
-     r"actor_rollout_ref\.actor\.checkpoint\.save_contents=\['model', 'optimizer', 'extra', 'hf_model'\]: "
-     r"checkpoints here always hold"),
-    ("critic.checkpoint.load_contents=[model]", r"critic\.checkpoint\.load_contents=\['model'\]"),
-    ("reward_model.reward_manager=batch", r"reward_model\.reward_manager='batch' calls a custom compute_score once .*"
-     r"set custom_reward_function\.path"),
-    ("reward_model.reward_manager=remote", r"reward_model\.reward_manager: 'remote' is not one of 'naive'"),
-    ("+reward_model.reward_kwargs.max_resp_len=1024",
-     r"reward_model\.reward_kwargs=\{'max_resp_len': 1024\} .* only reward_model\.reward_manager=dapo"),
-    ("trainer.log_val_generations=-1", r"trainer\.log_val_generations=-1 must be >= 0"),
-    ("actor_rollout_ref.rollout.max_model_len=1000",
-     r"actor_rollout_ref\.rollout\.max_model_len=1000 is shorter than a prompt and its response .* = 1536"),
-    ("actor_rollout_ref.rollout.mode=offline", r"actor_rollout_ref\.rollout\.mode: 'offline' is not one of"),
-    ("actor_rollout_ref.rollout.load_format=gguf", r"actor_rollout_ref\.rollout\.load_format: 'gguf' is not one of"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "reward_model.ulysses_sequence_parallel_size=2",
+            r"reward_model\.ulysses_sequence_parallel_size=2: the reward model runs without sequence parallelism here",
+        ),
+        (
+            "critic.model.fsdp_config.ulysses_sequence_parallel_size=2",
+            r"critic\.model\.fsdp_config\.ulysses_sequence_parallel_size=2 disagrees with "
+            r"critic\.ulysses_sequence_parallel_size=1, the key read here",
+        ),
+        (
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=3",
+            r"actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=3: 8 ranks \(trainer\.n_gpus_per_node=8 × "
+            r"trainer\.nnodes=1\) do not split into groups of 3 ranks",
+        ),
+        (
+            "actor_rollout_ref.actor.fsdp_config.fsdp_size=4",
+            r"actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=4: hybrid sharding .* over all 8 ranks "
+            r"\(trainer\.n_gpus_",
+        ),
+        ("critic.model.fsdp_config.fsdp_size=1", r"critic\.model\.fsdp_config\.fsdp_size=1: hybrid sharding"),
+        (
+            "+actor_rollout_ref.model.override_config.attention_dropout=0.",
+            r"actor_rollout_ref\.model\.override_config=\{'attention_dropout': 0\.0\}: "
+            r"overriding the model's Hugging Face "
+            r"config is not supported yet",
+        ),
+        ("+critic.model.override_config.attn_implementation=sdpa", r"critic\.model\.override_config="),
+        (
+            "actor_rollout_ref.rollout.multi_turn.interaction_config_path=interaction.yaml",
+            r"actor_rollout_ref\.rollout\.multi_turn\.interaction_config_path='interaction.yaml': interactions .* not "
+            r"supported yet",
+        ),
+        (
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path=/no/such/tools.yaml",
+            r"actor_rollout_ref\.rollout\.multi_turn\.tool_config_path='/no/such/tools.yaml': no such file",
+        ),
+        (
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+            r"actor_rollout_ref\.actor\.checkpoint\.save_contents=\['model', 'optimizer', 'extra', 'hf_model'\]: "
+            r"checkpoints here always hold",
+        ),
+        ("critic.checkpoint.load_contents=[model]", r"critic\.checkpoint\.load_contents=\['model'\]"),
+        (
+            "reward_model.reward_manager=batch",
+            r"reward_model\.reward_manager='batch' calls a custom compute_score once .*"
+            r"set custom_reward_function\.path",
+        ),
+        ("reward_model.reward_manager=remote", r"reward_model\.reward_manager: 'remote' is not one of 'naive'"),
+        (
+            "+reward_model.reward_kwargs.max_resp_len=1024",
+            r"reward_model\.reward_kwargs=\{'max_resp_len': 1024\} .* only reward_model\.reward_manager=dapo",
+        ),
+        ("trainer.log_val_generations=-1", r"trainer\.log_val_generations=-1 must be >= 0"),
+        (
+            "actor_rollout_ref.rollout.max_model_len=1000",
+            r"actor_rollout_ref\.rollout\.max_model_len=1000 is shorter than a prompt and its response .* = 1536",
+        ),
+        ("actor_rollout_ref.rollout.mode=offline", r"actor_rollout_ref\.rollout\.mode: 'offline' is not one of"),
+        (
+            "actor_rollout_ref.rollout.load_format=gguf",
+            r"actor_rollout_ref\.rollout\.load_format: 'gguf' is not one of",
+        ),
+    ],
+)
 def test_unsupported_settings_are_refused_naming_the_key(paths, override, message):
     with pytest.raises(ConfigError, match=message):
         run_script(GRPO, paths, override)
@@ -339,14 +426,18 @@ def test_validation_samples_go_to_table_loggers_as_in_verl(paths):
 
 
 def test_log_prob_budget_must_hold_one_sequence(paths):
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.ref\.log_prob_max_token_len_per_gpu=8000 is smaller "
-                                          r"than one sequence .* = 10240"):
+    with pytest.raises(
+        ConfigError,
+        match=r"actor_rollout_ref\.ref\.log_prob_max_token_len_per_gpu=8000 is smaller "
+        r"than one sequence .* = 10240",
+    ):
         run_script(GSPO, paths, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=8000")
 
 
 # ---------------------------------------------------------------- the log-prob keys reach the passes
 class RecordingEngine:
     """Stands in for the FSDP engine: records the StepContext of each forward."""
+
     has_adapter = False
 
     def __init__(self, *_: object) -> None:
@@ -373,8 +464,13 @@ def log_prob_contexts(arr):
     from app.batch import TensorBatch
     from app.roles import factory
 
-    batch = TensorBatch({"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5),
-                         "responses": torch.ones(2, 2, dtype=torch.long)})
+    batch = TensorBatch(
+        {
+            "input_ids": torch.ones(2, 5, dtype=torch.long),
+            "attention_mask": torch.ones(2, 5),
+            "responses": torch.ones(2, 2, dtype=torch.long),
+        }
+    )
     actor, reference = factory.build_actor(arr, seed=0), factory.build_reference(arr)
     actor.compute_log_prob(batch)
     reference.compute_ref_log_prob(batch)
@@ -403,16 +499,32 @@ def test_newer_verl_lr_scheduler_type_is_warmup_style(paths):
     from app.engine import OptimSpec
 
     assert OptimSpec.from_config(cfg.actor_rollout_ref.actor.optim).warmup_style == "cosine"  # what the engine reads
-    with pytest.raises(ConfigError, match=r"critic\.optim\.lr_scheduler_type='constant' and critic\.optim\."
-                                          r"warmup_style='cosine' name the same setting"):
+    with pytest.raises(
+        ConfigError,
+        match=r"critic\.optim\.lr_scheduler_type='constant' and critic\.optim\."
+        r"warmup_style='cosine' name the same setting",
+    ):
         run_script(GRPO, paths, "critic.optim.lr_scheduler_type=constant", "critic.optim.warmup_style=cosine")
 
 
 # ---------------------------------------------------------------- --dry-run: each script's layout on the GPUs it names
-@pytest.mark.parametrize("script, extra", [(GRPO, {}), (GRPO_OLD_NAMES, {}), (PPO, {}), (RLOO, {}),
-                                           (REINFORCE_PP, {}), (REMAX, {}), (GSPO, {}), (GRPO_LORA, {}),
-                                           (DAPO, DAPO_SUPPORTED), (GMPO, DAPO_SUPPORTED),
-                                           (PPO_SP2, dict(sp_size=1)), (GRPO_SGLANG, {})])
+@pytest.mark.parametrize(
+    "script, extra",
+    [
+        (GRPO, {}),
+        (GRPO_OLD_NAMES, {}),
+        (PPO, {}),
+        (RLOO, {}),
+        (REINFORCE_PP, {}),
+        (REMAX, {}),
+        (GSPO, {}),
+        (GRPO_LORA, {}),
+        (DAPO, DAPO_SUPPORTED),
+        (GMPO, DAPO_SUPPORTED),
+        (PPO_SP2, dict(sp_size=1)),
+        (GRPO_SGLANG, {}),
+    ],
+)
 def test_dry_run_places_each_script_on_the_gpus_it_names(paths, script, extra):
     from app.dry_run import DryRun, run_dry
 
@@ -426,10 +538,16 @@ def test_dry_run_places_each_script_on_the_gpus_it_names(paths, script, extra):
     assert f"in all: {ranks * t.cpus_per_worker + ranks // tp * r.cpus_per_replica:g} CPU, {ranks:g} GPU" in text
     assert text.endswith("nothing was started (--dry-run)")
     # one node fewer (or half the GPUs of a one-node script): refused, naming what is short
-    fewer = DryRun(nodes=t.nnodes - 1, gpus_per_node=t.n_gpus_per_node) if t.nnodes > 1 else \
-        DryRun(nodes=1, gpus_per_node=t.n_gpus_per_node // 2)
-    with pytest.raises(ConfigError, match=rf"the run needs .*{ranks:g} GPU .*but the described cluster .* GPU is "
-                                          rf"short by {ranks // 2 if t.nnodes == 1 else t.n_gpus_per_node:g}"):
+    fewer = (
+        DryRun(nodes=t.nnodes - 1, gpus_per_node=t.n_gpus_per_node)
+        if t.nnodes > 1
+        else DryRun(nodes=1, gpus_per_node=t.n_gpus_per_node // 2)
+    )
+    with pytest.raises(
+        ConfigError,
+        match=rf"the run needs .*{ranks:g} GPU .*but the described cluster .* GPU is "
+        rf"short by {ranks // 2 if t.nnodes == 1 else t.n_gpus_per_node:g}",
+    ):
         run_dry(cfg, fewer)
 
 
@@ -439,45 +557,74 @@ def test_sequence_parallel_groups_make_the_data_parallel_size_ranks_over_the_gro
     # micro-batch of 64 divides (per group, as in verl); without sequence parallelism each rank holds 32
     micro = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64"
     assert run_script(PPO_SP2, paths, micro, sp_size=2).actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 64
-    with pytest.raises(ConfigError, match=r"^each worker gets 32 samples per mini-batch .*"
-                                          r"ppo_micro_batch_size_per_gpu=64 does not divide"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^each worker gets 32 samples per mini-batch .*"
+        r"ppo_micro_batch_size_per_gpu=64 does not divide",
+    ):
         run_script(PPO_SP2, paths, micro, sp_size=1)
-    with pytest.raises(ConfigError, match=r"^each group of actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 "
-                                          r"ranks \(data parallel size 4\) gets 64 samples per mini-batch "
-                                          r"\(ppo_mini_batch_size=256 × rollout\.n=1 / 4\), which "
-                                          r"actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu=48 does not divide"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^each group of actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 "
+        r"ranks \(data parallel size 4\) gets 64 samples per mini-batch "
+        r"\(ppo_mini_batch_size=256 × rollout\.n=1 / 4\), which "
+        r"actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu=48 does not divide",
+    ):
         run_script(PPO_SP2, paths, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=48", sp_size=2)
 
 
 def test_old_global_micro_batch_sizes_are_divided_by_the_data_parallel_size(paths):
-    old = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",
-           "actor_rollout_ref.actor.ppo_micro_batch_size=128", "critic.ppo_micro_batch_size_per_gpu=null",
-           "critic.ppo_micro_batch_size=128"]
+    old = [
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null",
+        "actor_rollout_ref.actor.ppo_micro_batch_size=128",
+        "critic.ppo_micro_batch_size_per_gpu=null",
+        "critic.ppo_micro_batch_size=128",
+    ]
     for sp_size, per_group in ((2, 32), (1, 16)):  # 128 over 8 ranks / sp_size
         cfg = run_script(PPO_SP2, paths, *old, sp_size=sp_size)
         assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == per_group
         assert cfg.critic.ppo_micro_batch_size_per_gpu == per_group
-    with pytest.raises(ConfigError, match=r"critic\.ppo_micro_batch_size=6 .* does not split over 4 data-parallel "
-                                          r"groups \(8 ranks .* / critic\.ulysses_sequence_parallel_size=2\)"):
-        run_script(PPO_SP2, paths, "critic.ppo_micro_batch_size_per_gpu=null", "critic.ppo_micro_batch_size=6",
-                   sp_size=2)
+    with pytest.raises(
+        ConfigError,
+        match=r"critic\.ppo_micro_batch_size=6 .* does not split over 4 data-parallel "
+        r"groups \(8 ranks .* / critic\.ulysses_sequence_parallel_size=2\)",
+    ):
+        run_script(
+            PPO_SP2, paths, "critic.ppo_micro_batch_size_per_gpu=null", "critic.ppo_micro_batch_size=6", sp_size=2
+        )
 
 
-@pytest.mark.parametrize("override, message", [
-    ("critic.strategy=deepspeed", r"^critic\.ulysses_sequence_parallel_size=2: strategy=deepspeed has no sequence "
-                                  r"parallelism here; use strategy=fsdp2 for it or set ulysses_sequence_parallel_size "
-                                  r"to 1"),
-    ("critic.model.use_remove_padding=false", r"^critic\.ulysses_sequence_parallel_size=2 splits packed sequences "
-                                              r"across ranks: it needs critic\.model\.use_remove_padding=true"),
-    ("critic.use_torch_compile=true", r"^critic\.ulysses_sequence_parallel_size=2 runs the layers eagerly \(compiled "
-                                      r"layers are not checked around its all-to-alls\): set critic\.use_torch_compile"
-                                      r"=false or ulysses_sequence_parallel_size to 1"),
-    ("actor_rollout_ref.actor.use_torch_compile=true",
-     r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 runs the layers eagerly"),
-    ("actor_rollout_ref.model.use_remove_padding=false",
-     r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 .* needs actor_rollout_ref\.model\."
-     r"use_remove_padding=true"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "critic.strategy=deepspeed",
+            r"^critic\.ulysses_sequence_parallel_size=2: strategy=deepspeed has no sequence "
+            r"parallelism here; use strategy=fsdp2 for it or set ulysses_sequence_parallel_size "
+            r"to 1",
+        ),
+        (
+            "critic.model.use_remove_padding=false",
+            r"^critic\.ulysses_sequence_parallel_size=2 splits packed sequences "
+            r"across ranks: it needs critic\.model\.use_remove_padding=true",
+        ),
+        (
+            "critic.use_torch_compile=true",
+            r"^critic\.ulysses_sequence_parallel_size=2 runs the layers eagerly \(compiled "
+            r"layers are not checked around its all-to-alls\): set critic\.use_torch_compile"
+            r"=false or ulysses_sequence_parallel_size to 1",
+        ),
+        (
+            "actor_rollout_ref.actor.use_torch_compile=true",
+            r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 runs the layers eagerly",
+        ),
+        (
+            "actor_rollout_ref.model.use_remove_padding=false",
+            r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=2 .* needs actor_rollout_ref\.model\."
+            r"use_remove_padding=true",
+        ),
+    ],
+)
 def test_what_sequence_parallelism_cannot_run_with_is_refused(paths, override, message):
     with pytest.raises(ConfigError, match=message):
         run_script(PPO_SP2, paths, override, sp_size=2)
@@ -486,6 +633,9 @@ def test_what_sequence_parallelism_cannot_run_with_is_refused(paths, override, m
 def test_a_model_whose_heads_the_group_does_not_divide_is_refused_before_any_worker_starts(paths):
     (Path(paths["model"]) / "config.json").write_text('{"num_attention_heads": 30, "num_key_value_heads": 2}')
     assert run_script(PPO_SP2, paths, sp_size=2).critic.ulysses_sequence_parallel_size == 2
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=4: the model "
-                                          r"at .* has 30 attention heads, which 4 ranks cannot share evenly"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor_rollout_ref\.actor\.ulysses_sequence_parallel_size=4: the model "
+        r"at .* has 30 attention heads, which 4 ranks cannot share evenly",
+    ):
         run_script(PPO_SP2, paths, sp_size=4)

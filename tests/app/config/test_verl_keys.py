@@ -6,6 +6,7 @@ The key list is verl_keys_b2df6f8.txt: verl's own flattening of ppo_trainer.yaml
 (verl/trainer/config/_generated_ppo_trainer.yaml) at github.com/volcengine/verl commit
 b2df6f8c8c9521fcc4742c40d437be40f48d8b42, with verl's default of each key.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,6 +43,7 @@ DERIVED = {"reward_model.micro_batch_size_per_gpu": 8}  # verl: null (no reward 
 
 def hydra_override(key: str, value) -> str:
     """`key=value` in Hydra's override grammar: strings quoted, lists and mappings spelled out."""
+
     def text(v):
         if v is None:
             return "null"
@@ -54,6 +56,7 @@ def hydra_override(key: str, value) -> str:
         if isinstance(v, list):
             return "[" + ",".join(map(text, v)) + "]"
         return "{" + ",".join(f"{k}:{text(x)}" for k, x in v.items()) + "}"
+
     return f"{key}={text(value)}"
 
 
@@ -122,8 +125,17 @@ def test_the_key_list_is_verls_whole_config():
     keys = [k for k, _ in VERL_KEYS]
     assert len(keys) == len(set(keys)) == 414
     sections = {k.split(".")[0] for k in keys}
-    assert sections == {"actor_rollout_ref", "data", "critic", "reward_model", "custom_reward_function", "algorithm",
-                        "trainer", "global_profiler", "ray_kwargs"}
+    assert sections == {
+        "actor_rollout_ref",
+        "data",
+        "critic",
+        "reward_model",
+        "custom_reward_function",
+        "algorithm",
+        "trainer",
+        "global_profiler",
+        "ray_kwargs",
+    }
     assert f"commit {VERL_COMMIT}" in KEY_LIST.read_text()  # the header names the commit it came from
 
 
@@ -179,11 +191,17 @@ REQUIRED = ("actor_rollout_ref.model.path=/m", "data.train_files=/d/train.parque
 
 
 def test_a_default_only_refusal_through_hydra_says_why():
-    with pytest.raises(ConfigError, match=r"^trainer\.val_only=True: a validation-only run is not supported; only "
-                                          r"verl's default False is accepted"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^trainer\.val_only=True: a validation-only run is not supported; only "
+        r"verl's default False is accepted",
+    ):
         load_config(compose([*REQUIRED, "trainer.val_only=true"]))
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.tis_imp_ratio_cap=2\.0: .*"
-                                          r"algorithm\.rollout_correction\.rollout_is=token"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor_rollout_ref\.actor\.tis_imp_ratio_cap=2\.0: .*"
+        r"algorithm\.rollout_correction\.rollout_is=token",
+    ):
         load_config(compose([*REQUIRED, "actor_rollout_ref.actor.tis_imp_ratio_cap=2"]))
 
 
@@ -221,8 +239,10 @@ def test_rollout_name_sglang_is_served_by_vllm_with_a_warning(caplog):
 
 
 def test_resume_path_mode_becomes_the_path():
-    assert load(trainer__resume_mode="resume_path", trainer__resume_from_path="/ckpt/step_5").trainer.resume_mode \
+    assert (
+        load(trainer__resume_mode="resume_path", trainer__resume_from_path="/ckpt/step_5").trainer.resume_mode
         == "/ckpt/step_5"
+    )
     with pytest.raises(ConfigError, match=r"trainer\.resume_mode=resume_path needs trainer\.resume_from_path"):
         load(trainer__resume_mode="resume_path")
     assert load(trainer__resume_from_path="/ckpt/step_5").trainer.resume_mode == "auto"  # ignored, as in verl
@@ -231,8 +251,11 @@ def test_resume_path_mode_becomes_the_path():
 def test_per_role_checkpoint_limits_become_one_limit():
     assert load(trainer__max_actor_ckpt_to_keep=2).trainer.max_ckpt_to_keep == 2
     assert load(trainer__max_actor_ckpt_to_keep=3, trainer__max_critic_ckpt_to_keep=3).trainer.max_ckpt_to_keep == 3
-    with pytest.raises(ConfigError, match=r"trainer\.max_actor_ckpt_to_keep=2 and trainer\.max_critic_ckpt_to_keep=5"
-                                          r": a checkpoint here holds the actor and the critic together"):
+    with pytest.raises(
+        ConfigError,
+        match=r"trainer\.max_actor_ckpt_to_keep=2 and trainer\.max_critic_ckpt_to_keep=5"
+        r": a checkpoint here holds the actor and the critic together",
+    ):
         load(trainer__max_actor_ckpt_to_keep=2, trainer__max_critic_ckpt_to_keep=5)
 
 
@@ -241,15 +264,21 @@ def test_reward_model_micro_batch_names():
     assert load(reward_model__micro_batch_size_per_gpu=4).reward_model.micro_batch_size_per_gpu == 4
     # verl's older global name, over the two CPU ranks
     assert load(reward_model__micro_batch_size=6).reward_model.micro_batch_size_per_gpu == 3
-    with pytest.raises(ConfigError, match=r"reward_model\.micro_batch_size=6 means 3 per rank .* but "
-                                          r"reward_model\.micro_batch_size_per_gpu=4"):
+    with pytest.raises(
+        ConfigError,
+        match=r"reward_model\.micro_batch_size=6 means 3 per rank .* but "
+        r"reward_model\.micro_batch_size_per_gpu=4",
+    ):
         load(reward_model__micro_batch_size=6, reward_model__micro_batch_size_per_gpu=4)
 
 
 def test_role_copies_must_agree_with_the_key_that_is_read():
     assert load(actor_rollout_ref__ref__strategy="fsdp").actor_rollout_ref.ref.strategy == "fsdp"  # fsdp2's twin
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.ref\.strategy='deepspeed': the reference runs on the "
-                                          r"actor's engine here \(actor_rollout_ref\.actor\.strategy='fsdp2'\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"actor_rollout_ref\.ref\.strategy='deepspeed': the reference runs on the "
+        r"actor's engine here \(actor_rollout_ref\.actor\.strategy='fsdp2'\)",
+    ):
         load(actor_rollout_ref__ref__strategy="deepspeed")
     load(critic__model__tokenizer_path="/models/m")
     with pytest.raises(ConfigError, match=r"critic\.model\.tokenizer_path='/other': the critic reads the policy's"):
@@ -264,7 +293,8 @@ def test_role_copies_must_agree_with_the_key_that_is_read():
 def test_docs_page_is_the_classification_of_the_key_list():
     page = (ROOT / "docs" / "verl_keys.md").read_text()
     assert page == docs_page(VERL_KEYS, f"github.com/volcengine/verl at {VERL_COMMIT}"), (
-        "regenerate: python -m app.config.verl_keys tests/app/config/verl_keys_b2df6f8.txt > docs/verl_keys.md")
+        "regenerate: python -m app.config.verl_keys tests/app/config/verl_keys_b2df6f8.txt > docs/verl_keys.md"
+    )
     for key, _ in VERL_KEYS:
         assert f"| `{key}` |" in page
     assert "`algorithm.filter_groups.enable`" in page.split("## Keys of this framework")[1]

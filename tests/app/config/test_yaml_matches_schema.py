@@ -1,6 +1,7 @@
 """Every default is written once, in the typed schema: configs/ppo_trainer.yaml composes to exactly the schema's
 defaults (Hydra's base node `rayrl_schema` is made from them), and the other trainer configs set only schema keys,
 each to a value other than the one they inherit."""
+
 import dataclasses
 from pathlib import Path
 

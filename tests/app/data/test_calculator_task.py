@@ -1,5 +1,6 @@
 """The tool-use task: deterministic rows whose answers the calculator reproduces, a tool config file that loads, and
 a reward that pays for right answers only."""
+
 import yaml
 
 from algos.rewards import default_compute_score
@@ -20,8 +21,10 @@ def test_rows_are_deterministic_and_the_calculator_gets_every_answer(tmp_path):
         assert '<tool_call>{"name": <tool name>' in row["prompt"][0]["content"]  # the system message teaches calls
         assert '"name": "calculator"' in row["prompt"][0]["content"]
     assert min(int(r["reward_model"]["ground_truth"]) for r in rows) > 10_000  # too large to do in one's head
-    assert yaml.safe_load((tmp_path / "tool_config.yaml").read_text())["tools"][0]["tool_schema"]["function"][
-        "name"] == "calculator"
+    assert (
+        yaml.safe_load((tmp_path / "tool_config.yaml").read_text())["tools"][0]["tool_schema"]["function"]["name"]
+        == "calculator"
+    )
 
 
 def test_reward_pays_for_right_answers_only():

@@ -146,8 +146,12 @@ def test_all_prompts_filtered_is_an_error(data_files, smollm2_tokenizer):
 
 
 @pytest.mark.parametrize(
-    "bad, named", [({"truncation": "both"}, "data.truncation"), ({"max_prompt_length": 0}, "data.max_prompt_length"),
-                   ({"prompt_key": ""}, "data.prompt_key")],
+    "bad, named",
+    [
+        ({"truncation": "both"}, "data.truncation"),
+        ({"max_prompt_length": 0}, "data.max_prompt_length"),
+        ({"prompt_key": ""}, "data.prompt_key"),
+    ],
 )
 def test_bad_options(bad, named):
     with pytest.raises(DataError, match=named):

@@ -24,7 +24,10 @@ def test_verl_parquet_rows(data_files, smollm2_tokenizer):
     # the generation prompt is included, so the model's reply starts right after the prompt
     assert smollm2_tokenizer.decode(record.prompt_ids).endswith("<|im_start|>assistant\n")
     assert (record.data_source, record.ground_truth, record.extra_info, record.ability) == (
-        "openai/gsm8k", "2", {"index": 2}, "math",
+        "openai/gsm8k",
+        "2",
+        {"index": 2},
+        "math",
     )
     assert record.where == f"{path} row 2"
 

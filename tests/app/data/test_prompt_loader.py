@@ -9,8 +9,13 @@ from app.data.dataset import PromptDataset
 
 def _record(ids, i):
     return PromptRecord(
-        prompt_ids=ids, messages=[{"role": "user", "content": str(i)}], data_source="src", ground_truth=str(i),
-        extra_info={"i": i}, ability=None, where=f"f row {i}",
+        prompt_ids=ids,
+        messages=[{"role": "user", "content": str(i)}],
+        data_source="src",
+        ground_truth=str(i),
+        extra_info={"i": i},
+        ability=None,
+        where=f"f row {i}",
     )
 
 

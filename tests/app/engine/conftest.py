@@ -1,4 +1,5 @@
 """Fixtures for engine tests: a tiny random Llama (vocab 1024, hidden 64, 2 layers) and RL-shaped batches."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,9 +13,19 @@ VOCAB = 1024
 def _build_tiny_llama(out: Path) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).to(torch.float32).save_pretrained(out, safe_serialization=True)
     return out
@@ -36,11 +47,18 @@ def _rl_batch(prompt_lens, response_lens, prompt_width=None, response_width=None
     ids = torch.randint(3, VOCAB, (b, p + r), generator=g)
     mask = torch.zeros(b, p + r, dtype=torch.long)
     for i, (pl, rl) in enumerate(zip(prompt_lens, response_lens)):
-        mask[i, p - pl:p + rl] = 1
+        mask[i, p - pl : p + rl] = 1
     ids = ids * mask  # padding holds the pad id 0
     position_ids = (mask.cumsum(1) - 1).clamp(min=0)
-    return TensorBatch({"input_ids": ids, "attention_mask": mask, "position_ids": position_ids,
-                        "responses": ids[:, p:].clone(), "response_mask": mask[:, p:].clone()})
+    return TensorBatch(
+        {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": position_ids,
+            "responses": ids[:, p:].clone(),
+            "response_mask": mask[:, p:].clone(),
+        }
+    )
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ The engine keeps fp32 master weights (what AdamW steps) and computes in bf16. Wh
 - the logits of the response positions up to fp32, once, chunk by chunk, for the log-softmax (the loss's precision).
 Anything else (a second parameter cast, activations or the whole logits tensor in fp32) fails the test.
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,8 +33,7 @@ class _CountCasts(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if name in ("_to_copy", "copy_"):
             src, dst = (args[1], args[0]) if name == "copy_" else (args[0], out)
-            if isinstance(src, torch.Tensor) and src.dtype != dst.dtype and src.dtype in FLOATS \
-                    and dst.dtype in FLOATS:
+            if isinstance(src, torch.Tensor) and src.dtype != dst.dtype and src.dtype in FLOATS and dst.dtype in FLOATS:
                 self.casts[(src.dtype, dst.dtype, tuple(src.shape))] += 1
         return out
 

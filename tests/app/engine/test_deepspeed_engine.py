@@ -6,6 +6,7 @@ are the same sums; ZeRO only flattens them into buffers and sums the norm in ano
 by ~1e-7 relative, so 1e-5 leaves margin without admitting a wrong scaling (a loss divided twice by the 2
 micro-batches would be off by 2x, a missed micro-batch by ~50%).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,12 +25,18 @@ PROMPTS, RESPONSES = [6, 3, 5, 2], [4, 1, 3, 4]
 
 
 def _spec(path, strategy, stage=2, offload_optimizer=False, **kwargs):
-    spec = dict(optim=optim_spec(lr=1e-2, weight_decay=0.01), param_dtype="fp32", device="cpu",
-                micro_batch_size_per_gpu=2, grad_clip=1.0)
+    spec = dict(
+        optim=optim_spec(lr=1e-2, weight_decay=0.01),
+        param_dtype="fp32",
+        device="cpu",
+        micro_batch_size_per_gpu=2,
+        grad_clip=1.0,
+    )
     if strategy == "deepspeed":
         # 4 samples per step on one rank, micro-batches of 2: DeepSpeed accumulates over 2 backward passes
-        spec["deepspeed"] = DeepSpeedSpec(zero_stage=stage, offload_optimizer=offload_optimizer, config_path=None,
-                                          train_batch_size=4)
+        spec["deepspeed"] = DeepSpeedSpec(
+            zero_stage=stage, offload_optimizer=offload_optimizer, config_path=None, train_batch_size=4
+        )
     spec.update(kwargs)
     return engine_spec(path, **spec)
 
@@ -130,8 +137,7 @@ def test_checkpoint_resume_takes_the_same_next_step(tiny_llama_dir, make_rl_batc
 
 
 @pytest.mark.parametrize("strategy,stage", [("fsdp2", None), ("deepspeed", 2), ("deepspeed", 3)])
-def test_per_tensor_stream_is_the_sync_state_one_parameter_at_a_time(tiny_llama_dir, make_rl_batch, strategy,
-                                                                      stage):
+def test_per_tensor_stream_is_the_sync_state_one_parameter_at_a_time(tiny_llama_dir, make_rl_batch, strategy, stage):
     batch = make_rl_batch(PROMPTS, RESPONSES)
     for lora in ({}, {"lora_rank": 4, "lora_alpha": 8}):
         engine = _engine(tiny_llama_dir, strategy, stage, **lora)
@@ -146,8 +152,9 @@ def test_per_tensor_stream_is_the_sync_state_one_parameter_at_a_time(tiny_llama_
             # one parameter gathered at a time (a merged LoRA linear: its base weight, A and B)
             assert seen["max_open"] == 1 and seen["max_params"] == (3 if lora and merge else 1)
             if lora and not merge:
-                assert payload.kind == "lora" and all(".lora_A.weight" in n or ".lora_B.weight" in n
-                                                      for n in payload.tensors)
+                assert payload.kind == "lora" and all(
+                    ".lora_A.weight" in n or ".lora_B.weight" in n for n in payload.tensors
+                )
                 assert payload.adapter_config["r"] == 4
             else:
                 assert payload.kind == "full" and "lm_head.weight" not in payload.tensors  # tied: not sent twice
@@ -191,8 +198,10 @@ def test_deepspeed_is_not_imported_by_the_fsdp_path():
     import subprocess
     import sys
 
-    code = ("import sys, app.engine, app.engine.fsdp_engine, app.roles.factory; "
-            "assert 'deepspeed' not in sys.modules, 'deepspeed imported'")
+    code = (
+        "import sys, app.engine, app.engine.fsdp_engine, app.roles.factory; "
+        "assert 'deepspeed' not in sys.modules, 'deepspeed imported'"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
 

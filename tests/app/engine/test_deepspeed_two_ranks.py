@@ -1,5 +1,6 @@
 """Two gloo ranks (torch.multiprocessing spawn, no Ray): DeepSpeed ZeRO-2 and ZeRO-3 take the step one FSDP2 rank
 takes, and every engine's per-tensor stream yields the whole weights although each rank holds only its shards."""
+
 from __future__ import annotations
 
 import os
@@ -17,16 +18,27 @@ pytest.importorskip("deepspeed")
 
 PROMPTS, RESPONSES = [6, 3, 5, 2], [4, 1, 3, 4]
 LORA = {"lora_rank": 4, "lora_alpha": 8}
-CASES = {"fsdp2": ("fsdp2", None, {}), "zero2": ("deepspeed", 2, {}), "zero3": ("deepspeed", 3, {}),
-         "zero3_lora": ("deepspeed", 3, LORA), "fsdp2_lora": ("fsdp2", None, LORA)}
+CASES = {
+    "fsdp2": ("fsdp2", None, {}),
+    "zero2": ("deepspeed", 2, {}),
+    "zero3": ("deepspeed", 3, {}),
+    "zero3_lora": ("deepspeed", 3, LORA),
+    "fsdp2_lora": ("fsdp2", None, LORA),
+}
 
 
 def _spec(path, strategy, stage, **kwargs):
     # 4 samples per step, micro-batches of 1: on 2 ranks each accumulates 2 backward passes
-    spec = dict(optim=optim_spec(lr=1e-2, weight_decay=0.01), param_dtype="fp32", device="cpu",
-                micro_batch_size_per_gpu=1, grad_clip=1.0,
-                deepspeed=DeepSpeedSpec(zero_stage=stage, offload_optimizer=False, config_path=None,
-                                        train_batch_size=4) if stage else None)
+    spec = dict(
+        optim=optim_spec(lr=1e-2, weight_decay=0.01),
+        param_dtype="fp32",
+        device="cpu",
+        micro_batch_size_per_gpu=1,
+        grad_clip=1.0,
+        deepspeed=DeepSpeedSpec(zero_stage=stage, offload_optimizer=False, config_path=None, train_batch_size=4)
+        if stage
+        else None,
+    )
     spec.update(kwargs)
     return engine_spec(path, **spec)
 
@@ -43,12 +55,18 @@ def _run(case, path, batch, tokens):
     fresh = dict(engine.get_per_tensor_param())
     with engine.train_mode():
         engine.optimizer_zero_grad()
-        result = engine.forward_backward_step(engine.shard_data(batch),
-                                              StepContext(loss_normalizer=tokens / engine.dp_world_size))
+        result = engine.forward_backward_step(
+            engine.shard_data(batch), StepContext(loss_normalizer=tokens / engine.dp_world_size)
+        )
         grad_norm = engine.optimizer_step()
     loss = float(engine.all_reduce(torch.tensor([result.loss]), "mean")[0])
-    return {"fresh": fresh, "after": dict(engine.get_per_tensor_param()), "loss": loss, "grad_norm": grad_norm,
-            "sync": engine.state_dict_for_sync().tensors}
+    return {
+        "fresh": fresh,
+        "after": dict(engine.get_per_tensor_param()),
+        "loss": loss,
+        "grad_norm": grad_norm,
+        "sync": engine.state_dict_for_sync().tensors,
+    }
 
 
 def _worker(rank, world, init_file, path, batch, out_dir):

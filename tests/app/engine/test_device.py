@@ -1,4 +1,5 @@
 """The engine's device is the spec's: "cpu" never touches CUDA, "cuda" takes the GPU this process was given."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,6 +13,7 @@ from app.engine.distributed import backend_for, ensure_process_group, pick_devic
 
 def _no_cuda_calls(monkeypatch):
     """Make every CUDA query an error, as it would be a bug for a CPU engine to make one."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("a CPU engine asked torch about CUDA")
 

@@ -4,6 +4,7 @@ FlexAttention runs forward-only on a CPU (torch refuses its backward there), so 
 fp32 and to rounding; for the gradients, the same mask_mod rendered dense (``create_mask``) drives sdpa, which shows
 the mask gives the per-sequence gradients. The fused kernel's own backward is checked on CUDA by bench/gpu_check.py.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -44,8 +45,9 @@ def _cu(lengths):
 
 def _qkv(total, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(1, h, total, DIM, generator=g, dtype=torch.float64).to(dtype)
-            for h in (HEADS, KV_HEADS, KV_HEADS)]
+    return [
+        torch.randn(1, h, total, DIM, generator=g, dtype=torch.float64).to(dtype) for h in (HEADS, KV_HEADS, KV_HEADS)
+    ]
 
 
 class _Layer(torch.nn.Module):
@@ -67,18 +69,16 @@ def test_kernel_choice_per_device():
 def test_mask_by_hand():
     # plain: sequences [0, 2) and [2, 5), each causal, never across
     plain = create_mask(packed_mask_mod_for(_cu([2, 3]), 5, CPU), None, None, 5, 5, device=CPU)[0, 0]
-    assert plain.int().tolist() == [[1, 0, 0, 0, 0],
-                                    [1, 1, 0, 0, 0],
-                                    [0, 0, 1, 0, 0],
-                                    [0, 0, 1, 1, 0],
-                                    [0, 0, 1, 1, 1]]
+    assert plain.int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]]
     # shared: prompt p0 p1, response a0 (1 token), response b0 b1: each response sees the prompt and itself only
     shared = create_mask(packed_mask_mod_for(((2, (1, 2)),), 5, CPU), None, None, 5, 5, device=CPU)[0, 0]
-    assert shared.int().tolist() == [[1, 0, 0, 0, 0],
-                                     [1, 1, 0, 0, 0],
-                                     [1, 1, 1, 0, 0],
-                                     [1, 1, 0, 1, 0],
-                                     [1, 1, 0, 1, 1]]
+    assert shared.int().tolist() == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 1, 0, 1, 0],
+        [1, 1, 0, 1, 1],
+    ]
 
 
 @pytest.mark.parametrize("metadata", [_cu(LENGTHS), LAYOUT], ids=["plain", "shared_prompt"])
@@ -98,8 +98,10 @@ def test_flex_mask_gives_per_sequence_gradients(metadata):
     g = torch.Generator().manual_seed(1)
     grad_out = torch.randn(1, HEADS, total, DIM, generator=g, dtype=torch.float64)
     results = []
-    for attend in (lambda q, k, v: _per_sequence(q, k, v, metadata),
-                   lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense, enable_gqa=True)):
+    for attend in (
+        lambda q, k, v: _per_sequence(q, k, v, metadata),
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense, enable_gqa=True),
+    ):
         inputs = [t.requires_grad_() for t in _qkv(total, torch.float64)]
         out = attend(*inputs)
         out.backward(grad_out)
@@ -126,16 +128,18 @@ def test_model_log_probs_with_flex_equal_per_sequence(monkeypatch, tiny_llama_di
 
     from app.engine.packed_attention import register_packed_attention
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32,
-                                                 attn_implementation=register_packed_attention()).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        tiny_llama_dir, dtype=torch.float32, attn_implementation=register_packed_attention()
+    ).eval()
     batch = make_rl_batch([6, 6, 4, 4, 3], [5, 2, 4, 1, 3], seed=2)
     batch["input_ids"][1, :6] = batch["input_ids"][0, :6]  # rows 0 and 1 share a prompt (as a GRPO group does)
     batch["input_ids"][3, 2:6] = batch["input_ids"][2, 2:6]  # rows 2 and 3 too
 
     def log_probs():
         with torch.no_grad():
-            return response_outputs(model, batch, model_kind="causal_lm", remove_padding=True,
-                                    share_prompts=share_prompts)["log_probs"]
+            return response_outputs(
+                model, batch, model_kind="causal_lm", remove_padding=True, share_prompts=share_prompts
+            )["log_probs"]
 
     want = log_probs()
     monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device: FLEX)
@@ -163,8 +167,17 @@ def test_engine_builds_one_block_mask_per_forward(monkeypatch, tiny_llama_dir, m
 
     from app.engine import StepContext, make_engine
 
-    engine = make_engine("fsdp2", engine_spec(tiny_llama_dir, param_dtype="fp32", device="cpu", optim=None,
-                                              use_remove_padding=True, share_prompt_prefix=share_prompts))
+    engine = make_engine(
+        "fsdp2",
+        engine_spec(
+            tiny_llama_dir,
+            param_dtype="fp32",
+            device="cpu",
+            optim=None,
+            use_remove_padding=True,
+            share_prompt_prefix=share_prompts,
+        ),
+    )
     engine.init_model()
     batch = make_rl_batch([6, 6, 4], [5, 2, 4], seed=3)
     batch["input_ids"][1, :6] = batch["input_ids"][0, :6]  # rows 0 and 1 share a prompt

@@ -1,4 +1,5 @@
 """FSDPEngine in one process (a private one-rank gloo group) on the tiny random Llama, fp32 unless stated."""
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,7 @@ def _reference_log_probs(path, batch):
             n_resp = int(batch["attention_mask"][i, -resp_len:].sum())
             logp = torch.log_softmax(model(input_ids=ids[None]).logits[0].float(), -1)
             start = len(ids) - n_resp  # first response token in the unpadded sequence
-            out[i, :n_resp] = logp[start - 1:len(ids) - 1].gather(-1, ids[start:, None])[:, 0]
+            out[i, :n_resp] = logp[start - 1 : len(ids) - 1].gather(-1, ids[start:, None])[:, 0]
     return out
 
 
@@ -68,7 +69,8 @@ def test_remove_padding_and_padded_paths_equal_unpadded_reference(tiny_llama_dir
         engine.spec.use_remove_padding = remove_padding  # read per call: one engine serves both paths
         with engine.eval_mode():
             results[remove_padding] = engine.forward_backward_step(
-                batch, StepContext(compute_entropy=True, temperature=1.0), forward_only=True).outputs
+                batch, StepContext(compute_entropy=True, temperature=1.0), forward_only=True
+            ).outputs
     for outputs in results.values():
         torch.testing.assert_close(outputs["log_probs"], expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(results[True]["entropy"], results[False]["entropy"], rtol=1e-5, atol=1e-5)
@@ -94,9 +96,11 @@ def test_micro_batching_and_token_budget_give_the_same_gradient(tiny_llama_dir, 
     engine.set_loss_fn(_sum_log_prob_loss)
     normalizer = float(batch["response_mask"].sum())
     grads, losses = [], []
-    for ctx in (StepContext(loss_normalizer=normalizer),
-                StepContext(loss_normalizer=normalizer, micro_batch_size=1),
-                StepContext(loss_normalizer=normalizer, use_dynamic_bsz=True, max_token_len=10)):
+    for ctx in (
+        StepContext(loss_normalizer=normalizer),
+        StepContext(loss_normalizer=normalizer, micro_batch_size=1),
+        StepContext(loss_normalizer=normalizer, use_dynamic_bsz=True, max_token_len=10),
+    ):
         with engine.train_mode():
             engine.optimizer_zero_grad()
             result = engine.forward_backward_step(batch, ctx)
@@ -162,8 +166,9 @@ def test_full_sync_payload_has_hf_names(tiny_llama_dir):
 # ---------------------------------------------------------------------------------------------------- LoRA
 def _lora_engine(path):
     # exclude layer 1's MLP (regex): only the other linear layers get adapters
-    return _engine(path, lora_rank=4, lora_alpha=8, target_modules="all-linear",
-                   exclude_modules=r".*layers\.1\.mlp\..*")
+    return _engine(
+        path, lora_rank=4, lora_alpha=8, target_modules="all-linear", exclude_modules=r".*layers\.1\.mlp\..*"
+    )
 
 
 def test_one_rank_lora_keeps_the_frozen_base_out_of_fsdp(tiny_llama_dir):
@@ -326,16 +331,18 @@ def test_shared_prompts_give_the_same_log_probs_and_lora_gradients(tiny_llama_di
     ctx = StepContext(loss_normalizer=float(batch["response_mask"].sum()), compute_entropy=True)
     results = {}
     for share in (False, True):
-        engine = _engine(tiny_llama_dir, lora_rank=4, lora_alpha=8, share_prompt_prefix=share,
-                         micro_batch_size_per_gpu=4)
+        engine = _engine(
+            tiny_llama_dir, lora_rank=4, lora_alpha=8, share_prompt_prefix=share, micro_batch_size_per_gpu=4
+        )
         engine.set_loss_fn(_sum_log_prob_loss)
         with engine.train_mode():
             engine.optimizer_zero_grad()
             out = engine.forward_backward_step(batch, ctx).outputs
         results[share] = (out, _grads(engine))
     assert engine._shares_prompts()
-    torch.testing.assert_close(results[True][0]["log_probs"], _reference_log_probs(tiny_llama_dir, batch),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        results[True][0]["log_probs"], _reference_log_probs(tiny_llama_dir, batch), rtol=1e-5, atol=1e-5
+    )
     torch.testing.assert_close(results[True][0]["entropy"], results[False][0]["entropy"], rtol=1e-5, atol=1e-5)
     assert results[True][1].keys() == results[False][1].keys() and len(results[True][1]) > 0
     for name, grad in results[False][1].items():

@@ -1,4 +1,5 @@
 """Two gloo ranks (torch.multiprocessing spawn, no Ray) must reproduce one rank on the same data, in fp32."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,9 @@ PROMPTS, RESPONSES = [6, 3, 5, 2], [4, 1, 3, 4]
 
 
 def _spec(path, **kwargs):
-    spec = dict(optim=optim_spec(lr=1e-2, weight_decay=0.01), param_dtype="fp32", device="cpu",
-                micro_batch_size_per_gpu=1)
+    spec = dict(
+        optim=optim_spec(lr=1e-2, weight_decay=0.01), param_dtype="fp32", device="cpu", micro_batch_size_per_gpu=1
+    )
     spec.update(kwargs)
     return engine_spec(path, **spec)
 
@@ -28,8 +30,9 @@ def _loss(out, micro, ctx):
 def _one_step(engine, batch, global_tokens):
     """Forward-only log-probs (token budget), then one update with the globally normalised token-mean loss."""
     with engine.eval_mode():
-        logp = engine.forward_backward_step(batch, StepContext(use_dynamic_bsz=True, max_token_len=12),
-                                            forward_only=True).outputs
+        logp = engine.forward_backward_step(
+            batch, StepContext(use_dynamic_bsz=True, max_token_len=12), forward_only=True
+        ).outputs
     engine.set_loss_fn(_loss)
     with engine.train_mode():
         engine.optimizer_zero_grad()

@@ -3,6 +3,7 @@
 Two gloo ranks (torch.multiprocessing spawn, no Ray) load a ~190 MB fp32 model; each rank's peak resident memory
 growth during ``init_model`` is compared with the model's size, and the gathered shards with the file's tensors.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,19 @@ def mid_llama_dir(tmp_path_factory) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     out = tmp_path_factory.mktemp("mid-llama")
-    config = LlamaConfig(vocab_size=4096, hidden_size=512, intermediate_size=1024, num_hidden_layers=16,
-                         num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=256,
-                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = LlamaConfig(
+        vocab_size=4096,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=16,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(out, safe_serialization=True)
     return out
@@ -67,8 +78,9 @@ def _worker(rank, world, init_file, path, warm_up_path, out_dir, load_on_rank0=N
     try:
         # a tiny model first, so that the libraries' import and first-use costs are not counted below
         make_engine("fsdp2", engine_spec(warm_up_path, optim=None, param_dtype="fp32", device="cpu")).init_model()
-        spec = engine_spec(path, optim=None, param_dtype="fp32", model_dtype="fp32", device="cpu",
-                           load_on_rank0=load_on_rank0)
+        spec = engine_spec(
+            path, optim=None, param_dtype="fp32", model_dtype="fp32", device="cpu", load_on_rank0=load_on_rank0
+        )
         engine = make_engine("fsdp2", spec)
         dist.barrier()
         _reset_peak_rss()
@@ -84,8 +96,15 @@ def _worker(rank, world, init_file, path, warm_up_path, out_dir, load_on_rank0=N
             if name not in weights or not torch.equal(full, weights[name]):
                 mismatched.append(name)
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump({"peak_growth": peak_growth, "local_bytes": local_bytes, "mismatched": mismatched,
-                       "compared": compared}, f)
+            json.dump(
+                {
+                    "peak_growth": peak_growth,
+                    "local_bytes": local_bytes,
+                    "mismatched": mismatched,
+                    "compared": compared,
+                },
+                f,
+            )
     finally:
         dist.destroy_process_group()
     os._exit(0)  # as in test_fsdp_two_ranks: skip a teardown that can abort after the work is saved
@@ -94,8 +113,9 @@ def _worker(rank, world, init_file, path, warm_up_path, out_dir, load_on_rank0=N
 def test_two_ranks_read_the_weights_once(mid_llama_dir, tiny_llama_dir, tmp_path):
     model_bytes = sum(t.numel() * t.element_size() for t in _file_weights(mid_llama_dir).values())
     assert model_bytes > 150e6  # large enough that a whole copy stands out from the noise of the allocator
-    mp.spawn(_worker, args=(2, str(tmp_path / "pg_init"), str(mid_llama_dir), str(tiny_llama_dir), str(tmp_path)),
-             nprocs=2)
+    mp.spawn(
+        _worker, args=(2, str(tmp_path / "pg_init"), str(mid_llama_dir), str(tiny_llama_dir), str(tmp_path)), nprocs=2
+    )
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for r in ranks:
         assert r["mismatched"] == [] and r["compared"] > 100  # every shard is the file's tensor, bit for bit
@@ -120,8 +140,14 @@ def test_one_rank_load_from_rank0_equals_plain_load(tiny_llama_dir, make_rl_batc
     batch = make_rl_batch([5, 3], [4, 2], seed=1)
     results = []
     for load_on_rank0 in (False, True):
-        spec = engine_spec(tiny_llama_dir, optim=optim_spec(lr=1e-2), param_dtype="fp32", device="cpu",
-                           lora_rank=lora_rank, load_on_rank0=load_on_rank0)
+        spec = engine_spec(
+            tiny_llama_dir,
+            optim=optim_spec(lr=1e-2),
+            param_dtype="fp32",
+            device="cpu",
+            lora_rank=lora_rank,
+            load_on_rank0=load_on_rank0,
+        )
         engine = make_engine("fsdp2", spec)
         engine.init_model()
         engine.set_loss_fn(_loss)

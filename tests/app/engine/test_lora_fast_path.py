@@ -1,4 +1,5 @@
 """The fused LoRA forward computes what peft computes, with the same gradients, and steps aside when it must."""
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -9,10 +10,17 @@ from app.engine.lora_fast_path import use_fused_lora_forward
 
 def _peft_model(seed=0, **lora):
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2)
-    model = get_peft_model(LlamaForCausalLM(config).double(),
-                           LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", **lora))
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    model = get_peft_model(
+        LlamaForCausalLM(config).double(), LoraConfig(r=4, lora_alpha=16, target_modules="all-linear", **lora)
+    )
     for name, p in model.named_parameters():  # lora_B starts at zero; make the adapter matter
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.5)

@@ -1,4 +1,5 @@
 """Folding LoRA into base weights gives exactly what peft's merge_and_unload gives."""
+
 import torch
 
 from app.engine.lora_merge import merge_lora_state_dict
@@ -9,8 +10,9 @@ def test_merge_equals_peft_merge_and_unload(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                                LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    peft_model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")
+    )
     for name, param in peft_model.named_parameters():
         if "lora_B" in name:  # B starts at zero; give the adapter something to add
             torch.nn.init.normal_(param, std=0.1)

@@ -23,8 +23,11 @@ def test_token_budget_bin_count():
     # 9+1 | 8+2 | 5+5 fit a budget of 10 exactly: first-fit-decreasing needs 3 bins
     assert num_bins_for_budget([5, 9, 1, 8, 2, 5], 10) == 3
     # a sequence longer than the budget cannot be run within it: an error naming the key to raise
-    with pytest.raises(ValueError, match=r"actor_rollout_ref.actor.ppo_max_token_len_per_gpu=10 is below one "
-                                         r"sequence of 30 tokens; raise it"):
+    with pytest.raises(
+        ValueError,
+        match=r"actor_rollout_ref.actor.ppo_max_token_len_per_gpu=10 is below one "
+        r"sequence of 30 tokens; raise it",
+    ):
         num_bins_for_budget([30, 1], 10, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu")
 
 

@@ -1,5 +1,6 @@
 """The train worker bounds oneDNN's primitive cache: packed micro-batches bring a new shape nearly every time, and
 each cached primitive stays resident."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ print(json.dumps({"growth": None if before is None else after - before}))
 def _growth(capacity: str) -> int | None:
     """Resident growth over the 200 shapes; None where the C library cannot trim (not glibc)."""
     env = {k: v for k, v in os.environ.items() if k != ENV}
-    out = subprocess.run([sys.executable, "-c", PROBE, capacity], capture_output=True, text=True, timeout=300,
-                         check=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, capacity], capture_output=True, text=True, timeout=300, check=True, env=env
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["growth"]
 
 

@@ -35,8 +35,14 @@ def test_trim_padding_drops_all_padding_columns():
 
 def test_packed_attention_matches_each_sequence_alone():
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     model = LlamaForCausalLM(config).eval()
     model.config._attn_implementation = register_packed_attention()
     seqs = [torch.randint(0, 128, (n,)) for n in (5, 3, 7)]
@@ -76,8 +82,10 @@ def _grouped_rows(prompt_len=6, response_len=5, seed=0):
     """Two prompts x three samples, rows of the two groups interleaved (grouping must not need adjacent rows),
     responses of different lengths and one sample of length 1."""
     g = torch.Generator().manual_seed(seed)
-    prompts = [(torch.tensor([0, 0, 5, 6, 7, 8]), torch.tensor([0, 0, 1, 1, 1, 1])),
-               (torch.tensor([0, 9, 10, 11, 12, 13]), torch.tensor([0, 1, 1, 1, 1, 1]))]
+    prompts = [
+        (torch.tensor([0, 0, 5, 6, 7, 8]), torch.tensor([0, 0, 1, 1, 1, 1])),
+        (torch.tensor([0, 9, 10, 11, 12, 13]), torch.tensor([0, 1, 1, 1, 1, 1])),
+    ]
     rows, masks = [], []
     for length in (5, 2, 1):
         for prompt, prompt_mask in prompts:
@@ -90,8 +98,15 @@ def _grouped_rows(prompt_len=6, response_len=5, seed=0):
 
 def _tiny_llama(model_cls=LlamaForCausalLM, **extra):
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, **extra)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        **extra,
+    )
     model = model_cls(config).double().eval()  # eval: no classifier dropout; gradients still flow
     model.config._attn_implementation = register_packed_attention()
     return model
@@ -115,8 +130,9 @@ def test_shared_prompt_packing_gives_the_outputs_and_gradients_of_padded_rows():
     batch = TensorBatch({"input_ids": ids, "attention_mask": mask, "responses": ids[:, prompt_len:]})
     kwargs = dict(compute_entropy=True, entropy_requires_grad=True)
     padded, padded_grads = _outputs_and_grads(model, batch, "causal_lm", remove_padding=False, **kwargs)
-    shared, shared_grads = _outputs_and_grads(model, batch, "causal_lm", remove_padding=True, share_prompts=True,
-                                              **kwargs)
+    shared, shared_grads = _outputs_and_grads(
+        model, batch, "causal_lm", remove_padding=True, share_prompts=True, **kwargs
+    )
     for key in ("log_probs", "entropy"):
         torch.testing.assert_close(shared[key], padded[key], rtol=1e-6, atol=1e-6)
     for got, want in zip(shared_grads, padded_grads):

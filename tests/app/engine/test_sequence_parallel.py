@@ -1,5 +1,6 @@
 """Ulysses sequence parallelism over two gloo ranks (torch.multiprocessing spawn, no Ray) against the same two ranks
 without it, in fp32: log-probs / values, loss and every gradient."""
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,19 @@ BUDGET = 12
 def _build_llama(out, heads: int, kv_heads: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=256,
-                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(config).to(torch.float32).save_pretrained(out, safe_serialization=True)
     return str(out)
@@ -68,21 +79,32 @@ CASES = {
 
 
 def _run(path, overrides, sp_size, batch, global_tokens):
-    spec = engine_spec(path, optim=optim_spec(lr=1e-2), param_dtype="fp32", device="cpu", micro_batch_size_per_gpu=1,
-                       ulysses_sequence_parallel_size=sp_size, **overrides)
+    spec = engine_spec(
+        path,
+        optim=optim_spec(lr=1e-2),
+        param_dtype="fp32",
+        device="cpu",
+        micro_batch_size_per_gpu=1,
+        ulysses_sequence_parallel_size=sp_size,
+        **overrides,
+    )
     engine = make_engine("fsdp2", spec)
     engine.init_model()
     with engine.eval_mode():
-        forward = engine.forward_backward_step(batch, StepContext(use_dynamic_bsz=True, max_token_len=BUDGET),
-                                               forward_only=True).outputs
+        forward = engine.forward_backward_step(
+            batch, StepContext(use_dynamic_bsz=True, max_token_len=BUDGET), forward_only=True
+        ).outputs
     engine.set_loss_fn(_loss)
     with engine.train_mode():
         engine.optimizer_zero_grad()
         result = engine.forward_backward_step(batch, StepContext(loss_normalizer=global_tokens / engine.dp_world_size))
     grads = {n: p.grad.full_tensor() for n, p in engine.model.named_parameters() if p.grad is not None}
-    return {"attention": engine.model.config._attn_implementation, "outputs": forward.tensors,
-            "loss": float(engine.all_reduce(
-        torch.tensor([result.loss]), "sum")[0]), "grads": grads}
+    return {
+        "attention": engine.model.config._attn_implementation,
+        "outputs": forward.tensors,
+        "loss": float(engine.all_reduce(torch.tensor([result.loss]), "sum")[0]),
+        "grads": grads,
+    }
 
 
 def _worker(rank, world, init_file, paths, out_dir, batches):
@@ -90,8 +112,10 @@ def _worker(rank, world, init_file, paths, out_dir, batches):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         tokens = float(sum(b["response_mask"].sum() for b in batches.values()))
-        results = {name: {sp: _run(paths[model], overrides, sp, batches[rank], tokens) for sp in (1, 2)}
-                   for name, (model, overrides) in CASES.items()}
+        results = {
+            name: {sp: _run(paths[model], overrides, sp, batches[rank], tokens) for sp in (1, 2)}
+            for name, (model, overrides) in CASES.items()
+        }
         torch.save(results, os.path.join(out_dir, f"sp{rank}.pt"))  # each rank's outputs are its own rows
     finally:
         dist.destroy_process_group()
@@ -124,12 +148,15 @@ def test_sequence_parallel_matches_data_parallel(models, make_rl_batch, tmp_path
         for param, g in one["grads"].items():
             # each rank's gradient is now its chunk's share, summed by FSDP's reduction in another order: fp32
             # rounding of cancelling sums, 1e-5 of the tensor's largest gradient
-            torch.testing.assert_close(two["grads"][param], g, rtol=1e-5, atol=1e-5 * float(g.abs().max()),
-                                       msg=f"{name}: {param}")
+            torch.testing.assert_close(
+                two["grads"][param], g, rtol=1e-5, atol=1e-5 * float(g.abs().max()), msg=f"{name}: {param}"
+            )
 
 
-@pytest.mark.parametrize("heads, kv_heads, size, repeat", [(4, 2, 2, 1), (4, 1, 2, 2), (2, 1, 2, 2), (8, 2, 4, 2),
-                                                            (8, 8, 4, 1), (12, 4, 6, 3)])
+@pytest.mark.parametrize(
+    "heads, kv_heads, size, repeat",
+    [(4, 2, 2, 1), (4, 1, 2, 2), (2, 1, 2, 2), (8, 2, 4, 2), (8, 8, 4, 1), (12, 4, 6, 3)],
+)
 def test_key_value_heads_are_repeated_until_the_group_divides_them(heads, kv_heads, size, repeat):
     sp = SequenceParallel(group=None, size=size, rank=0)
     check_heads(SimpleNamespace(num_attention_heads=heads, num_key_value_heads=kv_heads), sp)
@@ -146,15 +173,23 @@ def test_heads_the_group_does_not_divide_are_refused():
 
 def test_the_deepspeed_engine_refuses_sequence_parallelism(tiny_llama_dir):
     spec = engine_spec(tiny_llama_dir, device="cpu", ulysses_sequence_parallel_size=2)
-    with pytest.raises(ValueError, match=r"^ulysses_sequence_parallel_size=2: strategy=deepspeed has no sequence "
-                                         r"parallelism here; use strategy=fsdp2 or set it to 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"^ulysses_sequence_parallel_size=2: strategy=deepspeed has no sequence "
+        r"parallelism here; use strategy=fsdp2 or set it to 1",
+    ):
         make_engine("deepspeed", spec)
 
 
 def test_compiled_layers_are_refused_before_any_group_is_made():
-    with pytest.raises(ValueError, match=r"^ulysses_sequence_parallel_size=2 runs the layers eagerly: set "
-                                         r"use_torch_compile=false"):
+    with pytest.raises(
+        ValueError,
+        match=r"^ulysses_sequence_parallel_size=2 runs the layers eagerly: set "
+        r"use_torch_compile=false",
+    ):
         prepare(2, "cpu", use_remove_padding=True, compile_layers=True, model_config=None, attention="sdpa")
     # without sequence parallelism nothing is made and the attention is the one given
-    assert prepare(1, "cpu", use_remove_padding=False, compile_layers=True, model_config=None,
-                   attention="sdpa") == (None, "sdpa")
+    assert prepare(1, "cpu", use_remove_padding=False, compile_layers=True, model_config=None, attention="sdpa") == (
+        None,
+        "sdpa",
+    )

@@ -1,4 +1,5 @@
 """A prompt's responses attend as one padded batch: the same outputs and gradients as one call per response."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,8 +24,7 @@ def _one_call_per_sequence(q, k, v):
     outs, at = [], 0
     for prompt_len, responses in LAYOUT:
         p = slice(at, at + prompt_len)
-        outs.append(F.scaled_dot_product_attention(q[:, :, p], k[:, :, p], v[:, :, p], is_causal=True,
-                                                   enable_gqa=True))
+        outs.append(F.scaled_dot_product_attention(q[:, :, p], k[:, :, p], v[:, :, p], is_causal=True, enable_gqa=True))
         at += prompt_len
         for length in responses:
             r = slice(at, at + length)
@@ -57,8 +57,9 @@ def test_batched_responses_equal_one_call_per_response_in_float64():
     # float64 removes rounding: a response that sees a sibling, padding or too little of its prompt is off by O(1)
     (q, k, v), grad_out = _inputs(torch.float64)
     ref = _grads(_one_call_per_sequence, [t.detach().clone().requires_grad_() for t in (q, k, v)], grad_out)
-    got = _grads(lambda a, b, c: torch.cat(_shared_prompt_attention(a, b, c, LAYOUT, None, 0.0), dim=2), [q, k, v],
-                 grad_out)
+    got = _grads(
+        lambda a, b, c: torch.cat(_shared_prompt_attention(a, b, c, LAYOUT, None, 0.0), dim=2), [q, k, v], grad_out
+    )
     for name, r, g in zip(("out", "dq", "dk", "dv"), ref, got):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-10, msg=name)
 
@@ -66,10 +67,10 @@ def test_batched_responses_equal_one_call_per_response_in_float64():
 def test_bf16_training_path_stays_at_bf16_accuracy():
     # bf16 with gradients takes the flash-forward / matmul-backward function with a batched mask
     (q, k, v), grad_out = _inputs(torch.bfloat16, seed=1)
-    got = _grads(lambda a, b, c: torch.cat(_shared_prompt_attention(a, b, c, LAYOUT, None, 0.0), dim=2), [q, k, v],
-                 grad_out)
-    exact = _grads(_one_call_per_sequence, [t.detach().double().requires_grad_() for t in (q, k, v)],
-                   grad_out.double())
+    got = _grads(
+        lambda a, b, c: torch.cat(_shared_prompt_attention(a, b, c, LAYOUT, None, 0.0), dim=2), [q, k, v], grad_out
+    )
+    exact = _grads(_one_call_per_sequence, [t.detach().double().requires_grad_() for t in (q, k, v)], grad_out.double())
     for name, g, r in zip(("out", "dq", "dk", "dv"), got, exact):
         rel = float((g.double() - r).norm() / r.norm())  # bf16's relative step is 2^-8; a wrong one is O(1)
         assert rel < 1e-2, (name, rel)

@@ -1,5 +1,6 @@
 """The engine's token-budget micro-batches (use_dynamic_bsz): none over the budget, and a clear error for a sequence
 that cannot fit, naming the config key to raise."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,17 @@ KEY = "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
 
 @pytest.fixture(scope="module")
 def engine(tiny_llama_dir):
-    e = make_engine("fsdp2", engine_spec(tiny_llama_dir, param_dtype="fp32", device="cpu", use_dynamic_bsz=True,
-                                         max_token_len_per_gpu=12, max_token_len_key=KEY))
+    e = make_engine(
+        "fsdp2",
+        engine_spec(
+            tiny_llama_dir,
+            param_dtype="fp32",
+            device="cpu",
+            use_dynamic_bsz=True,
+            max_token_len_per_gpu=12,
+            max_token_len_key=KEY,
+        ),
+    )
     e.init_model()
     return e
 
@@ -44,6 +54,9 @@ def test_a_sequence_over_the_budget_names_the_key_to_raise(engine, make_rl_batch
         _micro_batch_tokens(engine, batch, StepContext())
     # a per-call budget (the log-prob pass's) names its own key
     with pytest.raises(ValueError, match=r"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=13 is below"):
-        _micro_batch_tokens(engine, batch, StepContext(
-            max_token_len=13, max_token_len_key="actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"))
+        _micro_batch_tokens(
+            engine,
+            batch,
+            StepContext(max_token_len=13, max_token_len_key="actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"),
+        )
     assert sorted(_micro_batch_tokens(engine, batch, StepContext(max_token_len=14))) == [3, 14]

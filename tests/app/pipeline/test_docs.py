@@ -1,4 +1,5 @@
 """docs/pipelines.md shows each card's parameter table exactly as the code declares it."""
+
 from __future__ import annotations
 
 from app.pipeline.docs import DOC, marker, render
@@ -14,6 +15,6 @@ def test_every_parameter_appears_once_in_its_cards_table():
     text = DOC.read_text()
     for card, module in cards().items():
         begin, end = marker(card)
-        block = text[text.index(begin):text.index(end)]
+        block = text[text.index(begin) : text.index(end)]
         for param in module.PARAMS:
             assert block.count(f"| `{param.name}` |") == 1, (card, param.name)

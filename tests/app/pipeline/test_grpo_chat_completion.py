@@ -1,6 +1,7 @@
 """grpo_chat_completion: TRL's arguments translated (batch sizes count completions), values the trainer cannot
 honour refused by name, the best validation chosen among the kept weights, and a tiny real run that leaves
 checkpoints in `output_model_path` and an MLflow transformers model in `mlflow_model_folder` that loads back."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,9 +13,14 @@ from app.pipeline.runner import plan_card
 
 
 def card_params(tiny_model_dir, data, tmp_path, **more):
-    return {"pytorch_model_path": str(tiny_model_dir), "dataset_train_split": str(data / "train.jsonl"),
-            "dataset_validation_split": str(data / "test.jsonl"), "output_model_path": str(tmp_path / "ckpt"),
-            "mlflow_model_folder": str(tmp_path / "mlflow_model"), **more}
+    return {
+        "pytorch_model_path": str(tiny_model_dir),
+        "dataset_train_split": str(data / "train.jsonl"),
+        "dataset_validation_split": str(data / "test.jsonl"),
+        "output_model_path": str(tmp_path / "ckpt"),
+        "mlflow_model_folder": str(tmp_path / "mlflow_model"),
+        **more,
+    }
 
 
 def test_card_defaults_map_onto_the_trainer(tiny_model_dir, problem_jsonl, tmp_path):
@@ -30,13 +36,23 @@ def test_card_defaults_map_onto_the_trainer(tiny_model_dir, problem_jsonl, tmp_p
     assert "console_samples" in cfg.trainer.logger
     assert cfg.trainer.default_local_dir == str((tmp_path / "ckpt").resolve())
     assert cfg.actor_rollout_ref.model.lora_rank == 64  # apply_lora "true": configs/grpo_trainer.yaml's LoRA
-    assert {name for name, _, _ in plan.not_applicable} == {"per_device_eval_batch_size", "logging_steps",
-                                                            "shm_size_finetune"}
+    assert {name for name, _, _ in plan.not_applicable} == {
+        "per_device_eval_batch_size",
+        "logging_steps",
+        "shm_size_finetune",
+    }
 
 
 def test_trl_batch_sizes_count_completions(tiny_model_dir, problem_jsonl, tmp_path):
-    params = card_params(tiny_model_dir, problem_jsonl, tmp_path, per_device_train_batch_size=6,
-                         gradient_accumulation_steps=2, num_generations=3, **{"trainer.num_workers": 1})
+    params = card_params(
+        tiny_model_dir,
+        problem_jsonl,
+        tmp_path,
+        per_device_train_batch_size=6,
+        gradient_accumulation_steps=2,
+        num_generations=3,
+        **{"trainer.num_workers": 1},
+    )
     _, cfg, _ = plan_card("grpo_chat_completion", params, True)
     # 6 completions x 1 rank x 2 accumulation = 12 completions per optimizer step = 4 prompts x 3 generations;
     # the micro-batch is one device's 6 completions, so a rank's 12 take the 2 accumulation steps
@@ -47,8 +63,16 @@ def test_trl_batch_sizes_count_completions(tiny_model_dir, problem_jsonl, tmp_pa
 
 
 def test_length_eval_and_kl_switches(tiny_model_dir, problem_jsonl, tmp_path):
-    params = card_params(tiny_model_dir, problem_jsonl, tmp_path, beta=0, eval_strategy="no", apply_lora="false",
-                         num_train_epochs=1.5, save_total_limit=0)
+    params = card_params(
+        tiny_model_dir,
+        problem_jsonl,
+        tmp_path,
+        beta=0,
+        eval_strategy="no",
+        apply_lora="false",
+        num_train_epochs=1.5,
+        save_total_limit=0,
+    )
     _, cfg, _ = plan_card("grpo_chat_completion", params, True)
     assert cfg.actor_rollout_ref.actor.use_kl_loss is False and cfg.actor_rollout_ref.model.lora_rank == 0
     assert (cfg.trainer.test_freq, cfg.trainer.val_before_train, cfg.trainer.max_ckpt_to_keep) == (-1, False, None)
@@ -58,13 +82,17 @@ def test_length_eval_and_kl_switches(tiny_model_dir, problem_jsonl, tmp_path):
     assert (cfg.trainer.total_training_steps, cfg.trainer.test_freq) == (7, 2)
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("lr_scheduler_type", "polynomial", "lr_scheduler_type='polynomial': the trainer's schedules"),
-    ("optim", "adafactor", "optim='adafactor': the trainer's optimizer is AdamW"),
-    ("do_eval", "true", "do_eval=true with eval_strategy=no"),
-])
-def test_values_the_trainer_cannot_honour_are_refused_by_name(tiny_model_dir, problem_jsonl, tmp_path, key, value,
-                                                              message):
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("lr_scheduler_type", "polynomial", "lr_scheduler_type='polynomial': the trainer's schedules"),
+        ("optim", "adafactor", "optim='adafactor': the trainer's optimizer is AdamW"),
+        ("do_eval", "true", "do_eval=true with eval_strategy=no"),
+    ],
+)
+def test_values_the_trainer_cannot_honour_are_refused_by_name(
+    tiny_model_dir, problem_jsonl, tmp_path, key, value, message
+):
     params = card_params(tiny_model_dir, problem_jsonl, tmp_path, **{key: value})
     if key == "do_eval":
         params["eval_strategy"] = "no"
@@ -73,10 +101,14 @@ def test_values_the_trainer_cannot_honour_are_refused_by_name(tiny_model_dir, pr
 
 
 def test_dataset_name_offline_error_names_the_keys(tiny_model_dir, problem_jsonl, tmp_path):
-    params = card_params(tiny_model_dir, problem_jsonl, tmp_path, dataset_name="no-such-org/no-such-set",
-                         dataset_train_split="train")
-    with pytest.raises(PipelineError, match="dataset_name='no-such-org/no-such-set', dataset_train_split='train': "
-                                            "not a local file or folder, and not in the local Hugging Face"):
+    params = card_params(
+        tiny_model_dir, problem_jsonl, tmp_path, dataset_name="no-such-org/no-such-set", dataset_train_split="train"
+    )
+    with pytest.raises(
+        PipelineError,
+        match="dataset_name='no-such-org/no-such-set', dataset_train_split='train': "
+        "not a local file or folder, and not in the local Hugging Face",
+    ):
         plan_card("grpo_chat_completion", params, True)
     # a local folder holding <split>.jsonl is found by split name
     params["dataset_name"] = str(problem_jsonl)
@@ -92,17 +124,36 @@ def test_best_step_is_the_highest_reward_among_kept_weights_ties_to_the_later():
 
 
 @pytest.mark.slow
-def test_tiny_run_writes_checkpoints_and_an_mlflow_model_that_loads(ray_cluster, tiny_model_dir, problem_jsonl,
-                                                                   tmp_path):
+def test_tiny_run_writes_checkpoints_and_an_mlflow_model_that_loads(
+    ray_cluster, tiny_model_dir, problem_jsonl, tmp_path
+):
     from support import free_port
 
-    params = card_params(tiny_model_dir, problem_jsonl, tmp_path, per_device_train_batch_size=2, num_generations=2,
-                         max_prompt_length=128, max_completion_length=16, max_steps=2, eval_steps=1, save_steps=1,
-                         save_total_limit=1, num_iterations=1, num_completions_to_print=1, learning_rate=1e-3)
-    params |= {"trainer.num_workers": 1, "actor_rollout_ref.rollout.name": "hf",
-               "actor_rollout_ref.rollout.dtype": "float32", "reward_model.num_workers": 1,
-               "actor_rollout_ref.model.lora_rank": 8, "actor_rollout_ref.model.lora_alpha": 16,
-               "actor_rollout_ref.rollout.http_port": free_port()}
+    params = card_params(
+        tiny_model_dir,
+        problem_jsonl,
+        tmp_path,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_prompt_length=128,
+        max_completion_length=16,
+        max_steps=2,
+        eval_steps=1,
+        save_steps=1,
+        save_total_limit=1,
+        num_iterations=1,
+        num_completions_to_print=1,
+        learning_rate=1e-3,
+    )
+    params |= {
+        "trainer.num_workers": 1,
+        "actor_rollout_ref.rollout.name": "hf",
+        "actor_rollout_ref.rollout.dtype": "float32",
+        "reward_model.num_workers": 1,
+        "actor_rollout_ref.model.lora_rank": 8,
+        "actor_rollout_ref.model.lora_alpha": 16,
+        "actor_rollout_ref.rollout.http_port": free_port(),
+    }
     assert main(["grpo_chat_completion", *(f"{k}={v}" for k, v in params.items())]) == 0
     ckpt = tmp_path / "ckpt"
     # save_steps=1 with save_total_limit=1: only the newest checkpoint is kept
@@ -130,16 +181,27 @@ def test_console_samples_logger_prints_each_validation_sample(tmp_path, capsys):
     from app.trainer.tracking import Tracking
 
     tracking = Tracking(["console_samples"], tmp_path, total_steps=2, start_step=0, project="p", experiment="e")
-    tracking.log_generations([{"data_source": "arithmetic", "input": "What is 1 + 2?", "output": "#### 3",
-                               "ground_truth": "3", "score": 1.0}], step=4)
+    tracking.log_generations(
+        [
+            {
+                "data_source": "arithmetic",
+                "input": "What is 1 + 2?",
+                "output": "#### 3",
+                "ground_truth": "3",
+                "score": 1.0,
+            }
+        ],
+        step=4,
+    )
     tracking.close()
     out = capsys.readouterr().out
     assert "validation sample 1/1 at step 4 (score 1.000, ground truth '3')" in out
     assert "prompt: 'What is 1 + 2?'" in out and "completion: '#### 3'" in out
 
 
-def test_a_deepspeed_config_selects_the_deepspeed_engine_and_must_agree_with_the_card(tiny_model_dir, problem_jsonl,
-                                                                                      tmp_path):
+def test_a_deepspeed_config_selects_the_deepspeed_engine_and_must_agree_with_the_card(
+    tiny_model_dir, problem_jsonl, tmp_path
+):
     import json
 
     from app.config import ConfigError
@@ -151,9 +213,14 @@ def test_a_deepspeed_config_selects_the_deepspeed_engine_and_must_agree_with_the
     actor = cfg.actor_rollout_ref.actor
     assert actor.strategy == "deepspeed" and actor.deepspeed_config.config_path == str(ds_json)
     # the card's accumulation is ppo_mini_batch / ranks / per_device; a file saying otherwise is refused
-    accumulation = actor.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n // cfg.trainer.num_workers \
+    accumulation = (
+        actor.ppo_mini_batch_size
+        * cfg.actor_rollout_ref.rollout.n
+        // cfg.trainer.num_workers
         // actor.ppo_micro_batch_size_per_gpu
+    )
     ds_json.write_text(json.dumps({"gradient_accumulation_steps": accumulation + 1}))
-    with pytest.raises((ConfigError, PipelineError),
-                       match=rf"gradient_accumulation_steps={accumulation + 1} disagrees"):
+    with pytest.raises(
+        (ConfigError, PipelineError), match=rf"gradient_accumulation_steps={accumulation + 1} disagrees"
+    ):
         plan_card("grpo_chat_completion", params, True)

@@ -1,4 +1,5 @@
 """Parsing flat parameters against a card's table: types, defaults, required keys, prefix keys, unknown keys."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,16 @@ TABLE = (
 
 
 def test_defaults_filled_types_coerced_and_given_keys_tracked():
-    values = parse_values(TABLE, {"data_train_files": "a.jsonl", "apply_lora": "false",
-                                  "data_train_batch_size": "16", "instance_type_finetune": "NC24"}, "card")
+    values = parse_values(
+        TABLE,
+        {
+            "data_train_files": "a.jsonl",
+            "apply_lora": "false",
+            "data_train_batch_size": "16",
+            "instance_type_finetune": "NC24",
+        },
+        "card",
+    )
     assert values["data_train_batch_size"] == 16 and values["apply_lora"] is False
     assert values["data_truncation"] == "error"  # the card default
     assert values.given == {"data_train_files", "apply_lora", "data_train_batch_size"}

@@ -1,4 +1,5 @@
 """Which cluster a run joins, and the check that it answers within seconds."""
+
 import socket
 import time
 

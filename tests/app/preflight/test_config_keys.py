@@ -1,4 +1,5 @@
 """The nearest valid key to a misspelt one, over the schema's dotted keys."""
+
 import pytest
 
 from app.config.schema import TrainerRunConfig
@@ -6,14 +7,17 @@ from app.preflight.config_keys import is_known, nearest_key, unknown_key_message
 from app.tuning.spec import SweepFile
 
 
-@pytest.mark.parametrize("typo, meant", [
-    ("actor_rollout_ref.actor.optim.lrr", "actor_rollout_ref.actor.optim.lr"),  # the issue's example
-    ("trainer.total_training_step", "trainer.total_training_steps"),
-    ("data.train_file", "data.train_files"),
-    ("actor_rollout_ref.rollout.temprature", "actor_rollout_ref.rollout.temperature"),
-    ("actor_rolout_ref.rollout.n", "actor_rollout_ref.rollout.n"),  # a typo in the section
-    ("actor_rollout_ref.actor.lr", "actor_rollout_ref.actor.optim.lr"),  # a key one section too high
-])
+@pytest.mark.parametrize(
+    "typo, meant",
+    [
+        ("actor_rollout_ref.actor.optim.lrr", "actor_rollout_ref.actor.optim.lr"),  # the issue's example
+        ("trainer.total_training_step", "trainer.total_training_steps"),
+        ("data.train_file", "data.train_files"),
+        ("actor_rollout_ref.rollout.temprature", "actor_rollout_ref.rollout.temperature"),
+        ("actor_rolout_ref.rollout.n", "actor_rollout_ref.rollout.n"),  # a typo in the section
+        ("actor_rollout_ref.actor.lr", "actor_rollout_ref.actor.optim.lr"),  # a key one section too high
+    ],
+)
 def test_the_nearest_key_is_the_one_meant(typo, meant):
     assert not is_known(typo, TrainerRunConfig)
     assert nearest_key(typo, TrainerRunConfig) == meant

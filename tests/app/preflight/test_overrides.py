@@ -1,4 +1,5 @@
 """Command-line overrides checked against the schema before Hydra composes: which parts of argv are keys."""
+
 import pytest
 
 from app.config.schema import TrainerRunConfig
@@ -16,13 +17,21 @@ def test_hydra_settings_groups_and_unparsable_overrides_are_left_to_hydra():
     assert override_keys(["hydra.run.dir=x", "hydra/job_logging=none", "a.b=[1,", "x@pkg=1"]) == []
 
 
-@pytest.mark.parametrize("override", ["actor_rollout_ref.actor.optim.lrr=1e-5", "+actor_rollout_ref.actor.optim.lrr=1",
-                                      "++actor_rollout_ref.actor.optim.lrr=1", "~actor_rollout_ref.actor.optim.lrr"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "actor_rollout_ref.actor.optim.lrr=1e-5",
+        "+actor_rollout_ref.actor.optim.lrr=1",
+        "++actor_rollout_ref.actor.optim.lrr=1",
+        "~actor_rollout_ref.actor.optim.lrr",
+    ],
+)
 def test_a_misspelt_key_is_refused_however_it_is_given(override):
     with pytest.raises(PreflightError) as err:
         check_overrides(["data.train_files=x.parquet", override], TrainerRunConfig)
-    assert str(err.value) == ("unknown key actor_rollout_ref.actor.optim.lrr; did you mean "
-                              "actor_rollout_ref.actor.optim.lr?")
+    assert str(err.value) == (
+        "unknown key actor_rollout_ref.actor.optim.lrr; did you mean actor_rollout_ref.actor.optim.lr?"
+    )
 
 
 def test_adding_a_key_inside_a_free_form_mapping_is_accepted():

@@ -1,4 +1,5 @@
 """Running the checks: order, skipping by name, the child process, and a check added by another module."""
+
 import pytest
 
 from app.config.schema import TrainerRunConfig
@@ -32,10 +33,19 @@ def test_the_checks_run_in_their_order_across_the_child_process(monkeypatch, tmp
         def check(cfg):
             with open(log, "a") as f:
                 f.write(name + "\n")
+
         return check
 
-    monkeypatch.setattr(run_module, "CHECKS", [Check("a", note("a")), Check("b", note("b"), apart=True),
-                                               Check("c", note("c"), apart=True), Check("d", note("d"))])
+    monkeypatch.setattr(
+        run_module,
+        "CHECKS",
+        [
+            Check("a", note("a")),
+            Check("b", note("b"), apart=True),
+            Check("c", note("c"), apart=True),
+            Check("d", note("d")),
+        ],
+    )
     run_preflight(TrainerRunConfig())
     assert log.read_text().split() == ["a", "b", "c", "d"]
 
@@ -49,8 +59,14 @@ def test_the_cluster_is_asked_first_and_the_cheap_checks_come_before_the_child()
 
 @pytest.mark.parametrize("apart", [False, True])
 def test_what_a_check_returns_comes_back_by_name(monkeypatch, apart):
-    monkeypatch.setattr(run_module, "CHECKS", [Check("counts", lambda cfg: (cfg.trainer.seed, 2), apart=apart),
-                                               Check("silent", lambda cfg: None, apart=apart)])
+    monkeypatch.setattr(
+        run_module,
+        "CHECKS",
+        [
+            Check("counts", lambda cfg: (cfg.trainer.seed, 2), apart=apart),
+            Check("silent", lambda cfg: None, apart=apart),
+        ],
+    )
     cfg = TrainerRunConfig()
     cfg.trainer.seed = 5
     assert run_preflight(cfg) == {"counts": (5, 2)}

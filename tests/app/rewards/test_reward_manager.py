@@ -53,8 +53,12 @@ def reward_file(tmp_path):
 def manager_of(compute_score=None, **settings) -> RewardManager:
     """A RewardManager with the config's reward_model defaults, except `settings`."""
     rm = RewardModelConfig()
-    defaults = dict(num_workers=rm.num_workers, timeout_s=rm.timeout_s, on_error=rm.on_error,
-                    max_failed_fraction=rm.max_failed_fraction)
+    defaults = dict(
+        num_workers=rm.num_workers,
+        timeout_s=rm.timeout_s,
+        on_error=rm.on_error,
+        max_failed_fraction=rm.max_failed_fraction,
+    )
     return RewardManager(compute_score, **{**defaults, **settings})
 
 
@@ -65,8 +69,9 @@ def _score(manager, responses, truths=None, **kwargs):
 
 def test_builtin_rules_by_default():
     with manager_of(num_workers=1, timeout_s=30) as manager:
-        result = manager.score(["#### 7", "#### 8", r"\boxed{\frac12}"], ["openai/gsm8k", "openai/gsm8k", "math"],
-                               ["7", "7", "0.5"])
+        result = manager.score(
+            ["#### 7", "#### 8", r"\boxed{\frac12}"], ["openai/gsm8k", "openai/gsm8k", "math"], ["7", "7", "0.5"]
+        )
     assert result.scores == [1.0, 0.0, 1.0]
     assert result.metrics["reward/score/mean"] == pytest.approx(2 / 3, abs=1e-12)
 
@@ -125,8 +130,9 @@ def test_exception_raises_naming_sample_and_error(reward_file):
 
 def test_exception_zero_mode_counts_errors(reward_file):
     # 5 of 7 fail: max_failed_fraction=1.0 lets the batch through to show how each failure is counted
-    with manager_of(RewardFnSpec(reward_file), num_workers=2, timeout_s=30, on_error="zero",
-                    max_failed_fraction=1.0) as manager:
+    with manager_of(
+        RewardFnSpec(reward_file), num_workers=2, timeout_s=30, on_error="zero", max_failed_fraction=1.0
+    ) as manager:
         result = _score(manager, ["boom", "7", "nan", "text", "nodict", "die", "7"])
     assert result.scores == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     assert result.metrics["reward/errors"] == 5.0 and result.metrics["reward/timeouts"] == 0.0
@@ -206,12 +212,16 @@ def test_unknown_data_source_with_builtin_rules_raises_even_in_zero_mode():
 
 def test_a_batch_where_most_calls_fail_stops_naming_the_first_failure(reward_file):
     # 2 of 4 failed: exactly the 0.5 allowed, so the batch is scored; 3 of 4 is more, so the run stops
-    with manager_of(RewardFnSpec(reward_file), num_workers=1, timeout_s=30, on_error="zero",
-                       max_failed_fraction=0.5) as manager:
+    with manager_of(
+        RewardFnSpec(reward_file), num_workers=1, timeout_s=30, on_error="zero", max_failed_fraction=0.5
+    ) as manager:
         assert _score(manager, ["7", "boom", "boom", "7"]).scores == [1.0, 0.0, 0.0, 1.0]
-        with pytest.raises(RewardComputeError, match=r"3 of 4 reward calls failed in one batch, more than "
-                                                     r"max_failed_fraction=0\.5 allows; the first, sample 0 "
-                                                     r"\(data_source='src0'\): raised ZeroDivisionError"):
+        with pytest.raises(
+            RewardComputeError,
+            match=r"3 of 4 reward calls failed in one batch, more than "
+            r"max_failed_fraction=0\.5 allows; the first, sample 0 "
+            r"\(data_source='src0'\): raised ZeroDivisionError",
+        ):
             _score(manager, ["boom", "7", "boom", "boom"])
 
 

@@ -1,4 +1,5 @@
 """The reward model runs where the worker computes, in the compute dtype, loaded straight there."""
+
 import pytest
 import torch
 
@@ -9,8 +10,16 @@ from app.rewards.reward_model import compute_dtype_for
 def _save_reward_model(out):
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, num_labels=1, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=1,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     LlamaForSequenceClassification(config).save_pretrained(out)  # fp32 on disk
     return str(out)

@@ -12,8 +12,14 @@ def _save_reward_model(tokenizer, out, chat_template=None):
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, num_labels=1, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(0)
     LlamaForSequenceClassification(config).save_pretrained(out)
@@ -82,8 +88,9 @@ def test_different_tokenizer_retemplates_with_reward_models_template(policy_toke
     texts = scorer.conversation_texts(MESSAGES[:1], RESPONSES[:1])
     assert texts == ["[user] What is 2+2?\n[assistant] It is 4.\n"]
 
-    response_ids = [policy_tokenizer(r, add_special_tokens=False)["input_ids"] + [policy_tokenizer.eos_token_id]
-                    for r in RESPONSES]
+    response_ids = [
+        policy_tokenizer(r, add_special_tokens=False)["input_ids"] + [policy_tokenizer.eos_token_id] for r in RESPONSES
+    ]
     via_ids = scorer.score_ids([[1, 2, 3]] * 2, response_ids, messages=MESSAGES)  # policy prompt ids are not used
     assert via_ids == pytest.approx(scorer.score(MESSAGES, RESPONSES), abs=1e-6)  # decoded without the EOS
     with pytest.raises(ValueError, match="pass messages"):

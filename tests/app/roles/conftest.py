@@ -1,4 +1,5 @@
 """The roles tests use the engine tests' tiny model and batch fixtures (loaded from that conftest by path)."""
+
 from __future__ import annotations
 
 import importlib.util

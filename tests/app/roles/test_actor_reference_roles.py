@@ -1,4 +1,5 @@
 """Actor and reference roles on the tiny random Llama, configured through the real config schema."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,15 @@ from app.config.schema import ActorRolloutRefConfig
 from app.roles.factory import build_actor, build_reference
 
 PROMPTS, RESPONSES = [5, 3, 6, 2, 4, 6, 3, 5], [4, 2, 4, 3, 4, 1, 3, 4]
-ACTOR_METRICS = {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
-                 "actor/lr", "actor/pg_clipfrac_lower"}
+ACTOR_METRICS = {
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/entropy",
+    "actor/grad_norm",
+    "actor/lr",
+    "actor/pg_clipfrac_lower",
+}
 
 
 def _config(model_dir, **actor_overrides):
@@ -55,8 +63,7 @@ def test_update_raises_log_probs_of_positive_advantage_samples(tiny_llama_dir, m
 
 
 def test_lora_reference_is_the_base_model_and_kl_loss_starts_at_zero(tiny_llama_dir, make_rl_batch):
-    cfg = _config(tiny_llama_dir, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl",
-                  ppo_mini_batch_size=8)
+    cfg = _config(tiny_llama_dir, use_kl_loss=True, kl_loss_coef=0.1, kl_loss_type="low_var_kl", ppo_mini_batch_size=8)
     cfg.model.lora_rank = 4
     actor = build_actor(cfg, device="cpu", seed=0)
     reference = build_reference(cfg, actor.engine, device="cpu")
@@ -72,8 +79,9 @@ def test_lora_reference_is_the_base_model_and_kl_loss_starts_at_zero(tiny_llama_
     second = actor.update_policy(batch)
     assert second["actor/kl_loss"] > 0.0
     # the reference did not move with the adapter
-    torch.testing.assert_close(reference.compute_ref_log_prob(batch)["ref_log_prob"], batch["ref_log_prob"],
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        reference.compute_ref_log_prob(batch)["ref_log_prob"], batch["ref_log_prob"], rtol=0, atol=0
+    )
     del batch.tensors["ref_log_prob"]
     with pytest.raises(KeyError, match="ref_log_prob"):
         actor.update_policy(batch)
@@ -85,9 +93,12 @@ def test_full_finetune_reference_matches_initial_actor(tiny_llama_dir, make_rl_b
     reference = build_reference(cfg, actor.engine, device="cpu")
     assert reference.engine is not actor.engine and not reference.disable_adapter
     batch = make_rl_batch(PROMPTS, RESPONSES)
-    torch.testing.assert_close(reference.compute_ref_log_prob(batch)["ref_log_prob"],
-                               actor.compute_log_prob(batch, calculate_entropy=False)["old_log_probs"],
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        reference.compute_ref_log_prob(batch)["ref_log_prob"],
+        actor.compute_log_prob(batch, calculate_entropy=False)["old_log_probs"],
+        rtol=0,
+        atol=0,
+    )
 
 
 def test_mini_batch_size_must_divide_the_batch(tiny_llama_dir, make_rl_batch):
@@ -172,13 +183,19 @@ def test_token_budget_errors_name_the_verl_key_of_each_pass():
     from app.roles.factory import _log_prob_batching, actor_engine_spec, critic_engine_spec, ref_engine_spec
 
     model, actor = ModelConfig(path="/m"), ActorConfig()
-    assert actor_engine_spec(model, actor, seed=0, rollout_n=2).max_token_len_key == \
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
-    assert ref_engine_spec(model, RefConfig(), actor).max_token_len_key == \
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    assert (
+        actor_engine_spec(model, actor, seed=0, rollout_n=2).max_token_len_key
+        == "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    )
+    assert (
+        ref_engine_spec(model, RefConfig(), actor).max_token_len_key
+        == "actor_rollout_ref.actor.ppo_max_token_len_per_gpu"
+    )
     critic = CriticConfig()
     critic.model.path = "/m"
     critic.ppo_mini_batch_size = 4
     assert critic_engine_spec(critic, seed=0, rollout_n=2).max_token_len_key == "critic.ppo_max_token_len_per_gpu"
-    assert _log_prob_batching(RolloutConfig(), "actor_rollout_ref.rollout")["log_prob_max_token_len_key"] == \
-        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"
+    assert (
+        _log_prob_batching(RolloutConfig(), "actor_rollout_ref.rollout")["log_prob_max_token_len_key"]
+        == "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"
+    )

@@ -3,6 +3,7 @@
 This checks the global loss normaliser (``rank_normalizer``) and the all-rank metric reduction: ranks hold
 different token counts, so per-rank means averaged naively would differ from the one-rank values.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,10 @@ def _update(model_dir, batch):
     actor = build_actor(_config(model_dir), device="cpu", seed=0)
     shard = actor.engine.shard_data(batch)
     shard.update(actor.compute_log_prob(shard))
-    shard["advantages"] = torch.tensor([1.0, -0.5, 0.3, -1.0]).chunk(actor.engine.dp_world_size)[
-        actor.engine.dp_rank][:, None] * shard["response_mask"]
+    shard["advantages"] = (
+        torch.tensor([1.0, -0.5, 0.3, -1.0]).chunk(actor.engine.dp_world_size)[actor.engine.dp_rank][:, None]
+        * shard["response_mask"]
+    )
     metrics = actor.update_policy(shard)
     after = actor.engine.unshard_data(actor.compute_log_prob(shard, calculate_entropy=False))
     return metrics, after["old_log_probs"]

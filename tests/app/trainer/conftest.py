@@ -1,4 +1,5 @@
 """Fixtures the trainer's end-to-end tests share: composing the Hydra config, a free local port."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """A reward function that hangs on one call (the first sample of step 1, marked in `marker_dir`): the run must cut
 it off after `reward_model.timeout_s`, score it 0, count it, and go on. Otherwise 1 when the answer's digits appear."""
+
 import time
 from pathlib import Path
 

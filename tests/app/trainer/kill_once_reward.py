@@ -1,6 +1,7 @@
 """A reward function that kills the process it runs in, once: at the first sample of step 2 (it counts its calls in
 `marker_dir`). With `reward_model.num_workers=0` that process is the Ray Train worker, so a run sees a worker die
 mid-step, after step 1's checkpoint. Otherwise it scores 1 when the answer's digits appear in the response."""
+
 import os
 import signal
 from pathlib import Path

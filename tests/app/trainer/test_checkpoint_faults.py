@@ -4,6 +4,7 @@ at the intact one, and a new run resumes from it.
 
 The trainer is the real one (tiny model, one rank, in this process, a recording stand-in for the rollout service).
 """
+
 from __future__ import annotations
 
 import errno
@@ -18,14 +19,25 @@ from app.trainer.checkpoints import CheckpointError, check_checkpoint
 def _trainer(compose, tiny_model_dir, data: Path, out: Path, steps: int):
     from app.trainer.setup import build_trainer
 
-    cfg = compose([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={data / 'train.parquet'}",
-        "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "trainer.num_workers=1", f"trainer.total_training_steps={steps}", "trainer.val_before_train=false",
-        "trainer.save_freq=1", "trainer.logger=[jsonl]", f"trainer.default_local_dir={out}",
-        "reward_model.num_workers=0",
-    ])
+    cfg = compose(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={data / 'train.parquet'}",
+            "data.val_files=''",
+            "data.max_prompt_length=256",
+            "data.max_response_length=8",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.num_workers=1",
+            f"trainer.total_training_steps={steps}",
+            "trainer.val_before_train=false",
+            "trainer.save_freq=1",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}",
+            "reward_model.num_workers=0",
+        ]
+    )
     return build_trainer(cfg, RecordingRollout(vocab_size=1000, n=2, response_len=8), device="cpu")
 
 
@@ -42,9 +54,12 @@ def test_a_full_disk_at_step_2_keeps_step_1_and_says_so(compose, tiny_model_dir,
         real_save(path)
 
     trainer.engine.save_checkpoint = save_then_fill_the_disk
-    with pytest.raises(CheckpointError, match=r"could not write the checkpoint of step 2 into .*\.tmp-global_step_2-"
-                                              r".*No space left on device; the newest complete checkpoint, "
-                                              r".*global_step_1, is intact"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"could not write the checkpoint of step 2 into .*\.tmp-global_step_2-"
+        r".*No space left on device; the newest complete checkpoint, "
+        r".*global_step_1, is intact",
+    ):
         trainer.fit()
     assert sorted(p.name for p in out.iterdir() if p.name.startswith((".tmp", "global_step"))) == ["global_step_1"]
     assert (out / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
@@ -55,8 +70,9 @@ def test_a_full_disk_at_step_2_keeps_step_1_and_says_so(compose, tiny_model_dir,
     assert (out / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
 
 
-def test_a_corrupt_checkpoint_stops_app_train_before_ray_starts(tiny_model_dir, small_arith_data, tmp_path,
-                                                                 monkeypatch, capsys):
+def test_a_corrupt_checkpoint_stops_app_train_before_ray_starts(
+    tiny_model_dir, small_arith_data, tmp_path, monkeypatch, capsys
+):
     from hydra import compose, initialize_config_dir
 
     import app.trainer.launch
@@ -68,10 +84,18 @@ def test_a_corrupt_checkpoint_stops_app_train_before_ray_starts(tiny_model_dir, 
     monkeypatch.setattr(app.trainer.launch, "train", lambda *a, **k: pytest.fail("Ray must not start"))
     configs = Path(__file__).resolve().parents[3] / "configs"
     with initialize_config_dir(str(configs), version_base=None):
-        cfg = compose("grpo_trainer", overrides=[
-            f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={small_arith_data / 'train.parquet'}",
-            f"data.val_files={small_arith_data / 'test.parquet'}", "data.max_prompt_length=256",
-            "data.max_response_length=8", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            f"trainer.default_local_dir={out}"])
+        cfg = compose(
+            "grpo_trainer",
+            overrides=[
+                f"actor_rollout_ref.model.path={tiny_model_dir}",
+                f"data.train_files={small_arith_data / 'train.parquet'}",
+                f"data.val_files={small_arith_data / 'test.parquet'}",
+                "data.max_prompt_length=256",
+                "data.max_response_length=8",
+                "data.train_batch_size=2",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                f"trainer.default_local_dir={out}",
+            ],
+        )
     assert run(cfg) == 2
     assert f"error: {out / 'global_step_4' / 'trainer_state.json'} cannot be read as JSON" in capsys.readouterr().err

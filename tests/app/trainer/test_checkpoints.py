@@ -1,4 +1,5 @@
 """Checkpoint folders: atomic publish, pruning, and finding the newest complete one."""
+
 import pytest
 
 from app.trainer import checkpoints as ck
@@ -56,14 +57,22 @@ def _complete(root):
     return ckpt
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1, "pol'),
-     r"trainer_state\.json cannot be read as JSON"),
-    (lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1}'), r"lacks \['policy_version', 'kl_coef', 'data'\]"),
-    (lambda c: (c / "actor" / "engine_state.pt").write_bytes(b""), r"actor/engine_state\.pt is empty"),
-    (lambda c: (c / "actor" / ".metadata").unlink(), r"actor/\.metadata is missing"),
-    (lambda c: (c / "critic").mkdir(), r"critic/\.metadata is missing"),  # a critic folder must be whole too
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1, "pol'),
+            r"trainer_state\.json cannot be read as JSON",
+        ),
+        (
+            lambda c: (c / ck.STATE_FILE).write_text('{"global_step": 1}'),
+            r"lacks \['policy_version', 'kl_coef', 'data'\]",
+        ),
+        (lambda c: (c / "actor" / "engine_state.pt").write_bytes(b""), r"actor/engine_state\.pt is empty"),
+        (lambda c: (c / "actor" / ".metadata").unlink(), r"actor/\.metadata is missing"),
+        (lambda c: (c / "critic").mkdir(), r"critic/\.metadata is missing"),  # a critic folder must be whole too
+    ],
+)
 def test_a_damaged_checkpoint_is_named_before_resuming(tmp_path, damage, message):
     ckpt = _complete(tmp_path)
     ck.check_checkpoint(ckpt)  # whole: accepted

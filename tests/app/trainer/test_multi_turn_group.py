@@ -1,6 +1,7 @@
 """The trainer's side of multi-turn rollouts (app/trainer/multi_turn.py): a step's trajectories become one
 RolloutGroup whose response mask hides tool results, whose extra_info carries the turns for rewards, and whose
 per-sample counts give the step's multi_turn/* metrics; validation sees one sample per trajectory."""
+
 import pytest
 from scripted_policy import ScriptedPolicy
 
@@ -19,11 +20,13 @@ ANSWER = f"#### {1234567 * 7654321}"
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_dir):
     from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
 def agent_rollout(tokenizer, tmp_path, script, n=2):
     import yaml
+
     path = tmp_path / "tools.yaml"
     path.write_text(yaml.safe_dump(TOOL_CONFIG))
     cfg = RolloutConfig(n=n, response_length=256)
@@ -38,10 +41,20 @@ def prompts(tokenizer, questions):
     for q in questions:
         messages = [{"role": "user", "content": q}]
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        records.append(PromptRecord(tokenizer.encode(text, add_special_tokens=False), messages, "calculator_arithmetic",
-                                    "1", {"index": len(records)}, "arithmetic", f"row {len(records)}"))
-    return collate_prompts(records, list(range(len(records))), [f"u{i}" for i in range(len(records))],
-                           tokenizer.pad_token_id)
+        records.append(
+            PromptRecord(
+                tokenizer.encode(text, add_special_tokens=False),
+                messages,
+                "calculator_arithmetic",
+                "1",
+                {"index": len(records)},
+                "arithmetic",
+                f"row {len(records)}",
+            )
+        )
+    return collate_prompts(
+        records, list(range(len(records))), [f"u{i}" for i in range(len(records))], tokenizer.pad_token_id
+    )
 
 
 def test_trajectories_become_one_group_with_tool_tokens_masked(tokenizer, tmp_path):
@@ -58,15 +71,20 @@ def test_trajectories_become_one_group_with_tool_tokens_masked(tokenizer, tmp_pa
         responses = group.batch["responses"][row][real].tolist()
         masked_out = [t for t, m in zip(responses, mask[row][real].tolist()) if not m]
         assert tool_text in tokenizer.decode(masked_out)  # the tool's answer is in the row, masked out
-        assert tool_text not in tokenizer.decode(group.batch["responses"][row][mask[row].bool()].tolist()
-                                                 ).split("####")[0]  # the model's own text holds it only as answer
+        assert (
+            tool_text not in tokenizer.decode(group.batch["responses"][row][mask[row].bool()].tolist()).split("####")[0]
+        )  # the model's own text holds it only as answer
         assert group.extra_info[row]["turns"][1] == {"role": "tool", "content": tool_text}
         assert group.extra_info[row]["index"] == row // 2
     assert group.batch.meta["temperature"] == 0.7
     metrics = multi_turn_metrics(select_rows(group, [0, 3]))  # the counts follow the samples through filtering
-    assert metrics == {"multi_turn/assistant_turns_mean": 2.0, "multi_turn/tool_turns_mean": 1.0,
-                       "multi_turn/tool_calls_mean": 1.0, "multi_turn/tool_errors_mean": 0.0,
-                       "multi_turn/tool_timeouts_mean": 0.0}
+    assert metrics == {
+        "multi_turn/assistant_turns_mean": 2.0,
+        "multi_turn/tool_turns_mean": 1.0,
+        "multi_turn/tool_calls_mean": 1.0,
+        "multi_turn/tool_errors_mean": 0.0,
+        "multi_turn/tool_timeouts_mean": 0.0,
+    }
 
 
 def test_validation_view_is_one_sample_per_trajectory_with_the_model_tokens(tokenizer, tmp_path):
@@ -98,7 +116,10 @@ def test_step_lengths_count_model_tokens_and_prompt_columns(tokenizer, tmp_path)
     for key in ("token_level_scores", "token_level_rewards", "advantages", "returns"):
         b[key] = torch.zeros_like(b["response_mask"], dtype=torch.float32)
     metrics = batch_metrics(b, response_length_limit=256)
-    model_tokens = len(tokenizer.encode(CALL, add_special_tokens=False)) + len(
-        tokenizer.encode(ANSWER, add_special_tokens=False)) + 2  # each turn ends with its stop token
+    model_tokens = (
+        len(tokenizer.encode(CALL, add_special_tokens=False))
+        + len(tokenizer.encode(ANSWER, add_special_tokens=False))
+        + 2
+    )  # each turn ends with its stop token
     assert metrics["response_length/mean"] == model_tokens
     assert metrics["prompt_length/mean"] == len(batch.raw_prompt_ids[0])

@@ -6,6 +6,7 @@ trainer.worker_resources / actor_rollout_ref.rollout.replica_resources. It needs
 suite's one session cluster rules out in this process, so it runs in a fresh interpreter with its own RAY_TMPDIR;
 this test checks the JSON it prints.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,21 @@ def run(tiny_model_dir, small_arith_data, tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     env.update(RAY_TMPDIR=temp_dir, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false")
     try:
-        done = subprocess.run([sys.executable, str(Path(__file__).with_name("multinode_run.py")), str(tiny_model_dir),
-                               str(small_arith_data), str(out / "run"), str(free_port())],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("multinode_run.py")),
+                str(tiny_model_dir),
+                str(small_arith_data),
+                str(out / "run"),
+                str(free_port()),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=420,
+        )
     finally:
         kill_ray_under(temp_dir)  # whatever a failed run left of its three nodes; never another cluster's processes
         shutil.rmtree(temp_dir, ignore_errors=True)

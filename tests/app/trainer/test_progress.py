@@ -1,4 +1,5 @@
 """The driver's console: one line per step from rank 0's progress file, with the ETA from the step times."""
+
 from __future__ import annotations
 
 import io
@@ -11,12 +12,23 @@ def test_lines_say_step_reward_validation_seconds_and_eta():
     lines = StepLines()
     assert lines.line({"total_steps": 10, "start_step": 0}) is None
     assert lines.line({"step": 0, "val-core/reward/mean": 0.1912}) == "validation before training: reward 0.191"
-    assert lines.line({"step": 1, "critic/score/mean": 0.25, "reward/score/mean": 0.25, "timing_s/step": 20.0}) == \
-        "step 1/10 | reward 0.250 | 20.0 s | ETA 3m00s"  # 9 steps left x 20 s
+    assert (
+        lines.line({"step": 1, "critic/score/mean": 0.25, "reward/score/mean": 0.25, "timing_s/step": 20.0})
+        == "step 1/10 | reward 0.250 | 20.0 s | ETA 3m00s"
+    )  # 9 steps left x 20 s
     # the mean of 20 and 10 s is 15 s: 8 steps left x 15 s = 2 min; samples differ from the trained batch
-    assert lines.line({"step": 2, "critic/score/mean": 0.5, "reward/score/mean": 0.375, "timing_s/step": 10.0,
-                       "val-core/reward/mean": 0.3}) == \
-        "step 2/10 | reward 0.500 (all samples 0.375) | validation 0.300 | 10.0 s | ETA 2m00s"
+    assert (
+        lines.line(
+            {
+                "step": 2,
+                "critic/score/mean": 0.5,
+                "reward/score/mean": 0.375,
+                "timing_s/step": 10.0,
+                "val-core/reward/mean": 0.3,
+            }
+        )
+        == "step 2/10 | reward 0.500 (all samples 0.375) | validation 0.300 | 10.0 s | ETA 2m00s"
+    )
     assert lines.line({"step": 2, "critic/score/mean": 0.5, "timing_s/step": 10.0}) is None  # a restart's repeat
 
 
@@ -39,8 +51,10 @@ def test_the_follower_prints_what_rank_0_wrote_once(tmp_path):
     follower.poll()
     follower.poll()
     writer.close()
-    assert out.getvalue().splitlines() == ["validation before training: reward 0.200",
-                                           "step 1/2 | reward 0.500 | 4.0 s | ETA 0m04s"]
+    assert out.getvalue().splitlines() == [
+        "validation before training: reward 0.200",
+        "step 1/2 | reward 0.500 | 4.0 s | ETA 0m04s",
+    ]
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert rows[1] == {"step": 0, "val-core/reward/mean": 0.2}  # only the watched keys travel
 

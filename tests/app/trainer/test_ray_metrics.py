@@ -1,4 +1,5 @@
 """Dashboard metrics: the values derived from a step's metrics, and the series a Prometheus scrape of Ray returns."""
+
 import os
 import shutil
 import subprocess
@@ -17,10 +18,17 @@ from app.trainer.ray_metrics import dashboard_values, publish_step_metrics
 
 REPO = Path(__file__).resolve().parents[3]
 
-STEP_METRICS = {"critic/score/mean": 0.5, "reward/score/mean": 0.625, "val-core/reward/mean": 0.75,
-                "timing_s/step": 3.0, "timing_s/gen": 2.0,
-                "timing_s/sync": 0.25, "actor/kl_loss": 0.0125, "training/policy_version": 4.0,
-                "response_length/mean": 12.5}
+STEP_METRICS = {
+    "critic/score/mean": 0.5,
+    "reward/score/mean": 0.625,
+    "val-core/reward/mean": 0.75,
+    "timing_s/step": 3.0,
+    "timing_s/gen": 2.0,
+    "timing_s/sync": 0.25,
+    "actor/kl_loss": 0.0125,
+    "training/policy_version": 4.0,
+    "response_length/mean": 12.5,
+}
 
 
 def test_values_derive_rollout_tokens_per_second():
@@ -34,8 +42,16 @@ def test_values_derive_rollout_tokens_per_second():
 
 
 def test_kl_in_the_reward_and_missing_or_non_finite_values():
-    values = dashboard_values({"actor/reward_kl_penalty": 0.5, "critic/score/mean": float("nan"),
-                               "response_length/mean": 10.0, "timing_s/gen": 0.0}, step=1, samples_per_step=4)
+    values = dashboard_values(
+        {
+            "actor/reward_kl_penalty": 0.5,
+            "critic/score/mean": float("nan"),
+            "response_length/mean": 10.0,
+            "timing_s/gen": 0.0,
+        },
+        step=1,
+        samples_per_step=4,
+    )
     assert values["kl"] == 0.5
     assert "critic/score/mean" not in values  # NaN is not published
     assert values["rollout_tokens"] == 40.0 and "perf/rollout_tokens_per_s" not in values  # no generation time
@@ -111,8 +127,15 @@ def test_metrics_reach_the_prometheus_endpoint():
     temp_dir = tempfile.mkdtemp(prefix="rm", dir="/tmp")  # short: Ray's socket paths must stay under 107 chars
     script = PUBLISHER.format(metrics=STEP_METRICS)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", script, str(port), temp_dir], cwd=REPO, env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(port), temp_dir],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         published = threading.Event()
         output: list[str] = []
@@ -126,12 +149,20 @@ def test_metrics_reach_the_prometheus_endpoint():
         threading.Thread(target=read, daemon=True).start()
         assert published.wait(180), "".join(output[-30:])
 
-        want = {"ray_rayrl_val_reward_mean": 0.75, "ray_rayrl_reward_mean": 0.5, "ray_rayrl_step_seconds": 3.0,
-                "ray_rayrl_sample_reward_mean": 0.625,
-                "ray_rayrl_rollout_tokens_per_second": 100.0,  # 12.5 tokens × 16 samples / 2.0 s
-                "ray_rayrl_weight_sync_seconds": 0.25, "ray_rayrl_kl": 0.0125, "ray_rayrl_policy_version": 4.0,
-                "ray_rayrl_training_step": 1.0, "ray_rayrl_steps_total": 1.0,  # the validation-only log is no step
-                "ray_rayrl_rollout_tokens_total": 200.0, "ray_rayrl_step_duration_seconds_count": 1.0}
+        want = {
+            "ray_rayrl_val_reward_mean": 0.75,
+            "ray_rayrl_reward_mean": 0.5,
+            "ray_rayrl_step_seconds": 3.0,
+            "ray_rayrl_sample_reward_mean": 0.625,
+            "ray_rayrl_rollout_tokens_per_second": 100.0,  # 12.5 tokens × 16 samples / 2.0 s
+            "ray_rayrl_weight_sync_seconds": 0.25,
+            "ray_rayrl_kl": 0.0125,
+            "ray_rayrl_policy_version": 4.0,
+            "ray_rayrl_training_step": 1.0,
+            "ray_rayrl_steps_total": 1.0,  # the validation-only log is no step
+            "ray_rayrl_rollout_tokens_total": 200.0,
+            "ray_rayrl_step_duration_seconds_count": 1.0,
+        }
         deadline = time.monotonic() + 60
         seen: dict[str, float] = {}
         while time.monotonic() < deadline:

@@ -6,6 +6,7 @@ costs a restart that no other module should pay.
 The kill is sent once the replica itself reports that step 2's generate has reached it (`wait_for_generation`), never
 after a sleep.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,15 @@ def rollout(ray_cluster, tiny_model_dir, serve_http_port):
 
     from serve import deploy_rollout
 
-    config = cpu_rollout_config(dtype="float32", max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.25,
-                                prompt_length=256, response_length=RESPONSE, http_port=serve_http_port)
+    config = cpu_rollout_config(
+        dtype="float32",
+        max_num_seqs=64,
+        max_num_batched_tokens=4096,
+        cpu_kv_cache_gib=0.25,
+        prompt_length=256,
+        response_length=RESPONSE,
+        http_port=serve_http_port,
+    )
     client = deploy_rollout(config, tiny_model_dir, APP, trust_remote_code=False, route_prefix=None)
     try:
         yield client
@@ -57,32 +65,51 @@ def when_generating(client, version: int, run, timeout_s: float = 900.0) -> dict
 
 def sampled_versions(rollouts: Path, step: int) -> set[int]:
     """The policy versions of the samples `trainer.rollout_data_dir` holds for `step`."""
-    return {json.loads(line)["policy_version"] for f in sorted(rollouts.glob(f"{step}-rank*.jsonl"))
-            for line in f.read_text().splitlines()}
+    return {
+        json.loads(line)["policy_version"]
+        for f in sorted(rollouts.glob(f"{step}-rank*.jsonl"))
+        for line in f.read_text().splitlines()
+    }
 
 
 def test_a_replica_killed_while_generating_is_replaced_and_the_run_finishes_on_policy(
-        compose, rollout, tiny_model_dir, small_arith_data, tmp_path):
+    compose, rollout, tiny_model_dir, small_arith_data, tmp_path
+):
     from app.trainer.launch import train
     from app.trainer.tracking import read_metrics
 
     ((first_replica, version),) = rollout.replica_versions().items()
     assert version == 0  # a fresh deployment: step s samples policy version s - 1 (one sync after each update)
     out = tmp_path / "run"
-    cfg = compose([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={small_arith_data / 'train.parquet'}",
-        "data.val_files=''", "data.max_prompt_length=256", f"data.max_response_length={RESPONSE}",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
-        "actor_rollout_ref.rollout.dtype=float32",
-        # scores that differ within every group, so each update moves the policy and each version has its own weights
-        f"custom_reward_function.path={Path(__file__).with_name('char_count_reward.py')}",
-        "reward_model.num_workers=0", "trainer.num_workers=1", "trainer.cpus_per_worker=1",
-        "trainer.total_training_steps=3", "trainer.val_before_train=false", "trainer.test_freq=-1",
-        "trainer.save_freq=-1", "trainer.logger=[jsonl]", "trainer.experiment_name=replica-kill",
-        f"trainer.default_local_dir={out}", f"trainer.rollout_data_dir={out / 'rollouts'}",
-    ])
+    cfg = compose(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={small_arith_data / 'train.parquet'}",
+            "data.val_files=''",
+            "data.max_prompt_length=256",
+            f"data.max_response_length={RESPONSE}",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.model.lora_rank=0",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
+            "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+            "actor_rollout_ref.rollout.dtype=float32",
+            # scores that differ within every group: each update moves the policy, each version has its own weights
+            f"custom_reward_function.path={Path(__file__).with_name('char_count_reward.py')}",
+            "reward_model.num_workers=0",
+            "trainer.num_workers=1",
+            "trainer.cpus_per_worker=1",
+            "trainer.total_training_steps=3",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+            "trainer.logger=[jsonl]",
+            "trainer.experiment_name=replica-kill",
+            f"trainer.default_local_dir={out}",
+            f"trainer.rollout_data_dir={out / 'rollouts'}",
+        ]
+    )
 
     run = in_background(lambda: train(cfg, rollout_app=APP))
     arrived = when_generating(rollout, 1, run)  # step 2's generate, on the one replica

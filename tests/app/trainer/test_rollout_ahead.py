@@ -3,6 +3,7 @@
 First `RolloutAhead` alone, with a stand-in generate that records the policy version each batch was sampled at; then
 the real trainer (tiny model, one rank, in this process) with a recording stand-in for the rollout service.
 """
+
 from __future__ import annotations
 
 import json
@@ -102,7 +103,10 @@ def test_a_failed_generation_raises_in_the_caller():
 def test_staleness_is_binned_and_a_batch_past_the_bound_is_refused():
     on = SimpleNamespace(enable=True, max_staleness=1)
     assert staleness_metrics(SimpleNamespace(policy_version=3), 4, on) == {
-        "async/staleness/mean": 1.0, "async/staleness/0": 0.0, "async/staleness/1": 1.0}
+        "async/staleness/mean": 1.0,
+        "async/staleness/0": 0.0,
+        "async/staleness/1": 1.0,
+    }
     with pytest.raises(RuntimeError, match="2 versions stale"):
         staleness_metrics(SimpleNamespace(policy_version=2), 4, on)
     assert staleness_metrics(SimpleNamespace(policy_version=0), 4, SimpleNamespace(enable=False)) == {}
@@ -112,27 +116,48 @@ def test_staleness_is_binned_and_a_batch_past_the_bound_is_refused():
 def _train(compose, tiny_model_dir, data: Path, out: Path, *extra: str) -> tuple[RecordingRollout, list[dict]]:
     from app.trainer.setup import build_trainer
 
-    cfg = compose([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={data / 'train.parquet'}",
-        "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8",
-        "actor_rollout_ref.rollout.lora_sync=merged", "actor_rollout_ref.actor.use_kl_loss=false",
-        "trainer.total_training_steps=3", "trainer.val_before_train=false", "trainer.test_freq=-1",
-        "trainer.logger=[jsonl]", f"trainer.default_local_dir={out}", "reward_model.num_workers=0", *extra,
-    ])
+    cfg = compose(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={data / 'train.parquet'}",
+            "data.val_files=''",
+            "data.max_prompt_length=256",
+            "data.max_response_length=8",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.model.lora_rank=4",
+            "actor_rollout_ref.model.lora_alpha=8",
+            "actor_rollout_ref.rollout.lora_sync=merged",
+            "actor_rollout_ref.actor.use_kl_loss=false",
+            "trainer.total_training_steps=3",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}",
+            "reward_model.num_workers=0",
+            *extra,
+        ]
+    )
     rollout = RecordingRollout(vocab_size=1000, n=2, response_len=8, logprob=-1.0)
     build_trainer(cfg, rollout, device="cpu").fit()
     return rollout, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_one_step_off_policy_trains_on_batches_one_version_old_weighted_by_importance(compose, tiny_model_dir,
-                                                                                     small_arith_data, tmp_path):
+def test_one_step_off_policy_trains_on_batches_one_version_old_weighted_by_importance(
+    compose, tiny_model_dir, small_arith_data, tmp_path
+):
     from app.trainer import checkpoints
 
-    rollout, steps = _train(compose, tiny_model_dir, small_arith_data, tmp_path / "run",
-                            "async_training.enable=true", "algorithm.rollout_correction.rollout_is=token",
-                            "trainer.save_freq=2")
+    rollout, steps = _train(
+        compose,
+        tiny_model_dir,
+        small_arith_data,
+        tmp_path / "run",
+        "async_training.enable=true",
+        "algorithm.rollout_correction.rollout_is=token",
+        "trainer.save_freq=2",
+    )
     # the second batch is sampled before the first update lands, the third right after the first sync
     assert rollout.calls == ["generate", "generate", "update_weights", "generate", "update_weights", "update_weights"]
     assert [s["async/staleness/mean"] for s in steps] == [0.0, 1.0, 1.0]
@@ -150,8 +175,14 @@ def test_one_step_off_policy_trains_on_batches_one_version_old_weighted_by_impor
 
 def test_max_staleness_zero_is_the_synchronous_loop(compose, tiny_model_dir, small_arith_data, tmp_path):
     sync_rollout, sync = _train(compose, tiny_model_dir, small_arith_data, tmp_path / "sync")
-    async_rollout, zero = _train(compose, tiny_model_dir, small_arith_data, tmp_path / "async0",
-                                 "async_training.enable=true", "async_training.max_staleness=0")
+    async_rollout, zero = _train(
+        compose,
+        tiny_model_dir,
+        small_arith_data,
+        tmp_path / "async0",
+        "async_training.enable=true",
+        "async_training.max_staleness=0",
+    )
     assert async_rollout.calls == sync_rollout.calls == ["generate", "update_weights"] * 3
     assert [s["async/staleness/mean"] for s in zero] == [0.0, 0.0, 0.0]
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):

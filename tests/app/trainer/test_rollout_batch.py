@@ -1,4 +1,5 @@
 """Rollout samples become the training batch with the layout the roles expect."""
+
 import pytest
 
 from app.trainer.rollout_batch import build_rollout_batch, repeat_per_sample
@@ -7,8 +8,12 @@ PAD = 0
 
 
 def test_layout_left_pads_prompts_and_right_pads_responses():
-    batch = build_rollout_batch(prompt_ids=[[5, 6, 7], [8]], response_ids=[[9], [10, 11]],
-                                rollout_log_probs=[[-0.5], [-1.0, -2.0]], pad_token_id=PAD)
+    batch = build_rollout_batch(
+        prompt_ids=[[5, 6, 7], [8]],
+        response_ids=[[9], [10, 11]],
+        rollout_log_probs=[[-0.5], [-1.0, -2.0]],
+        pad_token_id=PAD,
+    )
     # P = 3 (longest prompt), R = 2 (longest response): every response starts at column 3
     assert batch["input_ids"].tolist() == [[5, 6, 7, 9, PAD], [PAD, PAD, 8, 10, 11]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0], [0, 0, 1, 1, 1]]
@@ -43,9 +48,15 @@ def test_a_sampled_group_keeps_each_samples_prompt_fields_and_dumps_a_line_per_s
     from app.trainer.rollout_batch import dump_rollouts, sampled_group
     from serve.types import RolloutSample
 
-    prompts = SimpleNamespace(raw_prompt_ids=[[1, 2], [3]], uid=["u0", "u1"], index=[10, 11], data_source=["a", "b"],
-                              ground_truth=["g0", "g1"], extra_info=[{}, {"k": 1}],
-                              raw_prompt=[[{"role": "user", "content": "p0"}], [{"role": "user", "content": "p1"}]])
+    prompts = SimpleNamespace(
+        raw_prompt_ids=[[1, 2], [3]],
+        uid=["u0", "u1"],
+        index=[10, 11],
+        data_source=["a", "b"],
+        ground_truth=["g0", "g1"],
+        extra_info=[{}, {"k": 1}],
+        raw_prompt=[[{"role": "user", "content": "p0"}], [{"role": "user", "content": "p1"}]],
+    )
     # the service returns the samples of prompt 1 first: every field must follow prompt_index, not the order
     samples = [RolloutSample(1, 0, [7], [-0.5], "stop", 4), RolloutSample(0, 0, [8, 9], [-0.1, -0.2], "length", 4)]
     group = sampled_group(prompts, samples, version=4, pad_token_id=0, temperature=0.7)

@@ -1,5 +1,6 @@
 """The RNG part of a checkpoint: saved as tensors and plain containers, loaded without unpickling objects, and it
 puts every generator the step draws from back where it was."""
+
 import logging
 import random
 
@@ -25,8 +26,10 @@ def test_rng_state_round_trips_through_a_weights_only_load(tmp_path):
 
 def test_a_file_holding_pickled_objects_is_not_loaded(tmp_path, caplog):
     # the old layout kept numpy's state as a pickled array: loading it would mean unpickling arbitrary objects
-    torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-               tmp_path / "old.pt")
+    torch.save(
+        {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+        tmp_path / "old.pt",
+    )
     random.seed(7)
     expected = random.random()
     random.seed(7)

@@ -1,4 +1,5 @@
 """verl's `reward_model.model.input_tokenizer`: which tokenizer decodes the policy's ids for the reward model."""
+
 from types import SimpleNamespace
 
 from app.trainer.scoring import _input_tokenizer
@@ -16,8 +17,10 @@ def test_reward_manager_batch_reaches_the_reward_manager(tmp_path):
     from app.trainer.scoring import Scorer
 
     path = tmp_path / "batched.py"
-    path.write_text("def compute_score(data_sources, solution_strs, ground_truths, extra_infos=None):\n"
-                    "    return [float(s == g) for s, g in zip(solution_strs, ground_truths)]\n")
+    path.write_text(
+        "def compute_score(data_sources, solution_strs, ground_truths, extra_infos=None):\n"
+        "    return [float(s == g) for s, g in zip(solution_strs, ground_truths)]\n"
+    )
     cfg = TrainerRunConfig()
     cfg.custom_reward_function.path = str(path)
     cfg.reward_model.reward_manager, cfg.reward_model.num_workers = "batch", 0
@@ -47,8 +50,13 @@ def test_remax_greedy_baselines_score_one_greedy_response_per_prompt_for_each_of
         def score(self, texts, data_sources, ground_truths, extra_infos, messages):
             return [float(len(t.split())) for t in texts], {}, {}
 
-    prompts = SimpleNamespace(raw_prompt_ids=[[1, 2, 3], [4]], data_source=["a", "a"], ground_truth=["", ""],
-                              extra_info=[{}, {}], raw_prompt=[[], []])
+    prompts = SimpleNamespace(
+        raw_prompt_ids=[[1, 2, 3], [4]],
+        data_source=["a", "a"],
+        ground_truth=["", ""],
+        extra_info=[{}, {}],
+        raw_prompt=[[], []],
+    )
     baselines = greedy_baselines(Rollout(), Scorer(), Tokenizer(), prompts, n=2, version=7)
     assert calls == [(2, 7, True)]
     torch.testing.assert_close(baselines, torch.tensor([3.0, 3.0, 1.0, 1.0]))
@@ -79,13 +87,32 @@ def test_score_group_adds_the_overlong_penalty_on_each_responses_last_token():
 
     # responses of 2 and 4 tokens, limit 4, buffer 2: the 4-token one is 2 past the buffer's start -> -1 * factor 0.5
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
-    batch = TensorBatch({"responses": torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]]), "response_mask": mask,
-                         "attention_mask": torch.cat([torch.ones(2, 3, dtype=mask.dtype), mask], dim=1)})  # 3 prompt
-    group = RolloutGroup(batch=batch, uid=["a", "b"], dataset_index=[0, 1], data_source=["d", "d"],
-                         ground_truth=[None, None], extra_info=[{}, {}], messages=[[], []],
-                         finish_reason=["stop", "length"], policy_version=0)
-    metrics = score_group(LengthScorer(), LetterTokenizer(), group,
-                          OverlongBufferConfig(enable=True, len=2, penalty_factor=0.5), 4, RankGroup(OneRank()))
+    batch = TensorBatch(
+        {
+            "responses": torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]]),
+            "response_mask": mask,
+            "attention_mask": torch.cat([torch.ones(2, 3, dtype=mask.dtype), mask], dim=1),
+        }
+    )  # 3 prompt
+    group = RolloutGroup(
+        batch=batch,
+        uid=["a", "b"],
+        dataset_index=[0, 1],
+        data_source=["d", "d"],
+        ground_truth=[None, None],
+        extra_info=[{}, {}],
+        messages=[[], []],
+        finish_reason=["stop", "length"],
+        policy_version=0,
+    )
+    metrics = score_group(
+        LengthScorer(),
+        LetterTokenizer(),
+        group,
+        OverlongBufferConfig(enable=True, len=2, penalty_factor=0.5),
+        4,
+        RankGroup(OneRank()),
+    )
     assert group.batch["token_level_scores"].tolist() == [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5]]
     assert group.extras["overlong_penalty"] == [0.0, -0.5] and group.extras["task_score"] == [1.0, 1.0]
     assert group.extras["acc"] == [True, True]

@@ -1,4 +1,5 @@
 """What build_trainer hands the trackers (the run's config without secrets), and the total steps it fills in."""
+
 import json
 from pathlib import Path
 
@@ -21,8 +22,12 @@ def test_the_logged_config_hides_the_api_key_and_keeps_the_rest():
 
 
 def _run_cfg(model_dir, train_file, val_file) -> TrainerRunConfig:
-    return load_config({"actor_rollout_ref": {"model": {"path": str(model_dir)}, "actor": {"ppo_mini_batch_size": 2}},
-                        "data": {"train_files": str(train_file), "val_files": str(val_file), "train_batch_size": 2}})
+    return load_config(
+        {
+            "actor_rollout_ref": {"model": {"path": str(model_dir)}, "actor": {"ppo_mini_batch_size": 2}},
+            "data": {"train_files": str(train_file), "val_files": str(val_file), "train_batch_size": 2},
+        }
+    )
 
 
 def test_total_training_steps_count_the_full_generation_batches_of_every_epoch():

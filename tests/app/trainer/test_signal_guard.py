@@ -1,4 +1,5 @@
 """The no-signal guard: the share of groups whose samples scored unlike, and the warning after a stretch without."""
+
 from __future__ import annotations
 
 import json
@@ -39,25 +40,42 @@ def _run(compose, tiny_model_dir, small_arith_data, out: Path, mixed: bool):
 
     from app.trainer.setup import build_trainer
 
-    cfg = compose([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={small_arith_data / 'train.parquet'}",
-        "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=3",
-        "trainer.num_workers=1", "actor_rollout_ref.actor.use_kl_loss=false", "trainer.no_signal_steps=2",
-        f"custom_reward_function.path={Path(__file__).with_name('yes_reward.py')}", "reward_model.num_workers=0",
-        "trainer.total_training_steps=3", "trainer.val_before_train=false", "trainer.save_freq=-1",
-        "trainer.logger=[jsonl]", f"trainer.default_local_dir={out}",
-    ])
+    cfg = compose(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={small_arith_data / 'train.parquet'}",
+            "data.val_files=''",
+            "data.max_prompt_length=256",
+            "data.max_response_length=8",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=3",
+            "trainer.num_workers=1",
+            "actor_rollout_ref.actor.use_kl_loss=false",
+            "trainer.no_signal_steps=2",
+            f"custom_reward_function.path={Path(__file__).with_name('yes_reward.py')}",
+            "reward_model.num_workers=0",
+            "trainer.total_training_steps=3",
+            "trainer.val_before_train=false",
+            "trainer.save_freq=-1",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}",
+        ]
+    )
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     yes_id, no_id = (tok.encode(w, add_special_tokens=False)[0] for w in (" yes", " no"))
     build_trainer(cfg, YesNoRollout(yes_id, no_id, n=3, long_len=2, mixed=mixed), device="cpu").fit()
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
-            if SHARE_METRIC in json.loads(line)]
+    return [
+        json.loads(line)
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+        if SHARE_METRIC in json.loads(line)
+    ]
 
 
 @pytest.mark.parametrize("mixed", [False, True])
-def test_a_run_without_signal_says_so_in_the_console_and_the_metrics(compose, tiny_model_dir, small_arith_data,
-                                                                    tmp_path, caplog, mixed):
+def test_a_run_without_signal_says_so_in_the_console_and_the_metrics(
+    compose, tiny_model_dir, small_arith_data, tmp_path, caplog, mixed
+):
     with caplog.at_level(logging.WARNING, logger="app.trainer.loop"):
         steps = _run(compose, tiny_model_dir, small_arith_data, tmp_path / "run", mixed)
     warnings = [r.getMessage() for r in caplog.records if "scored unlike" in r.getMessage()]

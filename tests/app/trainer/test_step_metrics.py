@@ -4,6 +4,7 @@ in a row stop the run with its last checkpoint intact.
 The trainer is the real one (tiny model, one rank, in this process, a recording stand-in for the rollout service);
 the NaN comes from a policy loss that returns NaN on chosen steps (`tests/nan_policy_loss.py`).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,15 +38,29 @@ def _run(compose, tiny_model_dir, data: Path, out: Path, steps: int, nan_steps: 
     from app.trainer.setup import build_trainer
 
     nan_policy_loss.NAN_STEPS, nan_policy_loss.calls = set(nan_steps), 0
-    cfg = compose([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={data / 'train.parquet'}",
-        "data.val_files=''", "data.max_prompt_length=256", "data.max_response_length=8",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.policy_loss.loss_mode=nan_policy_loss:loss", "trainer.num_workers=1",
-        "actor_rollout_ref.actor.use_kl_loss=false", f"trainer.total_training_steps={steps}",
-        "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=1", "trainer.max_bad_steps=2",
-        "trainer.logger=[jsonl]", f"trainer.default_local_dir={out}", "reward_model.num_workers=0",
-    ])
+    cfg = compose(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={data / 'train.parquet'}",
+            "data.val_files=''",
+            "data.max_prompt_length=256",
+            "data.max_response_length=8",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=nan_policy_loss:loss",
+            "trainer.num_workers=1",
+            "actor_rollout_ref.actor.use_kl_loss=false",
+            f"trainer.total_training_steps={steps}",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=1",
+            "trainer.max_bad_steps=2",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}",
+            "reward_model.num_workers=0",
+        ]
+    )
     return build_trainer(cfg, RecordingRollout(vocab_size=1000, n=2, response_len=8), device="cpu")
 
 
@@ -58,8 +73,9 @@ def test_a_nan_step_is_skipped_counted_and_not_checkpointed(compose, tiny_model_
     assert sorted(p.name for p in out.glob("global_step_*")) == ["global_step_1", "global_step_3"]
 
 
-def test_max_bad_steps_in_a_row_stop_the_run_and_keep_the_last_checkpoint(compose, tiny_model_dir,
-                                                                          small_arith_data, tmp_path):
+def test_max_bad_steps_in_a_row_stop_the_run_and_keep_the_last_checkpoint(
+    compose, tiny_model_dir, small_arith_data, tmp_path
+):
     out = tmp_path / "run"
     trainer = _run(compose, tiny_model_dir, small_arith_data, out, steps=4, nan_steps={2, 3, 4})
     with pytest.raises(BadStepLimitExceeded, match=r"trainer.max_bad_steps=2: steps 2-3 "):

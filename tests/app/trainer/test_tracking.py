@@ -1,6 +1,7 @@
 """The JSONL record: one line per step, and on resume the lines past the resumed step are dropped. TensorBoard,
 MLflow and W&B: what each writes, read back with the tool's own reader; a logger that cannot start fails in the
 pre-flight."""
+
 import json
 import math
 import sys
@@ -12,18 +13,22 @@ from support import wandb_run_records
 from app.config import ConfigError
 from app.trainer.tracking import JsonlSink, Tracking, check_loggers, read_metrics, wandb_mode
 
-STEPS = {1: {"critic/score/mean": 0.1, "actor/pg_loss": -1.5}, 2: {"critic/score/mean": 0.25, "actor/pg_loss": -1.0},
-         3: {"critic/score/mean": 0.5, "actor/pg_loss": math.nan}}  # NaN is dropped, as in metrics.jsonl
+STEPS = {
+    1: {"critic/score/mean": 0.1, "actor/pg_loss": -1.5},
+    2: {"critic/score/mean": 0.25, "actor/pg_loss": -1.0},
+    3: {"critic/score/mean": 0.5, "actor/pg_loss": math.nan},
+}  # NaN is dropped, as in metrics.jsonl
 WRITTEN = {"critic/score/mean": [(1, 0.1), (2, 0.25), (3, 0.5)], "actor/pg_loss": [(1, -1.5), (2, -1.0)]}
 CONFIG = {"trainer": {"project_name": "proj", "seed": 3}, "data": {"train_batch_size": 8}}
 # validation samples (trainer.log_val_generations) logged at step 2
-SAMPLES = [{"data_source": "arith", "input": "2+2=", "output": "#### 4", "ground_truth": "4", "score": 1.0},
-           {"data_source": "arith", "input": "3*3=", "output": "#### 6", "ground_truth": "9", "score": 0.2}]
+SAMPLES = [
+    {"data_source": "arith", "input": "2+2=", "output": "#### 4", "ground_truth": "4", "score": 1.0},
+    {"data_source": "arith", "input": "3*3=", "output": "#### 6", "ground_truth": "9", "score": 0.2},
+]
 
 
 def log_steps(loggers, out_dir):
-    tracking = Tracking(loggers, out_dir, total_steps=3, start_step=0, project="proj", experiment="exp",
-                        config=CONFIG)
+    tracking = Tracking(loggers, out_dir, total_steps=3, start_step=0, project="proj", experiment="exp", config=CONFIG)
     for step, metrics in STEPS.items():
         if step == 2:
             tracking.log_generations(SAMPLES, step)
@@ -109,7 +114,8 @@ def test_wandb_runs_offline_under_the_run_folder_with_the_config_and_metrics(wan
         if record.HasField("history"):
             for item in record.history.item:
                 history.setdefault(item.key or "/".join(item.nested_key), []).append(
-                    (record.history.step.num, json.loads(item.value_json)))
+                    (record.history.step.num, json.loads(item.value_json))
+                )
     assert {key: history.get(key) for key in WRITTEN} == WRITTEN
     [table] = (run_file.parent / "files" / "media" / "table" / "val").glob("generations_*.table.json")
     table = json.loads(table.read_text())
@@ -130,11 +136,14 @@ def test_wandb_mode_is_the_users_else_online_only_with_a_key(wandb_env, monkeypa
     assert wandb_mode() == "online"
 
 
-@pytest.mark.parametrize("logger, modules, package", [
-    ("wandb", ["wandb"], "wandb"),
-    ("mlflow", ["mlflow"], "mlflow"),
-    ("tensorboard", ["torch.utils.tensorboard", "tensorboardX"], "tensorboard"),
-])
+@pytest.mark.parametrize(
+    "logger, modules, package",
+    [
+        ("wandb", ["wandb"], "wandb"),
+        ("mlflow", ["mlflow"], "mlflow"),
+        ("tensorboard", ["torch.utils.tensorboard", "tensorboardX"], "tensorboard"),
+    ],
+)
 def test_a_logger_without_its_package_is_named(monkeypatch, logger, modules, package):
     for module in modules:
         monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
@@ -142,8 +151,9 @@ def test_a_logger_without_its_package_is_named(monkeypatch, logger, modules, pac
         check_loggers(["console", logger])
 
 
-def test_train_stops_at_a_missing_logger_package_before_reading_data_or_starting_ray(monkeypatch, capsys, tmp_path,
-                                                                                   tiny_model_dir):
+def test_train_stops_at_a_missing_logger_package_before_reading_data_or_starting_ray(
+    monkeypatch, capsys, tmp_path, tiny_model_dir
+):
     from hydra import compose, initialize_config_dir
 
     import app.preflight
@@ -152,11 +162,16 @@ def test_train_stops_at_a_missing_logger_package_before_reading_data_or_starting
     data = tmp_path / "prompts.jsonl"  # never read: the check stops first
     data.write_text('{"prompt": "1+1=", "reward_model": {"ground_truth": "2"}}\n')
     monkeypatch.setitem(sys.modules, "wandb", None)
-    monkeypatch.setattr(app.preflight, "run_preflight",
-                        lambda *a, **k: pytest.fail("the logger check comes first"))
+    monkeypatch.setattr(app.preflight, "run_preflight", lambda *a, **k: pytest.fail("the logger check comes first"))
     with initialize_config_dir(str(Path(__file__).resolve().parents[3] / "configs"), version_base=None):
-        cfg = compose("grpo_trainer", overrides=["trainer.logger=[console,wandb]", f"data.train_files={data}",
-                                                     f"data.val_files={data}",
-                                                     f"actor_rollout_ref.model.path={tiny_model_dir}"])
+        cfg = compose(
+            "grpo_trainer",
+            overrides=[
+                "trainer.logger=[console,wandb]",
+                f"data.train_files={data}",
+                f"data.val_files={data}",
+                f"actor_rollout_ref.model.path={tiny_model_dir}",
+            ],
+        )
     assert run(cfg) == 2
     assert "error: trainer.logger: 'wandb' needs the wandb package" in capsys.readouterr().err

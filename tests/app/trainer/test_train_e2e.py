@@ -1,5 +1,6 @@
 """End-to-end training on real Ray Train + Serve + vLLM with the tiny model: GRPO with 2 workers, checkpoint and
 resume, PPO with a critic, and the actor/rollout log-prob match. One rollout deployment serves every test here."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,15 @@ def rollout_app(ray_cluster, tiny_model_dir, free_port):
 
     from serve import deploy_rollout
 
-    config = cpu_rollout_config(dtype="float32", max_num_seqs=64, max_num_batched_tokens=4096, cpu_kv_cache_gib=0.5,
-                           response_length=16, prompt_length=256, http_port=free_port())
+    config = cpu_rollout_config(
+        dtype="float32",
+        max_num_seqs=64,
+        max_num_batched_tokens=4096,
+        cpu_kv_cache_gib=0.5,
+        response_length=16,
+        prompt_length=256,
+        http_port=free_port(),
+    )
     deploy_rollout(config, tiny_model_dir, APP, trust_remote_code=False, max_lora_rank=8)
     yield APP
     serve.delete(APP)
@@ -43,35 +51,51 @@ def base_overrides(tiny_model_dir, arith_data, out: Path) -> list[str]:
         f"actor_rollout_ref.model.path={tiny_model_dir}",
         f"data.train_files={arith_data / 'train.parquet'}",
         f"data.val_files={arith_data / 'test.parquet'}",
-        "data.max_prompt_length=256", "data.max_response_length=16",
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "data.max_prompt_length=256",
+        "data.max_response_length=16",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         # fp32 compute on both sides, so the log-prob comparison is tight
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.rollout.dtype=float32",
-        "trainer.val_before_train=false", "trainer.test_freq=-1",
-        "trainer.logger=[jsonl]", "trainer.cpus_per_worker=1",
-        f"trainer.default_local_dir={out}", f"trainer.rollout_data_dir={out / 'rollouts'}",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.logger=[jsonl]",
+        "trainer.cpus_per_worker=1",
+        f"trainer.default_local_dir={out}",
+        f"trainer.rollout_data_dir={out / 'rollouts'}",
         "reward_model.num_workers=1",
     ]
 
 
 def dataset_indices(rollouts: Path, step: int) -> set[int]:
-    rows = [json.loads(line) for f in sorted(rollouts.glob(f"{step}-rank*.jsonl"))
-            for line in f.read_text().splitlines()]
+    rows = [
+        json.loads(line) for f in sorted(rollouts.glob(f"{step}-rank*.jsonl")) for line in f.read_text().splitlines()
+    ]
     return {r["dataset_index"] for r in rows}
 
 
-def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(compose, rollout_app, tiny_model_dir, arith_data,
-                                                                 tmp_path):
+def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(
+    compose, rollout_app, tiny_model_dir, arith_data, tmp_path
+):
     out = tmp_path / "grpo"
-    overrides = base_overrides(tiny_model_dir, arith_data, out) + ["trainer.num_workers=2", "trainer.save_freq=3",
-                                                                   "trainer.experiment_name=grpo-e2e"]
+    overrides = base_overrides(tiny_model_dir, arith_data, out) + [
+        "trainer.num_workers=2",
+        "trainer.save_freq=3",
+        "trainer.experiment_name=grpo-e2e",
+    ]
     # validation at the last step, with 3 of its samples to TensorBoard (gathered from both ranks)
-    train(compose(overrides + ["trainer.total_training_steps=3", "trainer.logger=[jsonl,tensorboard]",
-                               "trainer.log_val_generations=3"]), rollout_app=rollout_app)
+    train(
+        compose(
+            overrides
+            + ["trainer.total_training_steps=3", "trainer.logger=[jsonl,tensorboard]", "trainer.log_val_generations=3"]
+        ),
+        rollout_app=rollout_app,
+    )
     assert (out / "global_step_3" / "trainer_state.json").is_file()
     first = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in first] == [1, 2, 3]
@@ -105,9 +129,13 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(compose, rollout
 
 def test_actor_log_probs_match_rollout_log_probs(compose, rollout_app, tiny_model_dir, arith_data, tmp_path):
     out = tmp_path / "match"
-    train(compose(base_overrides(tiny_model_dir, arith_data, out)
-                  + ["trainer.num_workers=1", "trainer.total_training_steps=1", "trainer.experiment_name=match"]),
-          rollout_app=rollout_app)
+    train(
+        compose(
+            base_overrides(tiny_model_dir, arith_data, out)
+            + ["trainer.num_workers=1", "trainer.total_training_steps=1", "trainer.experiment_name=match"]
+        ),
+        rollout_app=rollout_app,
+    )
     (row,) = read_metrics(out / "metrics.jsonl")
     # Same weights, fp32 on both sides, no top-k/top-p: the only gap is kernel rounding (~1e-6 per token);
     # 1e-3 would still catch an off-by-one position or a missing temperature (both give gaps > 0.1).
@@ -117,10 +145,17 @@ def test_actor_log_probs_match_rollout_log_probs(compose, rollout_app, tiny_mode
 def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, arith_data, tmp_path):
     out = tmp_path / "ppo"
     overrides = base_overrides(tiny_model_dir, arith_data, out) + [
-        "algorithm.adv_estimator=gae", "algorithm.lam=0.95", "actor_rollout_ref.model.lora_rank=0",
-        "actor_rollout_ref.actor.use_kl_loss=false", "algorithm.use_kl_in_reward=true", "actor_rollout_ref.rollout.n=1",
-        "critic.optim.lr=1e-3", "trainer.num_workers=1", "trainer.total_training_steps=2",
-        "trainer.experiment_name=ppo-e2e"]
+        "algorithm.adv_estimator=gae",
+        "algorithm.lam=0.95",
+        "actor_rollout_ref.model.lora_rank=0",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        "algorithm.use_kl_in_reward=true",
+        "actor_rollout_ref.rollout.n=1",
+        "critic.optim.lr=1e-3",
+        "trainer.num_workers=1",
+        "trainer.total_training_steps=2",
+        "trainer.experiment_name=ppo-e2e",
+    ]
     train(compose(overrides), rollout_app=rollout_app)
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
@@ -132,16 +167,21 @@ def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, ar
     assert (out / "hf_model" / "model.safetensors").is_file()
 
 
-def test_async_training_samples_the_next_batch_with_the_previous_policy(compose, rollout_app, tiny_model_dir,
-                                                                          arith_data, tmp_path):
+def test_async_training_samples_the_next_batch_with_the_previous_policy(
+    compose, rollout_app, tiny_model_dir, arith_data, tmp_path
+):
     # the real rollout client called from the generation thread, full weights synced between batches
     out = tmp_path / "async"
     overrides = base_overrides(tiny_model_dir, arith_data, out) + [
-        "actor_rollout_ref.model.lora_rank=0", "async_training.enable=true",
-        "algorithm.rollout_correction.rollout_is=token", "trainer.num_workers=1", "trainer.total_training_steps=3",
+        "actor_rollout_ref.model.lora_rank=0",
+        "async_training.enable=true",
+        "algorithm.rollout_correction.rollout_is=token",
+        "trainer.num_workers=1",
+        "trainer.total_training_steps=3",
         "trainer.experiment_name=async-e2e",
         # scores that differ within every group, so each update moves the policy (arithmetic gives the random model 0)
-        f"custom_reward_function.path={Path(__file__).with_name('char_count_reward.py')}"]
+        f"custom_reward_function.path={Path(__file__).with_name('char_count_reward.py')}",
+    ]
     train(compose(overrides), rollout_app=rollout_app)
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -155,14 +195,18 @@ def test_async_training_samples_the_next_batch_with_the_previous_policy(compose,
     assert "val-core/reward/mean" in rows[-1] and (out / "hf_model" / "model.safetensors").is_file()
 
 
-def test_a_killed_train_worker_restarts_from_the_newest_checkpoint_with_the_same_data(compose, rollout_app,
-                                                                                      tiny_model_dir, arith_data,
-                                                                                      tmp_path):
+def test_a_killed_train_worker_restarts_from_the_newest_checkpoint_with_the_same_data(
+    compose, rollout_app, tiny_model_dir, arith_data, tmp_path
+):
     out, marker = tmp_path / "restart", tmp_path / "marker"
     marker.mkdir()
     overrides = base_overrides(tiny_model_dir, arith_data, out) + [
-        "trainer.num_workers=1", "trainer.save_freq=1", "trainer.total_training_steps=3", "trainer.max_failures=1",
-        "trainer.experiment_name=restart", "reward_model.num_workers=0",  # the reward runs in the train worker
+        "trainer.num_workers=1",
+        "trainer.save_freq=1",
+        "trainer.total_training_steps=3",
+        "trainer.max_failures=1",
+        "trainer.experiment_name=restart",
+        "reward_model.num_workers=0",  # the reward runs in the train worker
         f"custom_reward_function.path={Path(__file__).parent / 'kill_once_reward.py'}",
         f"+custom_reward_function.reward_kwargs.marker_dir={marker}",
         "+custom_reward_function.reward_kwargs.samples_per_step=8",  # 4 prompts x 2 samples
@@ -184,13 +228,17 @@ def test_a_killed_train_worker_restarts_from_the_newest_checkpoint_with_the_same
     assert [dataset_indices(out / "rollouts", step) for step in (1, 2, 3)] == expected
 
 
-def test_a_hung_reward_call_is_cut_off_scored_zero_and_the_run_goes_on(compose, rollout_app, tiny_model_dir,
-                                                                      arith_data, tmp_path):
+def test_a_hung_reward_call_is_cut_off_scored_zero_and_the_run_goes_on(
+    compose, rollout_app, tiny_model_dir, arith_data, tmp_path
+):
     out, marker = tmp_path / "hang", tmp_path / "marker"
     marker.mkdir()
     overrides = base_overrides(tiny_model_dir, arith_data, out) + [
-        "trainer.num_workers=1", "trainer.total_training_steps=2", "trainer.experiment_name=hang",
-        "reward_model.num_workers=1", "reward_model.timeout_s=3",
+        "trainer.num_workers=1",
+        "trainer.total_training_steps=2",
+        "trainer.experiment_name=hang",
+        "reward_model.num_workers=1",
+        "reward_model.timeout_s=3",
         f"custom_reward_function.path={Path(__file__).parent / 'hang_once_reward.py'}",
         f"+custom_reward_function.reward_kwargs.marker_dir={marker}",
     ]

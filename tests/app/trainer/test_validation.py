@@ -1,5 +1,6 @@
 """Greedy validation's metrics: the mean reward per data source and overall, and the mean of each numeric extra field
 a reward function returns (e.g. the arithmetic reward's `acc` and `formatted`), from a stand-in rollout and scorer."""
+
 from types import SimpleNamespace
 
 from app.trainer.collectives import RankGroup
@@ -42,18 +43,21 @@ class _TableScorer:
 
 
 def _record(source, prompt_ids=(1, 2)):
-    return SimpleNamespace(prompt_ids=list(prompt_ids), data_source=source, ground_truth="1", extra_info={},
-                           messages=[])
+    return SimpleNamespace(
+        prompt_ids=list(prompt_ids), data_source=source, ground_truth="1", extra_info={}, messages=[]
+    )
 
 
 def test_means_per_source_and_of_numeric_extra_fields():
     dataset = [_record("math"), _record("math"), _record("math"), _record("yes")]
-    scorer = _TableScorer({
-        "0": (1.0, {"acc": 1.0, "pred": "4"}),
-        "1": (0.1, {"acc": 0.0, "pred": "5"}),
-        "2": (0.5, {"acc": True, "pred": "6"}),  # a bool field counts as 1
-        "3": (0.0, {}),  # the "yes" source's function returns a plain number
-    })
+    scorer = _TableScorer(
+        {
+            "0": (1.0, {"acc": 1.0, "pred": "4"}),
+            "1": (0.1, {"acc": 0.0, "pred": "5"}),
+            "2": (0.5, {"acc": True, "pred": "6"}),  # a bool field counts as 1
+            "3": (0.0, {}),  # the "yes" source's function returns a plain number
+        }
+    )
     out, samples = validate(_EchoRollout(), scorer, _Tokenizer(), dataset, RankGroup(_OneRank()), version=3)
     assert samples == []  # none asked for
     assert out == {
@@ -70,15 +74,21 @@ def test_kept_samples_are_the_same_seeded_prompts_at_every_validation_in_dataset
     scorer = _TableScorer({str(i): (i / 10, {}) for i in range(10)})
 
     def run(keep):
-        return validate(_EchoRollout(), scorer, _Tokenizer(), dataset, RankGroup(_OneRank()), version=3,
-                        keep_samples=keep)[1]
+        return validate(
+            _EchoRollout(), scorer, _Tokenizer(), dataset, RankGroup(_OneRank()), version=3, keep_samples=keep
+        )[1]
 
     rows = run(3)
     assert len(rows) == 3 and rows == run(3)  # a fixed draw: the table follows the same prompts over steps
     for row in rows:  # prompt i is "i+i"; the rollout answers it "i", which the table scores i / 10
         i = int(row["output"])
-        assert row == {"data_source": "math", "input": f"{i}+{i}", "output": str(i), "ground_truth": "1",
-                       "score": i / 10}
+        assert row == {
+            "data_source": "math",
+            "input": f"{i}+{i}",
+            "output": str(i),
+            "ground_truth": "1",
+            "score": i / 10,
+        }
     indices = [int(row["output"]) for row in rows]
     assert indices == sorted(indices) and indices != [0, 1, 2]  # validation-set order, not just the first three
     assert len(run(50)) == 10  # more than the set holds: all of it

@@ -1,4 +1,5 @@
 """`app.trainer.weight_sync.rollout_payload`: which payload one sync sends, for each model and `lora_sync`."""
+
 from __future__ import annotations
 
 import torch

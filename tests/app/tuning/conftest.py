@@ -1,4 +1,5 @@
 """Helpers for the sweep tests: compose configs from configs/ with Hydra, as `app.sweep` does."""
+
 from pathlib import Path
 
 import pytest
@@ -35,5 +36,8 @@ def compose():
 def base_cfg():
     """base_cfg(**overrides) -> quickstart with its KL loss on (as configs/sweep/grpo_small.yaml runs it, to search
     the KL coefficient), as a validated TrainerRunConfig."""
-    return lambda **overrides: load_tree(compose_tree("quickstart", [
-        "actor_rollout_ref.actor.use_kl_loss=true", *[f"{k}={v}" for k, v in overrides.items()]]))
+    return lambda **overrides: load_tree(
+        compose_tree(
+            "quickstart", ["actor_rollout_ref.actor.use_kl_loss=true", *[f"{k}={v}" for k, v in overrides.items()]]
+        )
+    )

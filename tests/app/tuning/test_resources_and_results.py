@@ -1,4 +1,5 @@
 """Concurrency from the cluster's resources; the results table's order; the best config loads back through Hydra."""
+
 import csv
 import dataclasses
 import math
@@ -18,21 +19,30 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_trial_needs_count_workers_and_rollout_replicas(base_cfg):
-    cfg = base_cfg(**{"trainer.num_workers": 2, "trainer.cpus_per_worker": 1.5,
-                      "actor_rollout_ref.rollout.replicas": 3, "actor_rollout_ref.rollout.cpus_per_replica": 0.5})
+    cfg = base_cfg(
+        **{
+            "trainer.num_workers": 2,
+            "trainer.cpus_per_worker": 1.5,
+            "actor_rollout_ref.rollout.replicas": 3,
+            "actor_rollout_ref.rollout.cpus_per_replica": 0.5,
+        }
+    )
     needs = trial_needs(cfg)
     assert needs.cpus == 2 * 1.5 + 3 * 0.5 == 4.5 and needs.gpus == 0
     assert "trainer.num_workers=2" in needs.explain
 
 
-@pytest.mark.parametrize("cluster, needs, cap, expected", [
-    ({"CPU": 8.0}, TrialNeeds(3, 0, ""), None, 2),  # floor(8 / 3)
-    ({"CPU": 9.1}, TrialNeeds(4.5, 0, ""), None, 2),  # two fit, with each trial's actor's 0.01 CPU
-    ({"CPU": 9.0}, TrialNeeds(4.5, 0, ""), None, 1),  # 2 × (4.5 + 0.01) > 9
-    ({"CPU": 16.0}, TrialNeeds(2, 0, ""), 3, 3),  # 8 fit, capped at 3
-    ({"CPU": 16.0, "GPU": 2.0}, TrialNeeds(2, 1, ""), None, 2),  # GPUs are the tighter limit
-    ({"CPU": 16.0, "rollout_node": 3.0}, TrialNeeds(2, 0, "", {"rollout_node": 1.0}), None, 3),  # a custom resource
-])
+@pytest.mark.parametrize(
+    "cluster, needs, cap, expected",
+    [
+        ({"CPU": 8.0}, TrialNeeds(3, 0, ""), None, 2),  # floor(8 / 3)
+        ({"CPU": 9.1}, TrialNeeds(4.5, 0, ""), None, 2),  # two fit, with each trial's actor's 0.01 CPU
+        ({"CPU": 9.0}, TrialNeeds(4.5, 0, ""), None, 1),  # 2 × (4.5 + 0.01) > 9
+        ({"CPU": 16.0}, TrialNeeds(2, 0, ""), 3, 3),  # 8 fit, capped at 3
+        ({"CPU": 16.0, "GPU": 2.0}, TrialNeeds(2, 1, ""), None, 2),  # GPUs are the tighter limit
+        ({"CPU": 16.0, "rollout_node": 3.0}, TrialNeeds(2, 0, "", {"rollout_node": 1.0}), None, 3),  # a custom resource
+    ],
+)
 def test_max_concurrent_trials(cluster, needs, cap, expected):
     assert max_concurrent_trials(cluster, needs, cap) == expected
 
@@ -45,16 +55,29 @@ def test_a_trial_larger_than_the_cluster_is_an_error():
 
 
 def test_trial_needs_count_custom_resources_per_worker_and_replica(base_cfg):
-    cfg = base_cfg(**{"trainer.num_workers": 2, "+trainer.worker_resources.node": 1,
-                      "+actor_rollout_ref.rollout.replica_resources.node": 0.5})
+    cfg = base_cfg(
+        **{
+            "trainer.num_workers": 2,
+            "+trainer.worker_resources.node": 1,
+            "+actor_rollout_ref.rollout.replica_resources.node": 0.5,
+        }
+    )
     needs = trial_needs(cfg)
     assert needs.custom == {"node": 2 * 1 + 1 * 0.5}
     assert "trainer.worker_resources.node=1 × 2" in needs.explain
 
 
 def row(trial_id, value, status="completed", **params):
-    return TrialRow(trial_id=trial_id, status=status, params=params, seed=1, steps=3, value=value, best=value,
-                    out_dir=f"/x/{trial_id}")
+    return TrialRow(
+        trial_id=trial_id,
+        status=status,
+        params=params,
+        seed=1,
+        steps=3,
+        value=value,
+        best=value,
+        out_dir=f"/x/{trial_id}",
+    )
 
 
 def test_rows_sort_best_first_with_missing_and_errored_last():
@@ -68,28 +91,56 @@ def test_table_files(tmp_path):
     text = write_table(tmp_path, rows, "val-core/reward/mean")
     with (tmp_path / "results.csv").open() as f:
         table = list(csv.reader(f))
-    assert table[0] == ["rank", "trial_id", "status", "lr", "seed", "steps", "val-core/reward/mean",
-                        "best val-core/reward/mean", "output"]
+    assert table[0] == [
+        "rank",
+        "trial_id",
+        "status",
+        "lr",
+        "seed",
+        "steps",
+        "val-core/reward/mean",
+        "best val-core/reward/mean",
+        "output",
+    ]
     assert [r[1] for r in table[1:]] == ["b", "a"]
     assert table[1][3] == "0.0003" and table[1][6] == "0.5"
     assert text == (tmp_path / "results.md").read_text()
     assert text.splitlines()[2].startswith("| 1 | b | stopped early | 0.0003 |")
 
 
-@pytest.mark.parametrize("value, text", [(None, "null"), (True, "true"), (3, "3"), (3e-05, "3e-05"),
-                                         ("abc", "abc"), ("a b", "'a b'"), ("1e-3", "'1e-3'")])
+@pytest.mark.parametrize(
+    "value, text",
+    [(None, "null"), (True, "true"), (3, "3"), (3e-05, "3e-05"), ("abc", "abc"), ("a b", "'a b'"), ("1e-3", "'1e-3'")],
+)
 def test_hydra_values_read_back_unchanged(value, text):
     assert hydra_value(value) == text
 
 
 def best_setup(tmp_path, compose):
-    spec = parse_sweep({"name": "bs", "base": {"config": "quickstart"}, "output_dir": str(tmp_path / "sweep"),
-                        "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}}})
+    spec = parse_sweep(
+        {
+            "name": "bs",
+            "base": {"config": "quickstart"},
+            "output_dir": str(tmp_path / "sweep"),
+            "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}},
+        }
+    )
     ctx = make_context(spec, compose("quickstart", ["trainer.test_freq=2"]), total_steps=4)
     (tmp_path / "sweep").mkdir()
-    best = TrialRow(trial_id="q_00001", status="completed", seed=1234, steps=4, value=0.75, best=0.75,
-                    out_dir="", params={"actor_rollout_ref.actor.optim.lr": 4.2e-05, "actor_rollout_ref.rollout.n": 2,
-                                        "actor_rollout_ref.actor.kl_loss_coef": 0.0})
+    best = TrialRow(
+        trial_id="q_00001",
+        status="completed",
+        seed=1234,
+        steps=4,
+        value=0.75,
+        best=0.75,
+        out_dir="",
+        params={
+            "actor_rollout_ref.actor.optim.lr": 4.2e-05,
+            "actor_rollout_ref.rollout.n": 2,
+            "actor_rollout_ref.actor.kl_loss_coef": 0.0,
+        },
+    )
     return ctx, best, write_best(ctx, best, "quickstart", ["trainer.test_freq=2"])
 
 
@@ -122,8 +173,13 @@ def test_best_yaml_composes_through_hydra_into_the_trial_config(tmp_path, compos
 def test_best_yaml_is_accepted_by_the_train_command_line(tmp_path, compose):
     _, _, path = best_setup(tmp_path, compose)
     # --cfg job: Hydra composes and prints the job config instead of running it
-    out = subprocess.run([sys.executable, "-m", "app.train", "--config-path", str(path.parent), "--config-name",
-                          "best", "--cfg", "job"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "app.train", "--config-path", str(path.parent), "--config-name", "best", "--cfg", "job"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "lr: 4.2e-05" in out.stdout and "experiment_name: bs-best" in out.stdout
 

@@ -1,4 +1,5 @@
 """A trial's config is the base plus its parameters, isolated (name, folder, seed), and its metrics relay is exact."""
+
 import json
 import math
 from pathlib import Path
@@ -20,15 +21,25 @@ from app.tuning.trial import (
 
 
 def context(tmp_path, compose, **kw):
-    spec = parse_sweep({"name": "lrsweep", "base": {"config": "quickstart"}, "output_dir": str(tmp_path / "sw"),
-                        "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}}, **kw})
+    spec = parse_sweep(
+        {
+            "name": "lrsweep",
+            "base": {"config": "quickstart"},
+            "output_dir": str(tmp_path / "sw"),
+            "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}},
+            **kw,
+        }
+    )
     return spec, make_context(spec, compose("quickstart"), total_steps=5)
 
 
 def test_trial_config_applies_params_and_isolates_the_trial(tmp_path, compose, base_cfg):
     _, ctx = context(tmp_path, compose)
-    params = {"actor_rollout_ref.actor.optim.lr": 3e-5, "actor_rollout_ref.rollout.n": 2,
-              "actor_rollout_ref.actor.kl_loss_coef": 0.02}
+    params = {
+        "actor_rollout_ref.actor.optim.lr": 3e-5,
+        "actor_rollout_ref.rollout.n": 2,
+        "actor_rollout_ref.actor.kl_loss_coef": 0.02,
+    }
     cfg = build_trial_config(ctx, params, "ab12c_00003")
     assert cfg.actor_rollout_ref.actor.optim.lr == 3e-5
     assert cfg.actor_rollout_ref.rollout.n == 2
@@ -66,8 +77,14 @@ def test_interpolations_follow_a_searched_key(tmp_path, compose):
 
 
 def test_param_values_are_checked_against_the_whole_config_before_tune_starts(tmp_path, compose, base_cfg):
-    spec = parse_sweep({"name": "s", "base": {"config": "quickstart"}, "output_dir": str(tmp_path),
-                        "params": {"actor_rollout_ref.rollout.n": {"grid": [4, 1]}}})
+    spec = parse_sweep(
+        {
+            "name": "s",
+            "base": {"config": "quickstart"},
+            "output_dir": str(tmp_path),
+            "params": {"actor_rollout_ref.rollout.n": {"grid": [4, 1]}},
+        }
+    )
     micro = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"  # 4 so that n=1 passes the batch-size checks
     spec = resolve_params(spec, base_cfg(**{micro: 4}))
     ctx = make_context(spec, compose("quickstart", [f"{micro}=4"]), total_steps=3)
@@ -78,8 +95,14 @@ def test_param_values_are_checked_against_the_whole_config_before_tune_starts(tm
 
 
 def test_a_validation_metric_needs_validation_data(tmp_path, compose):
-    spec = parse_sweep({"name": "s", "base": {"config": "quickstart"}, "output_dir": str(tmp_path),
-                        "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}}})
+    spec = parse_sweep(
+        {
+            "name": "s",
+            "base": {"config": "quickstart"},
+            "output_dir": str(tmp_path),
+            "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}},
+        }
+    )
     tree = compose("quickstart", ["data.val_files=''"])
     with pytest.raises(ConfigError, match=r"search.metric='val-core/reward/mean' .* no data.val_files"):
         check_param_values(spec, make_context(spec, tree, total_steps=3))
@@ -99,8 +122,14 @@ def test_a_sweep_types_the_base_tree_once_for_its_checks_and_three_trials(tmp_pa
     monkeypatch.setattr(loader, "build_typed", counting_build)
     monkeypatch.setattr(trial, "build_typed", counting_build)
     lr = "actor_rollout_ref.actor.optim.lr"
-    spec = parse_sweep({"name": "s", "base": {"config": "quickstart"}, "output_dir": str(tmp_path),
-                        "params": {lr: {"grid": [1e-5, 3e-5, 1e-4]}, "trainer.num_workers": {"grid": [1, 2]}}})
+    spec = parse_sweep(
+        {
+            "name": "s",
+            "base": {"config": "quickstart"},
+            "output_dir": str(tmp_path),
+            "params": {lr: {"grid": [1e-5, 3e-5, 1e-4]}, "trainer.num_workers": {"grid": [1, 2]}},
+        }
+    )
     tree = compose("quickstart")
     assert parses == []
     ctx = make_context(spec, tree, total_steps=5)
@@ -117,8 +146,14 @@ def test_a_sweep_types_the_base_tree_once_for_its_checks_and_three_trials(tmp_pa
 def test_a_key_interpolating_a_searched_key_follows_it(tmp_path, compose):
     tree = compose("quickstart")
     tree["critic"]["optim"]["lr"] = "${actor_rollout_ref.actor.optim.lr}"
-    spec = parse_sweep({"name": "s", "base": {"config": "quickstart"}, "output_dir": str(tmp_path),
-                        "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}}})
+    spec = parse_sweep(
+        {
+            "name": "s",
+            "base": {"config": "quickstart"},
+            "output_dir": str(tmp_path),
+            "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}},
+        }
+    )
     cfg = build_trial_config(make_context(spec, tree, total_steps=3), {"actor_rollout_ref.actor.optim.lr": 3e-5}, "t1")
     assert cfg.critic.optim.lr == 3e-5
 
@@ -139,7 +174,7 @@ def test_follower_returns_only_complete_new_lines(tmp_path):
         f.write('{"step": 0, "a": 1}\n{"step": 1, "a"')  # the second line is still being written
         f.flush()
         assert follower.new_rows() == [{"step": 0, "a": 1}]
-        f.write(': 2}\n')
+        f.write(": 2}\n")
         f.flush()
         assert follower.new_rows() == [{"step": 1, "a": 2}]
         assert follower.new_rows() == []
