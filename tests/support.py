@@ -119,6 +119,15 @@ def engine_spec(model_path, **overrides):
     return dataclasses.replace(spec, **overrides)
 
 
+def synced_weights(engine) -> dict:
+    """What a weight sync carries from `engine`, as a dict: with LoRA its adapter tensors (`lora_adapter_state`, rank
+    0's; the other ranks get `{}`), otherwise every weight from its per-tensor stream (whole on every rank).
+    Collective: every rank calls it."""
+    if engine.has_adapter:
+        return engine.lora_adapter_state()[1]
+    return dict(engine.get_per_tensor_param())
+
+
 def prompt_options(**overrides):
     """`PromptDataOptions.from_mapping` of the schema's `data` section with `overrides` (DataConfig keys)."""
     from app.config.schema import DataConfig

@@ -17,7 +17,6 @@ _EXPORTS = {
     "BaseEngine": "app.engine.base",
     "StepContext": "app.engine.base",
     "StepResult": "app.engine.base",
-    "WeightSyncPayload": "app.engine.base",
     "DeepSpeedSpec": "app.engine.spec",
     "EngineSpec": "app.engine.spec",
     "OptimSpec": "app.engine.spec",
@@ -52,7 +51,6 @@ __all__ = [
     "OptimSpec",
     "StepContext",
     "StepResult",
-    "WeightSyncPayload",
     "make_engine",
     "ENGINE_STRATEGIES",
 ]

@@ -58,19 +58,6 @@ class StepResult:
     loss: float  # sum of the micro-batch losses (= the mini-batch loss when losses are globally normalised)
 
 
-@dataclass
-class WeightSyncPayload:
-    """Weights for the rollout engine, built on rank 0 (other ranks get ``tensors == {}``).
-
-    ``kind == "full"``: every parameter under its Hugging Face name. ``kind == "lora"``: only the adapter tensors,
-    named as peft saves them in ``adapter_model.safetensors``, and ``adapter_config`` as in ``adapter_config.json``.
-    """
-
-    kind: str
-    tensors: dict[str, torch.Tensor]
-    adapter_config: Optional[dict[str, Any]] = None
-
-
 class BaseEngine(abc.ABC):
     """One model + optimizer + LR schedule, data-parallel over ``dp_world_size`` ranks."""
 
@@ -158,17 +145,23 @@ class BaseEngine(abc.ABC):
         """Context: the base model without the LoRA adapter (the reference policy). Raises without LoRA."""
 
     @abc.abstractmethod
-    def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False) -> WeightSyncPayload:
-        """Gathered weights for the rollout engine: full HF-named weights, or with LoRA the adapter only, or with
-        `merge_lora` the adapter folded into full weights (the rollout engine then needs no LoRA support)."""
-
-    @abc.abstractmethod
     def get_per_tensor_param(
         self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        """The tensors of ``state_dict_for_sync(dtype, merge_lora)`` as (name, full CPU tensor) pairs, one at a time
-        (verl's per-tensor weight sync), on every rank: each is gathered when it is reached, so no rank holds more
-        than one parameter (a merged LoRA linear: three) gathered at once. Collective: every rank consumes it all."""
+        """The weights the rollout engine loads, as (name, full CPU tensor) pairs in ``dtype`` (None: the training
+        dtype): every weight under its Hugging Face name (a tied ``lm_head`` left out: the receiver restores it from
+        the embedding), or with LoRA the adapter alone under peft's names, or with LoRA and ``merge_lora`` every
+        weight with the adapter folded in (the rollout engine then needs no LoRA support).
+
+        One tensor at a time (verl's per-tensor weight sync), on every rank: each is gathered when it is reached, so
+        no rank holds more than one parameter (a merged LoRA linear: three) gathered at once. Collective: every rank
+        consumes it all."""
+
+    @abc.abstractmethod
+    def lora_adapter_state(self, dtype: Optional[torch.dtype] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """The LoRA adapter as peft saves it, gathered on rank 0: (the content of ``adapter_config.json``, the
+        tensors of ``adapter_model.safetensors`` under peft's names, on the CPU in ``dtype``; None: the training
+        dtype). Other ranks get ``({}, {})``. Collective. Raises without LoRA."""
 
     @abc.abstractmethod
     def export_hf(self, path: str, dtype: Optional[torch.dtype] = None) -> None:

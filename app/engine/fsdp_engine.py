@@ -32,7 +32,6 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from app.engine import hf_model, sequence_parallel
-from app.engine.base import WeightSyncPayload
 from app.engine.distributed import ensure_process_group, pick_device
 from app.engine.lora_fast_path import use_fused_lora_forward
 from app.engine.lr_schedule import build_lr_scheduler
@@ -290,34 +289,25 @@ class FSDPEngine(ShardedEngine):
             self.to("cpu", model=False, optimizer=True)
 
     # ------------------------------------------------------------------ weights for rollout and export
-    # state_dict_for_sync and export_hf gather through torch's state-dict API (one collective, straight to rank 0's
+    # lora_adapter_state and export_hf gather through torch's state-dict API (one collective, straight to rank 0's
     # CPU), faster than ShardedEngine's per-tensor stream, which get_per_tensor_param still offers
     def _full_state_dict(self, trainable_only: bool) -> dict[str, torch.Tensor]:
         """Unsharded weights on rank 0 (CPU); ``{}`` on other ranks. Collective."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
         return get_model_state_dict(self._require_model(), options=options)
 
-    def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False) -> WeightSyncPayload:
-        model = self._require_model()
-        if self.has_adapter and merge_lora:
-            state = self._full_state_dict(trainable_only=False)
-            if self.dp_rank != 0:
-                return WeightSyncPayload(kind="full", tensors={})
-            return WeightSyncPayload(kind="full", tensors=self._hf_weights(state, dtype))
-        if self.has_adapter:
-            from peft import get_peft_model_state_dict
+    def lora_adapter_state(self, dtype: Optional[torch.dtype] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        from peft import get_peft_model_state_dict
 
-            state = self._full_state_dict(trainable_only=True)
-            if self.dp_rank != 0:
-                return WeightSyncPayload(kind="lora", tensors={}, adapter_config=None)
-            tensors = get_peft_model_state_dict(model, state_dict=state)
-            if dtype is not None:
-                tensors = {k: v.to(dtype) for k, v in tensors.items()}
-            return WeightSyncPayload(
-                kind="lora", tensors=tensors, adapter_config=hf_model.adapter_config_dict(model, self.spec.model_path)
-            )
-        state = self._full_state_dict(trainable_only=False)
-        return WeightSyncPayload(kind="full", tensors=self._hf_weights(state, dtype) if self.dp_rank == 0 else {})
+        self._require_adapter("lora_adapter_state")
+        model = self._require_model()
+        state = self._full_state_dict(trainable_only=True)
+        if self.dp_rank != 0:
+            return {}, {}
+        tensors = get_peft_model_state_dict(model, state_dict=state)
+        if dtype is not None:
+            tensors = {k: v.to(dtype) for k, v in tensors.items()}
+        return hf_model.adapter_config_dict(model, self.spec.model_path), tensors
 
     def _hf_weights(self, state: dict[str, torch.Tensor], dtype: Optional[torch.dtype]) -> dict[str, torch.Tensor]:
         """The full state dict as a plain Hugging Face checkpoint: LoRA merged, in `dtype`, without a tied LM head.

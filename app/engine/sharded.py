@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from app.batch import TensorBatch
 from app.engine import hf_model
-from app.engine.base import BaseEngine, LossFn, PostprocessFn, PreprocessFn, StepContext, StepResult, WeightSyncPayload
+from app.engine.base import BaseEngine, LossFn, PostprocessFn, PreprocessFn, StepContext, StepResult
 from app.engine.distributed import reduce_op
 from app.engine.forward import response_outputs
 from app.engine.micro_batches import (
@@ -269,10 +269,13 @@ class ShardedEngine(BaseEngine):
     def has_adapter(self) -> bool:
         return self.spec.use_lora
 
+    def _require_adapter(self, method: str) -> None:
+        if not self.has_adapter:
+            raise RuntimeError(f"{method}() needs a LoRA engine (actor_rollout_ref.model.lora_rank > 0)")
+
     @contextlib.contextmanager
     def disable_adapter(self) -> Iterator[None]:
-        if not self.has_adapter:
-            raise RuntimeError("disable_adapter() needs a LoRA engine (actor_rollout_ref.model.lora_rank > 0)")
+        self._require_adapter("disable_adapter")
         # Flip only the LoRA layers' "disabled" flag. peft's own disable_adapter() also turns requires_grad off and
         # on again, and FSDP2 then reduces the next micro-batches' bf16 gradients without the fp32 cast and fails.
         from peft.tuners.lora import LoraLayer
@@ -305,17 +308,17 @@ class ShardedEngine(BaseEngine):
             dtype=dtype,
         )
 
-    def state_dict_for_sync(self, dtype: Optional[torch.dtype] = None, merge_lora: bool = False) -> WeightSyncPayload:
+    def lora_adapter_state(self, dtype: Optional[torch.dtype] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """From the per-tensor stream; rank 0 keeps the tensors, the other ranks only take part in the gathers."""
+        self._require_adapter("lora_adapter_state")
         keep = self.dp_rank == 0
-        tensors = {name: t for name, t in self.get_per_tensor_param(dtype, merge_lora) if keep}
-        if self.has_adapter and not merge_lora:
-            config = hf_model.adapter_config_dict(self._require_model(), self.spec.model_path) if keep else None
-            return WeightSyncPayload(kind="lora", tensors=tensors, adapter_config=config)
-        return WeightSyncPayload(kind="full", tensors=tensors)
+        tensors = {name: t for name, t in self.get_per_tensor_param(dtype) if keep}
+        config = hf_model.adapter_config_dict(self._require_model(), self.spec.model_path) if keep else {}
+        return config, tensors
 
     def export_hf(self, path: str, dtype: Optional[torch.dtype] = None) -> None:
-        state = self.state_dict_for_sync(dtype, merge_lora=True).tensors
-        if self.dp_rank == 0:
+        keep = self.dp_rank == 0  # every rank takes part in the gathers; rank 0 keeps the merged weights and writes
+        state = {name: t for name, t in self.get_per_tensor_param(dtype, merge_lora=True) if keep}
+        if keep:
             hf_model.save_hf_folder(path, state, self.spec)
         dist.barrier()

@@ -49,7 +49,7 @@ def stream_sync_tensors(
     tied_embeddings: bool,
     dtype: Optional[torch.dtype] = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full CPU tensor) pairs equal to the engine's ``state_dict_for_sync(dtype, merge_lora)`` tensors.
+    """The engine's ``get_per_tensor_param(dtype, merge_lora)``: (name, full CPU tensor) pairs, one gathered at a time.
 
     ``adapter_only``: only the LoRA tensors, under peft's names. Otherwise plain Hugging Face names; with
     ``lora_scaling`` (a LoRA model) each wrapped linear's adapter is folded into its weight. A tied ``lm_head`` is

@@ -45,16 +45,18 @@ class RolloutService(Protocol):
 def rollout_payload(
     engine: BaseEngine, *, lora_sync: str, model_path: str, dtype: torch.dtype
 ) -> Union[FullWeights, LoraAdapter, MergedLora]:
+    """What one sync sends (see the module docstring), built from the engine's per-tensor stream or its LoRA adapter
+    state: the one place where the engine's weights become `serve.types` payloads. Every rank calls it (and reads a
+    `FullWeights` stream to the end): the gathers are collective."""
     if not engine.has_adapter:
         return FullWeights(tensors=engine.get_per_tensor_param(dtype=dtype))
     if lora_sync == "adapter":
-        adapter = engine.state_dict_for_sync(dtype=dtype)
-        return LoraAdapter(adapter_config=adapter.adapter_config, tensors=adapter.tensors)
+        adapter_config, tensors = engine.lora_adapter_state(dtype=dtype)
+        return LoraAdapter(adapter_config=adapter_config, tensors=tensors)
     if checkpoint_files(model_path):
-        adapter = engine.state_dict_for_sync(dtype=None)  # the trainer's own float32: the fold starts from them
-        return MergedLora(
-            adapter_config=adapter.adapter_config, tensors=adapter.tensors, dtype=str(dtype).removeprefix("torch.")
-        )
+        # dtype None: the trainer's own float32 tensors, which each replica's fold starts from
+        adapter_config, tensors = engine.lora_adapter_state(dtype=None)
+        return MergedLora(adapter_config=adapter_config, tensors=tensors, dtype=str(dtype).removeprefix("torch."))
     return FullWeights(tensors=engine.get_per_tensor_param(dtype=dtype, merge_lora=True))
 
 

@@ -137,7 +137,11 @@ def test_checkpoint_resume_takes_the_same_next_step(tiny_llama_dir, make_rl_batc
 
 
 @pytest.mark.parametrize("strategy,stage", [("fsdp2", None), ("deepspeed", 2), ("deepspeed", 3)])
-def test_per_tensor_stream_is_the_sync_state_one_parameter_at_a_time(tiny_llama_dir, make_rl_batch, strategy, stage):
+def test_per_tensor_stream_is_the_sync_state_one_parameter_at_a_time(
+    tiny_llama_dir, make_rl_batch, tmp_path, strategy, stage
+):
+    """The stream equals the engine's other ways out (FSDP2: torch's state-dict API): the LoRA adapter state, or
+    the exported Hugging Face weights (LoRA merged), tensor for tensor in the same dtype."""
     batch = make_rl_batch(PROMPTS, RESPONSES)
     for lora in ({}, {"lora_rank": 4, "lora_alpha": 8}):
         engine = _engine(tiny_llama_dir, strategy, stage, **lora)
@@ -145,20 +149,22 @@ def test_per_tensor_stream_is_the_sync_state_one_parameter_at_a_time(tiny_llama_
         for merge in (False, True):
             with _counting_gathers(engine) as seen:
                 streamed = list(engine.get_per_tensor_param(dtype=torch.bfloat16, merge_lora=merge))
-            payload = engine.state_dict_for_sync(dtype=torch.bfloat16, merge_lora=merge)
-            assert [n for n, _ in streamed] == list(payload.tensors) and len(set(payload.tensors)) == len(streamed)
+            names = [n for n, _ in streamed]
+            if lora and not merge:
+                adapter_config, expected = engine.lora_adapter_state(dtype=torch.bfloat16)
+                assert names == list(expected) and all(".lora_A.weight" in n or ".lora_B.weight" in n for n in names)
+                assert adapter_config["r"] == 4
+            else:
+                export = tmp_path / f"{bool(lora)}_{merge}"
+                engine.export_hf(str(export), dtype=torch.bfloat16)
+                expected = load_file(export / "model.safetensors")
+                assert sorted(names) == sorted(expected) and "lm_head.weight" not in expected  # tied: not sent twice
+                assert "model.layers.1.mlp.down_proj.weight" in expected
+            assert len(set(names)) == len(names)
             for name, tensor in streamed:
-                assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, payload.tensors[name]), name
+                assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, expected[name]), name
             # one parameter gathered at a time (a merged LoRA linear: its base weight, A and B)
             assert seen["max_open"] == 1 and seen["max_params"] == (3 if lora and merge else 1)
-            if lora and not merge:
-                assert payload.kind == "lora" and all(
-                    ".lora_A.weight" in n or ".lora_B.weight" in n for n in payload.tensors
-                )
-                assert payload.adapter_config["r"] == 4
-            else:
-                assert payload.kind == "full" and "lm_head.weight" not in payload.tensors  # tied: not sent twice
-                assert "model.layers.1.mlp.down_proj.weight" in payload.tensors
 
 
 def test_fresh_stream_equals_the_model_file(tiny_llama_dir):
@@ -181,7 +187,7 @@ def test_lora_export_loads_in_transformers_with_the_trained_weights(tiny_llama_d
     assert (adapted - base).abs().max() > 1e-3  # the step changed the policy, so the export must carry it
     engine.export_hf(str(tmp_path / "hf"))
     exported = load_file(tmp_path / "hf" / "model.safetensors")
-    merged_sync = engine.state_dict_for_sync(merge_lora=True).tensors
+    merged_sync = dict(engine.get_per_tensor_param(merge_lora=True))
     assert set(exported) == set(merged_sync) and not any("lora" in n for n in exported)
     for name, tensor in exported.items():
         assert torch.equal(tensor, merged_sync[name]), name

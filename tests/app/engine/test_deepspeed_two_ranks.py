@@ -47,7 +47,7 @@ def _loss(out, micro, ctx):
     return -(out["log_probs"] * micro["response_mask"]).sum() / ctx.loss_normalizer, {}
 
 
-def _run(case, path, batch, tokens):
+def _run(case, path, batch, tokens, out_dir):
     strategy, stage, kwargs = CASES[case]
     engine = make_engine(strategy, _spec(path, strategy, stage, **kwargs))
     engine.init_model()
@@ -60,12 +60,18 @@ def _run(case, path, batch, tokens):
         )
         grad_norm = engine.optimizer_step()
     loss = float(engine.all_reduce(torch.tensor([result.loss]), "mean")[0])
+    if engine.has_adapter:
+        sync = engine.lora_adapter_state()[1]
+    else:  # rank 0 writes the whole weights: FSDP2 through torch's state-dict API, ZeRO through the stream
+        export = os.path.join(out_dir, f"export_{case}")
+        engine.export_hf(export)
+        sync = load_file(os.path.join(export, "model.safetensors")) if engine.dp_rank == 0 else {}
     return {
         "fresh": fresh,
         "after": dict(engine.get_per_tensor_param()),
         "loss": loss,
         "grad_norm": grad_norm,
-        "sync": engine.state_dict_for_sync().tensors,
+        "sync": sync,
     }
 
 
@@ -75,7 +81,7 @@ def _worker(rank, world, init_file, path, batch, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         tokens = float(batch["response_mask"].sum())
-        results = {case: _run(case, path, batch, tokens) for case in CASES}
+        results = {case: _run(case, path, batch, tokens, out_dir) for case in CASES}
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -87,7 +93,10 @@ def test_zero2_zero3_and_fsdp_on_two_ranks_match_one_fsdp_rank(tiny_llama_dir, m
     mp.spawn(_worker, args=(2, str(tmp_path / "pg_init"), str(tiny_llama_dir), batch, str(tmp_path)), nprocs=2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     tokens = float(batch["response_mask"].sum())
-    one = {lora: _run(case, tiny_llama_dir, batch, tokens) for lora, case in ((False, "fsdp2"), (True, "fsdp2_lora"))}
+    one = {
+        lora: _run(case, tiny_llama_dir, batch, tokens, str(tmp_path / "one_rank"))
+        for lora, case in ((False, "fsdp2"), (True, "fsdp2_lora"))
+    }
     on_disk = load_file(tiny_llama_dir / "model.safetensors")
     for case, (_, _, kwargs) in CASES.items():
         lora, reference = bool(kwargs), one[bool(kwargs)]  # one FSDP2 rank, same LoRA setting
@@ -103,8 +112,8 @@ def test_zero2_zero3_and_fsdp_on_two_ranks_match_one_fsdp_rank(tiny_llama_dir, m
             assert list(got["after"]) == list(ranks[0][case]["after"])
             for name, tensor in got["after"].items():  # the ranks agree exactly on the stepped weights
                 assert torch.equal(tensor, ranks[0][case]["after"][name]), (case, rank, name)
-        sync = ranks[0][case]["sync"]  # rank 0's payload is what the stream gave
-        assert list(sync) == list(ranks[0][case]["after"]) and not ranks[1][case]["sync"]
+        sync = ranks[0][case]["sync"]  # rank 0's adapter state (LoRA) or exported weights are what the stream gave
+        assert sorted(sync) == sorted(ranks[0][case]["after"]) and not ranks[1][case]["sync"]
         for name, tensor in sync.items():
             assert torch.equal(tensor, ranks[0][case]["after"][name]), (case, name)
         if lora:

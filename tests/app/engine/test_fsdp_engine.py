@@ -152,15 +152,16 @@ def test_checkpoint_round_trip_makes_the_next_step_identical(tiny_llama_dir, mak
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=0)
 
 
-def test_full_sync_payload_has_hf_names(tiny_llama_dir):
+def test_full_sync_stream_has_hf_names(tiny_llama_dir):
     engine = _engine(tiny_llama_dir, optim=None)
-    payload = engine.state_dict_for_sync(dtype=torch.bfloat16)
+    tensors = dict(engine.get_per_tensor_param(dtype=torch.bfloat16))
     hf_names = set(AutoModelForCausalLM.from_pretrained(tiny_llama_dir).state_dict())
-    assert payload.kind == "full" and payload.adapter_config is None
-    assert set(payload.tensors) <= hf_names and "model.layers.1.mlp.down_proj.weight" in payload.tensors
+    assert set(tensors) <= hf_names and "model.layers.1.mlp.down_proj.weight" in tensors
     # the tiny Llama ties lm_head to the embedding: the receiver restores it, so it is not sent twice
-    assert "lm_head.weight" not in payload.tensors and "model.embed_tokens.weight" in payload.tensors
-    assert all(t.dtype == torch.bfloat16 and not hasattr(t, "placements") for t in payload.tensors.values())
+    assert "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors
+    assert all(t.dtype == torch.bfloat16 and not hasattr(t, "placements") for t in tensors.values())
+    with pytest.raises(RuntimeError, match="lora_adapter_state\\(\\) needs a LoRA engine"):
+        engine.lora_adapter_state()
 
 
 # ---------------------------------------------------------------------------------------------------- LoRA
@@ -214,12 +215,11 @@ def test_lora_sync_payload_and_merged_export(tiny_llama_dir, make_rl_batch, tmp_
         engine.optimizer_zero_grad()
         engine.forward_backward_step(batch, StepContext(loss_normalizer=float(batch["response_mask"].sum())))
         engine.optimizer_step()
-    payload = engine.state_dict_for_sync()
-    assert payload.kind == "lora" and payload.tensors
-    assert all(".lora_A.weight" in n or ".lora_B.weight" in n for n in payload.tensors)
-    assert "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight" in payload.tensors
-    assert payload.adapter_config["r"] == 4 and payload.adapter_config["lora_alpha"] == 8
-    json.dumps(payload.adapter_config)  # writable as adapter_config.json
+    adapter_config, tensors = engine.lora_adapter_state()
+    assert tensors and all(".lora_A.weight" in n or ".lora_B.weight" in n for n in tensors)
+    assert "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight" in tensors
+    assert adapter_config["r"] == 4 and adapter_config["lora_alpha"] == 8
+    json.dumps(adapter_config)  # writable as adapter_config.json
 
     engine.export_hf(str(tmp_path / "merged"))
     assert os.path.isfile(tmp_path / "merged" / "config.json")
@@ -234,12 +234,11 @@ def test_lora_sync_payload_and_merged_export(tiny_llama_dir, make_rl_batch, tmp_
     torch.testing.assert_close(from_merged, adapted, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(_reference_log_probs(tmp_path / "merged", batch), adapted, rtol=1e-5, atol=1e-5)
     # rollout.lora_sync=merged sends exactly the exported weights: HF names, LoRA folded in, no tied lm_head
-    merged_sync = engine.state_dict_for_sync(merge_lora=True)
+    merged_sync = dict(engine.get_per_tensor_param(merge_lora=True))
     exported = load_file(tmp_path / "merged" / "model.safetensors")
-    assert merged_sync.kind == "full" and set(merged_sync.tensors) == set(exported)
-    assert "lm_head.weight" not in exported
+    assert set(merged_sync) == set(exported) and "lm_head.weight" not in exported
     for name, tensor in exported.items():
-        assert torch.equal(merged_sync.tensors[name], tensor), name
+        assert torch.equal(merged_sync[name], tensor), name
 
 
 def test_value_model_packed_equals_padded(tiny_llama_dir, make_rl_batch):

@@ -7,7 +7,7 @@ import os
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from support import engine_spec, optim_spec
+from support import engine_spec, optim_spec, synced_weights
 
 from app.engine import StepContext, make_engine
 
@@ -47,7 +47,7 @@ def _run(engine_kwargs, path, batch, global_tokens):
     engine = make_engine("fsdp2", _spec(path, **engine_kwargs))
     engine.init_model()
     logp, loss, grad_norm, grads = _one_step(engine, engine.shard_data(batch), global_tokens)
-    weights = engine.state_dict_for_sync().tensors
+    weights = synced_weights(engine)
     return {"log_probs": logp, "loss": loss, "grad_norm": grad_norm, "grads": grads, "weights": weights}
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from support import engine_spec, optim_spec
+from support import engine_spec, optim_spec, synced_weights
 
 from app.engine import StepContext, make_engine
 
@@ -157,7 +157,7 @@ def test_one_rank_load_from_rank0_equals_plain_load(tiny_llama_dir, make_rl_batc
             engine.optimizer_zero_grad()
             engine.forward_backward_step(batch, StepContext())
             engine.optimizer_step()
-        results.append((logp, engine.state_dict_for_sync().tensors))
+        results.append((logp, synced_weights(engine)))
     (logp_a, weights_a), (logp_b, weights_b) = results
     assert torch.equal(logp_a, logp_b)
     assert weights_a.keys() == weights_b.keys()

@@ -1,28 +1,36 @@
-"""`app.trainer.weight_sync.rollout_payload`: which payload one sync sends, for each model and `lora_sync`."""
+"""`app.trainer.weight_sync.rollout_payload`: which `serve.types` payload one sync sends, for each model and
+`lora_sync`, carrying exactly what the engine gave."""
 
 from __future__ import annotations
 
 import torch
 
-from app.engine import WeightSyncPayload
 from app.trainer.weight_sync import rollout_payload
 from serve.types import FullWeights, LoraAdapter, MergedLora
 
 
 class StubEngine:
-    """Records which engine call built the payload and with which dtype / merge flag."""
+    """Records which engine call built the payload and with which dtype / merge flag; hands out fixed tensors."""
 
     def __init__(self, has_adapter: bool):
         self.has_adapter = has_adapter
         self.calls: list[tuple] = []
+        self.stream = [("model.norm.weight", torch.tensor([1.0, 2.0])), ("model.embed_tokens.weight", torch.ones(3, 2))]
+        self.adapter_config = {"r": 1, "lora_alpha": 2}
+        self.adapter_tensors = {"base_model.model.x.lora_A.weight": torch.tensor([[3.0, 4.0]])}
 
     def get_per_tensor_param(self, dtype=None, merge_lora=False):
         self.calls.append(("stream", dtype, merge_lora))
-        return iter([("model.norm.weight", torch.ones(2, dtype=dtype))])
+        return iter(self.stream)
 
-    def state_dict_for_sync(self, dtype=None, merge_lora=False):
-        self.calls.append(("adapter", dtype, merge_lora))
-        return WeightSyncPayload("lora", {"base_model.model.x.lora_A.weight": torch.ones(1, 2)}, {"r": 1})
+    def lora_adapter_state(self, dtype=None):
+        self.calls.append(("adapter", dtype))
+        return self.adapter_config, self.adapter_tensors
+
+
+def _is_the_engine_stream(pairs, engine: StubEngine) -> bool:
+    """The engine's very (name, tensor) pairs, in its order, neither copied nor converted."""
+    return all(got is sent for got, sent in zip(list(pairs), engine.stream, strict=True))
 
 
 def test_full_fine_tuning_streams_every_weight_in_the_rollout_dtype(tmp_path):
@@ -30,13 +38,15 @@ def test_full_fine_tuning_streams_every_weight_in_the_rollout_dtype(tmp_path):
     payload = rollout_payload(engine, lora_sync="merged", model_path=str(tmp_path), dtype=torch.bfloat16)
     assert isinstance(payload, FullWeights) and not isinstance(payload.tensors, dict)  # a stream, read once
     assert engine.calls == [("stream", torch.bfloat16, False)]
+    assert _is_the_engine_stream(payload.tensors, engine)
 
 
 def test_adapter_sync_sends_the_adapter_in_the_rollout_dtype(tmp_path):
     engine = StubEngine(has_adapter=True)
     payload = rollout_payload(engine, lora_sync="adapter", model_path=str(tmp_path), dtype=torch.bfloat16)
-    assert isinstance(payload, LoraAdapter) and payload.adapter_config == {"r": 1}
-    assert engine.calls == [("adapter", torch.bfloat16, False)]
+    assert isinstance(payload, LoraAdapter)
+    assert payload.adapter_config is engine.adapter_config and payload.tensors is engine.adapter_tensors
+    assert engine.calls == [("adapter", torch.bfloat16)]
 
 
 def test_merged_sync_sends_the_float32_adapter_for_the_replicas_to_fold(tmp_path):
@@ -44,7 +54,8 @@ def test_merged_sync_sends_the_float32_adapter_for_the_replicas_to_fold(tmp_path
     engine = StubEngine(has_adapter=True)
     payload = rollout_payload(engine, lora_sync="merged", model_path=str(tmp_path), dtype=torch.bfloat16)
     assert isinstance(payload, MergedLora) and payload.dtype == "bfloat16"
-    assert engine.calls == [("adapter", None, False)]  # None: the engine's own float32, not the rollout dtype
+    assert payload.adapter_config is engine.adapter_config and payload.tensors is engine.adapter_tensors
+    assert engine.calls == [("adapter", None)]  # None: the engine's own float32, not the rollout dtype
 
 
 def test_merged_sync_without_safetensors_to_fold_into_merges_on_the_trainer(tmp_path):
@@ -53,3 +64,4 @@ def test_merged_sync_without_safetensors_to_fold_into_merges_on_the_trainer(tmp_
     payload = rollout_payload(engine, lora_sync="merged", model_path=str(tmp_path), dtype=torch.float32)
     assert isinstance(payload, FullWeights)
     assert engine.calls == [("stream", torch.float32, True)]
+    assert _is_the_engine_stream(payload.tensors, engine)
