@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from app.agents.agent_loop import AgentLoop, AgentLoopLimits
+from app.agents.interaction_config import load_interactions
 from app.agents.tool_config import load_tools
 from app.agents.tool_runner import ToolRunner
 from app.agents.trajectory import Trajectory
@@ -32,6 +33,7 @@ class AgentRollout:
             tools,
             runner,
             AgentLoopLimits.from_config(mt, rollout_cfg.response_length, rollout_cfg.max_num_seqs),
+            load_interactions(mt.interaction_config_path) if mt.interaction_config_path else None,
         )
 
     def trajectories(
@@ -41,10 +43,20 @@ class AgentRollout:
         expect_version: int,
         validation: bool = False,
         tools_kwargs: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
+        interaction_kwargs: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
+        prompt_messages: Optional[Sequence[Sequence[Mapping[str, Any]]]] = None,
     ) -> list[Trajectory]:
-        """`rollout.n` trajectories per prompt (`val_kwargs.n` when `validation`), prompt-major."""
+        """`rollout.n` trajectories per prompt (`val_kwargs.n` when `validation`), prompt-major; the per-prompt
+        arguments as `AgentLoop.run` takes them."""
         sampling = SamplingOptions.from_rollout_config(self.rollout_cfg, validation=validation)
-        return self.loop.run(prompt_token_ids, version=expect_version, sampling=sampling, tools_kwargs=tools_kwargs)
+        return self.loop.run(
+            prompt_token_ids,
+            version=expect_version,
+            sampling=sampling,
+            tools_kwargs=tools_kwargs,
+            interaction_kwargs=interaction_kwargs,
+            prompt_messages=prompt_messages,
+        )
 
     def generate(
         self, prompt_token_ids: Sequence[Sequence[int]], *, expect_version: int, validation: bool = False
