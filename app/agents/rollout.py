@@ -42,26 +42,38 @@ class AgentRollout:
         *,
         expect_version: int,
         validation: bool = False,
-        tools_kwargs: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
-        interaction_kwargs: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
+        extra_infos: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
         prompt_messages: Optional[Sequence[Sequence[Mapping[str, Any]]]] = None,
     ) -> list[Trajectory]:
-        """`rollout.n` trajectories per prompt (`val_kwargs.n` when `validation`), prompt-major; the per-prompt
-        arguments as `AgentLoop.run` takes them."""
+        """`rollout.n` trajectories per prompt (`val_kwargs.n` when `validation`), prompt-major. Per prompt, from its
+        row: `extra_infos` (verl's `tools_kwargs` and `interaction_kwargs` are read from it), `prompt_messages` (the
+        chat messages, which an interaction sees)."""
         sampling = SamplingOptions.from_rollout_config(self.rollout_cfg, validation=validation)
         return self.loop.run(
             prompt_token_ids,
             version=expect_version,
             sampling=sampling,
-            tools_kwargs=tools_kwargs,
-            interaction_kwargs=interaction_kwargs,
+            tools_kwargs=_column(extra_infos, "tools_kwargs"),
+            interaction_kwargs=_column(extra_infos, "interaction_kwargs"),
             prompt_messages=prompt_messages,
         )
 
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], *, expect_version: int, validation: bool = False
+        self,
+        prompt_token_ids: Sequence[Sequence[int]],
+        *,
+        expect_version: int,
+        validation: bool = False,
+        extra_infos: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
+        prompt_messages: Optional[Sequence[Sequence[Mapping[str, Any]]]] = None,
     ) -> list[RolloutSample]:
-        trajs = self.trajectories(prompt_token_ids, expect_version=expect_version, validation=validation)
+        trajs = self.trajectories(
+            prompt_token_ids,
+            expect_version=expect_version,
+            validation=validation,
+            extra_infos=extra_infos,
+            prompt_messages=prompt_messages,
+        )
         n = len(trajs) // max(1, len(prompt_token_ids))
         out = []
         for row, t in enumerate(trajs):
@@ -77,3 +89,7 @@ class AgentRollout:
                 )
             )
         return out
+
+
+def _column(extra_infos: Optional[Sequence[Optional[Mapping[str, Any]]]], key: str) -> Optional[list[Any]]:
+    return None if extra_infos is None else [(e or {}).get(key) for e in extra_infos]

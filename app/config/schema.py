@@ -277,8 +277,9 @@ class RefConfig:
 # ---------------------------------------------------------------- rollout
 @dataclass
 class MultiTurnConfig:
-    """verl's multi-turn rollout: the policy calls tools between turns (app/agents, docs/agents.md). The whole
-    trajectory after the prompt shares `rollout.response_length` tokens; tool results are masked out of training."""
+    """verl's multi-turn rollout: the policy calls tools between turns, and an interaction may answer it as the user
+    (app/agents, docs/agents.md). The whole trajectory after the prompt shares `rollout.response_length` tokens; tool
+    results and interaction turns are masked out of training."""
 
     enable: bool = False  # rollouts run the agent loop: generate, call tools, append results, generate again
     max_assistant_turns: Optional[int] = None  # None: only the response_length budget ends a trajectory

@@ -32,8 +32,7 @@ def trajectory_group(
     trajs = agents.trajectories(
         prompts.raw_prompt_ids,
         expect_version=version,
-        tools_kwargs=[(e or {}).get("tools_kwargs") for e in prompts.extra_info],
-        interaction_kwargs=[(e or {}).get("interaction_kwargs") for e in prompts.extra_info],
+        extra_infos=prompts.extra_info,
         prompt_messages=prompts.raw_prompt,
     )
     n = len(trajs) // max(1, len(prompts.raw_prompt_ids))

@@ -379,11 +379,6 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
         ),
         ("+critic.model.override_config.attn_implementation=sdpa", r"critic\.model\.override_config="),
         (
-            "actor_rollout_ref.rollout.multi_turn.interaction_config_path=interaction.yaml",
-            r"actor_rollout_ref\.rollout\.multi_turn\.interaction_config_path='interaction.yaml': interactions .* not "
-            r"supported yet",
-        ),
-        (
             "actor_rollout_ref.rollout.multi_turn.tool_config_path=/no/such/tools.yaml",
             r"actor_rollout_ref\.rollout\.multi_turn\.tool_config_path='/no/such/tools.yaml': no such file",
         ),
