@@ -171,18 +171,29 @@ def compose_verl(args: list[str]):
         return compose(config_name="ppo_trainer", overrides=args)
 
 
-def verl_grpo_example_args(tmp_path: Path) -> list[str]:
-    """verl's GRPO example script (tests/app/config/verl_scripts) with local stand-ins for its model, data and
-    checkpoint paths."""
-    model = tmp_path / "model"
+def verl_script_paths(tmp_path: Path, model_name: str = "model") -> dict[str, str]:
+    """Local stand-ins for the verl scripts' Hugging Face model and GSM8K / MATH parquet files, by their `{name}`s."""
+    model = tmp_path / model_name
     model.mkdir()
     (model / "config.json").write_text("{}")
-    paths = {"model": str(model), "ckpt": str(tmp_path / "ckpts")}
+    out = {"model": str(model), "ckpt": str(tmp_path / "ckpts")}
     for name in ("train", "test", "train2", "test2"):
-        paths[name] = str(tmp_path / f"{name}.parquet")
-        Path(paths[name]).touch()
+        out[name] = str(tmp_path / f"{name}.parquet")
+        Path(out[name]).touch()
+    return out
+
+
+def verl_grpo_example_args(tmp_path: Path) -> list[str]:
+    """verl's GRPO example script (tests/app/config/verl_scripts) with local stand-ins for its paths."""
     script = Path(__file__).resolve().parent / "app/config/verl_scripts/grpo_run_qwen2-7b.txt"
-    return verl_script_args(script, **paths)
+    return verl_script_args(script, **verl_script_paths(tmp_path))
+
+
+def write_text(folder: Path, name: str, text: str) -> str:
+    """`text` written to folder/name; its path as a string."""
+    path = Path(folder) / name
+    path.write_text(text)
+    return str(path)
 
 
 def wandb_run_records(wandb_dir: Path) -> tuple[Path, list]:

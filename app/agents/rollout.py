@@ -12,6 +12,9 @@ from app.agents.tool_runner import ToolRunner
 from app.agents.trajectory import Trajectory
 from serve.types import RolloutSample, SamplingOptions
 
+ExtraInfos = Optional[Sequence[Optional[Mapping[str, Any]]]]  # per prompt: its row's extra_info
+PromptMessages = Optional[Sequence[Sequence[Mapping[str, Any]]]]  # per prompt: its chat messages
+
 
 class AgentRollout:
     def __init__(self, client: Any, tokenizer: Any, rollout_cfg: Any):
@@ -42,8 +45,8 @@ class AgentRollout:
         *,
         expect_version: int,
         validation: bool = False,
-        extra_infos: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
-        prompt_messages: Optional[Sequence[Sequence[Mapping[str, Any]]]] = None,
+        extra_infos: ExtraInfos = None,
+        prompt_messages: PromptMessages = None,
     ) -> list[Trajectory]:
         """`rollout.n` trajectories per prompt (`val_kwargs.n` when `validation`), prompt-major. Per prompt, from its
         row: `extra_infos` (verl's `tools_kwargs` and `interaction_kwargs` are read from it), `prompt_messages` (the
@@ -59,21 +62,10 @@ class AgentRollout:
         )
 
     def generate(
-        self,
-        prompt_token_ids: Sequence[Sequence[int]],
-        *,
-        expect_version: int,
-        validation: bool = False,
-        extra_infos: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
-        prompt_messages: Optional[Sequence[Sequence[Mapping[str, Any]]]] = None,
+        self, prompt_token_ids: Sequence[Sequence[int]], *, expect_version: int, validation: bool = False, **rows: Any
     ) -> list[RolloutSample]:
-        trajs = self.trajectories(
-            prompt_token_ids,
-            expect_version=expect_version,
-            validation=validation,
-            extra_infos=extra_infos,
-            prompt_messages=prompt_messages,
-        )
+        """The client's `generate`, one sample per trajectory; `rows`: `trajectories`' per-prompt arguments."""
+        trajs = self.trajectories(prompt_token_ids, expect_version=expect_version, validation=validation, **rows)
         n = len(trajs) // max(1, len(prompt_token_ids))
         out = []
         for row, t in enumerate(trajs):
@@ -91,5 +83,5 @@ class AgentRollout:
         return out
 
 
-def _column(extra_infos: Optional[Sequence[Optional[Mapping[str, Any]]]], key: str) -> Optional[list[Any]]:
+def _column(extra_infos: ExtraInfos, key: str) -> Optional[list[Any]]:
     return None if extra_infos is None else [(e or {}).get(key) for e in extra_infos]

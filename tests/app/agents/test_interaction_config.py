@@ -5,7 +5,7 @@ and the config loader checks the file on the driver, before any worker."""
 from pathlib import Path
 
 import pytest
-from support import compose_verl, verl_grpo_example_args
+from support import compose_verl, verl_grpo_example_args, write_text
 
 from app.agents.interaction_base import BaseInteraction
 from app.agents.interaction_config import InteractionConfigError, default_name, load_interactions
@@ -26,9 +26,7 @@ interaction:
 
 
 def write(tmp_path, text, name="interaction.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
+    return write_text(tmp_path, name, text)
 
 
 def test_verl_style_file_builds_the_interactions_in_file_order(tmp_path):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from support import compose_verl as compose
-from support import verl_grpo_example_args
+from support import verl_grpo_example_args, write_text
 
 from app.agents.tool_config import ToolConfigError, load_tools
 from app.agents.tools.calculator import CalculatorTool
@@ -44,9 +44,7 @@ tools:
 
 
 def write(tmp_path, text, name="tools.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
+    return write_text(tmp_path, name, text)
 
 
 def test_verl_style_file_builds_the_tools(tmp_path):
