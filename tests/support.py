@@ -172,6 +172,39 @@ def verl_script_args(script: Path, **paths: str) -> list[str]:
     return shlex.split(text.format(**paths).replace("\\\n", " "))
 
 
+def compose_verl(args: list[str]):
+    """configs/ppo_trainer.yaml with `args` as Hydra overrides (what `python -m app.train args` composes)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "configs"), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=args)
+
+
+def verl_script_paths(tmp_path: Path, model_name: str = "model") -> dict[str, str]:
+    """Local stand-ins for the verl scripts' Hugging Face model and GSM8K / MATH parquet files, by their `{name}`s."""
+    model = tmp_path / model_name
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    out = {"model": str(model), "ckpt": str(tmp_path / "ckpts")}
+    for name in ("train", "test", "train2", "test2"):
+        out[name] = str(tmp_path / f"{name}.parquet")
+        Path(out[name]).touch()
+    return out
+
+
+def verl_grpo_example_args(tmp_path: Path) -> list[str]:
+    """verl's GRPO example script (tests/app/config/verl_scripts) with local stand-ins for its paths."""
+    script = Path(__file__).resolve().parent / "app/config/verl_scripts/grpo_run_qwen2-7b.txt"
+    return verl_script_args(script, **verl_script_paths(tmp_path))
+
+
+def write_text(folder: Path, name: str, text: str) -> str:
+    """`text` written to folder/name; its path as a string."""
+    path = Path(folder) / name
+    path.write_text(text)
+    return str(path)
+
+
 def wandb_run_records(wandb_dir: Path) -> tuple[Path, list]:
     """The one offline run under `wandb_dir` and its records, read once W&B has closed the file: finish() returns when
     the W&B service has the records, not when its writer has flushed them (a CI run read the file empty), and teardown

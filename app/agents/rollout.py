@@ -6,10 +6,14 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from app.agents.agent_loop import AgentLoop, AgentLoopLimits
+from app.agents.interaction_config import load_interactions
 from app.agents.tool_config import load_tools
 from app.agents.tool_runner import ToolRunner
 from app.agents.trajectory import Trajectory
 from serve.types import RolloutSample, SamplingOptions
+
+ExtraInfos = Optional[Sequence[Optional[Mapping[str, Any]]]]  # per prompt: its row's extra_info
+PromptMessages = Optional[Sequence[Sequence[Mapping[str, Any]]]]  # per prompt: its chat messages
 
 
 class AgentRollout:
@@ -32,6 +36,7 @@ class AgentRollout:
             tools,
             runner,
             AgentLoopLimits.from_config(mt, rollout_cfg.response_length, rollout_cfg.max_num_seqs),
+            load_interactions(mt.interaction_config_path) if mt.interaction_config_path else None,
         )
 
     def trajectories(
@@ -40,16 +45,27 @@ class AgentRollout:
         *,
         expect_version: int,
         validation: bool = False,
-        tools_kwargs: Optional[Sequence[Optional[Mapping[str, Any]]]] = None,
+        extra_infos: ExtraInfos = None,
+        prompt_messages: PromptMessages = None,
     ) -> list[Trajectory]:
-        """`rollout.n` trajectories per prompt (`val_kwargs.n` when `validation`), prompt-major."""
+        """`rollout.n` trajectories per prompt (`val_kwargs.n` when `validation`), prompt-major. Per prompt, from its
+        row: `extra_infos` (verl's `tools_kwargs` and `interaction_kwargs` are read from it), `prompt_messages` (the
+        chat messages, which an interaction sees)."""
         sampling = SamplingOptions.from_rollout_config(self.rollout_cfg, validation=validation)
-        return self.loop.run(prompt_token_ids, version=expect_version, sampling=sampling, tools_kwargs=tools_kwargs)
+        return self.loop.run(
+            prompt_token_ids,
+            version=expect_version,
+            sampling=sampling,
+            tools_kwargs=_column(extra_infos, "tools_kwargs"),
+            interaction_kwargs=_column(extra_infos, "interaction_kwargs"),
+            prompt_messages=prompt_messages,
+        )
 
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], *, expect_version: int, validation: bool = False
+        self, prompt_token_ids: Sequence[Sequence[int]], *, expect_version: int, validation: bool = False, **rows: Any
     ) -> list[RolloutSample]:
-        trajs = self.trajectories(prompt_token_ids, expect_version=expect_version, validation=validation)
+        """The client's `generate`, one sample per trajectory; `rows`: `trajectories`' per-prompt arguments."""
+        trajs = self.trajectories(prompt_token_ids, expect_version=expect_version, validation=validation, **rows)
         n = len(trajs) // max(1, len(prompt_token_ids))
         out = []
         for row, t in enumerate(trajs):
@@ -65,3 +81,7 @@ class AgentRollout:
                 )
             )
         return out
+
+
+def _column(extra_infos: ExtraInfos, key: str) -> Optional[list[Any]]:
+    return None if extra_infos is None else [(e or {}).get(key) for e in extra_infos]

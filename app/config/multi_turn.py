@@ -1,13 +1,15 @@
-"""Checks of `actor_rollout_ref.rollout.multi_turn.*` (tool-using rollouts, app/agents) at config time: the tool config
-file and every class it names load, before any worker starts."""
+"""Checks of `actor_rollout_ref.rollout.multi_turn.*` (multi-turn rollouts, app/agents) at config time: the tool and
+interaction config files and every class they name load, before any worker starts."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from app.agents.config_file import AgentConfigError
+from app.agents.interaction_config import check_interaction_config
 from app.agents.tool_calls import FORMATS
-from app.agents.tool_config import ToolConfigError, check_tool_config
+from app.agents.tool_config import check_tool_config
 from app.agents.tool_runner import TRUNCATE_SIDES
 from app.config.errors import ConfigError
 
@@ -32,13 +34,16 @@ def check_multi_turn(cfg: Any) -> None:
             )
     if mt.tool_timeout_s <= 0:
         raise ConfigError(f"{KEY}.tool_timeout_s={mt.tool_timeout_s}: must be > 0 seconds")
-    if mt.tool_config_path:
+    for name, check in (("tool_config_path", check_tool_config), ("interaction_config_path", check_interaction_config)):
+        path = getattr(mt, name)
+        if not path:
+            continue
         # absolute, so the Ray workers (another working directory) open the file the driver checked
-        mt.tool_config_path = str(Path(mt.tool_config_path).expanduser().resolve())
+        setattr(mt, name, str(Path(path).expanduser().resolve()))
         try:
-            check_tool_config(mt.tool_config_path)
-        except ToolConfigError as e:
-            raise ConfigError(str(e) if str(e).startswith(KEY) else f"{KEY}.tool_config_path: {e}") from e
+            check(getattr(mt, name))
+        except AgentConfigError as e:
+            raise ConfigError(str(e) if str(e).startswith(KEY) else f"{KEY}.{name}: {e}") from e
     if mt.enable and cfg.algorithm.adv_estimator == "remax":
         raise ConfigError(
             f"{KEY}.enable=True with algorithm.adv_estimator=remax: ReMax's greedy baseline is one "

@@ -277,17 +277,18 @@ class RefConfig:
 # ---------------------------------------------------------------- rollout
 @dataclass
 class MultiTurnConfig:
-    """verl's multi-turn rollout: the policy calls tools between turns (app/agents, docs/agents.md). The whole
-    trajectory after the prompt shares `rollout.response_length` tokens; tool results are masked out of training."""
+    """verl's multi-turn rollout: the policy calls tools between turns, and an interaction may answer it as the user
+    (app/agents, docs/agents.md). The whole trajectory after the prompt shares `rollout.response_length` tokens; tool
+    results and interaction turns are masked out of training."""
 
     enable: bool = False  # rollouts run the agent loop: generate, call tools, append results, generate again
     max_assistant_turns: Optional[int] = None  # None: only the response_length budget ends a trajectory
     tool_config_path: Optional[str] = None  # verl's tool YAML: tools: [{class_name, config, tool_schema}]
-    max_user_turns: Optional[int] = None  # tool-result turns count as user turns
+    max_user_turns: Optional[int] = None  # tool-result and interaction turns count as user turns
     max_parallel_calls: int = 1  # calls run per assistant turn; further calls get an error message
     max_tool_response_length: int = 256  # characters of a tool's answer the model reads
     tool_response_truncate_side: Literal["left", "middle", "right"] = "middle"  # the part kept: start, both ends, end
-    interaction_config_path: Optional[str] = None  # verl's default only: interactions are not supported yet
+    interaction_config_path: Optional[str] = None  # verl's interaction YAML: interaction: [{name, class_name, config}]
     use_inference_chat_template: bool = False  # no effect: each turn's new messages use the model's chat template
     tokenization_sanity_check_mode: Literal["strict", "disable", "ignore_strippable"] = "strict"  # no effect
     format: str = "hermes"  # tool calls as JSON {"name", "arguments"} between tool_call tags (Hermes)

@@ -226,10 +226,6 @@ DEFAULT_ONLY = {
     "trainer.del_local_ckpt_after_load": "local checkpoints are kept after resuming",
 }
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"  # read by app/agents; checked by app.config.multi_turn
-DEFAULT_ONLY[f"{MULTI_TURN}.interaction_config_path"] = (
-    "interactions (a class answering each assistant turn) are not "
-    "supported yet; tools are (multi_turn.tool_config_path)"
-)
 NO_EFFECT[f"{MULTI_TURN}.use_inference_chat_template"] = (
     "each turn's new messages are templated with the model's chat template; the prompt as the data pipeline wrote it"
 )

@@ -22,8 +22,10 @@ def gsm8k_final_answer(answer: str, where: str = "") -> str:
 
 
 def gsm8k_rows(jsonl_path: str, split: str, instruction: str = ANSWER_INSTRUCTION) -> list[dict[str, Any]]:
-    """Read one GSM8K JSONL file and return verl rows; extra_info holds split, index, the full answer and question.
-    ``instruction`` follows each question on a line of its own; "" leaves the question bare."""
+    """Read one GSM8K JSONL file and return verl rows; extra_info holds split, index, the full answer and question,
+    and verl's `interaction_kwargs` ({query, ground_truth}; no name: a run's first configured interaction) for
+    multi-turn runs with an interaction (examples/gsm8k_interaction.yaml). ``instruction`` follows each question on a
+    line of its own; "" leaves the question bare."""
     if not os.path.isfile(jsonl_path):
         raise DataError(f"GSM8K file not found: {jsonl_path}")
     rows = []
@@ -39,15 +41,21 @@ def gsm8k_rows(jsonl_path: str, split: str, instruction: str = ANSWER_INSTRUCTIO
             missing = [k for k in ("question", "answer") if k not in item]
             if missing:
                 raise DataError(f"{where}: missing {', '.join(missing)} (keys: {', '.join(item)})")
-            index = len(rows)
+            index, final = len(rows), gsm8k_final_answer(item["answer"], where)
             rows.append(
                 verl_row(
                     DATA_SOURCE,
                     item["question"],
-                    gsm8k_final_answer(item["answer"], where),
+                    final,
                     ability="math",
                     instruction=instruction,
-                    extra_info={"split": split, "index": index, "answer": item["answer"], "question": item["question"]},
+                    extra_info={
+                        "split": split,
+                        "index": index,
+                        "answer": item["answer"],
+                        "question": item["question"],
+                        "interaction_kwargs": {"query": item["question"], "ground_truth": final},
+                    },
                 )
             )
     if not rows:

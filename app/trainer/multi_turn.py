@@ -1,5 +1,6 @@
 """Multi-turn rollouts in the loop (`actor_rollout_ref.rollout.multi_turn.enable`, app/agents): a step's samples as
-trajectories, with tool results and template glue masked out of `response_mask`, and their per-step metrics."""
+trajectories, with tool results, interaction turns and template glue masked out of `response_mask`, and their
+per-step metrics."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from app.data import PromptBatch
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch
 
 # per-sample counts kept in `RolloutGroup.extras` (they follow the samples through filtering), averaged per step
-COUNTS = ("assistant_turns", "tool_turns", "tool_calls", "tool_errors", "tool_timeouts")
+COUNTS = ("assistant_turns", "tool_turns", "tool_calls", "tool_errors", "tool_timeouts", "interaction_turns")
 
 
 def agent_rollout(cfg: Any, rollout: Any, tokenizer: Any) -> Optional[AgentRollout]:
@@ -24,10 +25,16 @@ def agent_rollout(cfg: Any, rollout: Any, tokenizer: Any) -> Optional[AgentRollo
 def trajectory_group(
     agents: AgentRollout, prompts: PromptBatch, version: int, pad_token_id: int, temperature: float
 ) -> RolloutGroup:
-    """`rollout.n` trajectories per prompt as one group; `extra_info` of each adds its `turns` (the messages after the
-    prompt, tool results included) and `tool_rewards` ({tool: calc_reward}) for reward functions."""
-    tools_kwargs = [(e or {}).get("tools_kwargs") for e in prompts.extra_info]
-    trajs = agents.trajectories(prompts.raw_prompt_ids, expect_version=version, tools_kwargs=tools_kwargs)
+    """`rollout.n` trajectories per prompt as one group; `extra_info` of each adds, for reward functions, its `turns`
+    (the messages after the prompt, tool results and interaction turns included), `tool_rewards` ({tool:
+    calc_reward}), `turn_scores` (the interaction's score of each of its turns) and `interaction_score` (its
+    calculate_score; None without an interaction)."""
+    trajs = agents.trajectories(
+        prompts.raw_prompt_ids,
+        expect_version=version,
+        extra_infos=prompts.extra_info,
+        prompt_messages=prompts.raw_prompt,
+    )
     n = len(trajs) // max(1, len(prompts.raw_prompt_ids))
     pick = [row // n for row in range(len(trajs))]
     batch = build_trajectory_batch(trajs, pad_token_id)
@@ -40,7 +47,13 @@ def trajectory_group(
         data_source=[prompts.data_source[i] for i in pick],
         ground_truth=[prompts.ground_truth[i] for i in pick],
         extra_info=[
-            {**(prompts.extra_info[i] or {}), "turns": t.turns, "tool_rewards": t.tool_rewards}
+            {
+                **(prompts.extra_info[i] or {}),
+                "turns": t.turns,
+                "tool_rewards": t.tool_rewards,
+                "turn_scores": t.turn_scores,
+                "interaction_score": t.interaction_score,
+            }
             for i, t in zip(pick, trajs)
         ],
         messages=[prompts.raw_prompt[i] for i in pick],

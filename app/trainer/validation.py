@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from app.agents.rollout import AgentRollout
 from app.trainer.collectives import RankGroup
 
 
@@ -32,7 +33,10 @@ def validate(
     sums = torch.zeros(len(sources) * 2 + 1, dtype=torch.float64)  # (reward, count) per source, response tokens
     fields: dict[str, list[float]] = {}  # "<source>/<field>" -> [sum, count] of this rank's numeric values
     if records:
-        samples = rollout.generate([r.prompt_ids for r in records], validation=True, expect_version=version)
+        per_row = {}
+        if isinstance(rollout, AgentRollout):  # multi-turn: tools and interactions read the rows' kwargs
+            per_row = {"extra_infos": [r.extra_info for r in records], "prompt_messages": [r.messages for r in records]}
+        samples = rollout.generate([r.prompt_ids for r in records], validation=True, expect_version=version, **per_row)
         texts = tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
         picked = [records[s.prompt_index] for s in samples]
         scores, _, extra = scorer.score(

@@ -37,7 +37,14 @@ def test_gsm8k_schema(gsm8k_parquet, gsm8k_dir):
     assert row["prompt"][0]["role"] == "user" and row["prompt"][0]["content"].startswith(first["question"])
     assert "#### <answer>" in row["prompt"][0]["content"]
     assert row["reward_model"]["ground_truth"] == first["answer"].split("####")[-1].strip().replace(",", "")
-    assert row["extra_info"] == {"split": "test", "index": 0, "answer": first["answer"], "question": first["question"]}
+    assert row["extra_info"] == {
+        "split": "test",
+        "index": 0,
+        "answer": first["answer"],
+        "question": first["question"],
+        # for multi-turn runs with an interaction (the built-in gsm8k one reads ground_truth)
+        "interaction_kwargs": {"query": first["question"], "ground_truth": row["reward_model"]["ground_truth"]},
+    }
     assert pq.read_table(gsm8k_parquet / "train.parquet").num_rows == 7473
 
 

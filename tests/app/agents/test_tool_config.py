@@ -4,13 +4,13 @@ tool class plugs in by `module.Class` or `module:Class`, and the config loader c
 from pathlib import Path
 
 import pytest
-from support import verl_script_args
+from support import compose_verl as compose
+from support import verl_grpo_example_args, write_text
 
 from app.agents.tool_config import ToolConfigError, load_tools
 from app.agents.tools.calculator import CalculatorTool
 from app.config import ConfigError, load_config
 
-ROOT = Path(__file__).resolve().parents[3]
 KEY = "actor_rollout_ref.rollout.multi_turn"
 
 SCHEMA = "    tool_schema: {type: function, function: {name: t}}\n"
@@ -44,9 +44,7 @@ tools:
 
 
 def write(tmp_path, text, name="tools.yaml"):
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
+    return write_text(tmp_path, name, text)
 
 
 def test_verl_style_file_builds_the_tools(tmp_path):
@@ -81,25 +79,9 @@ def test_mistakes_name_the_file_and_the_tool(tmp_path, text, message):
     assert path in str(info.value)
 
 
-def compose(args):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=args)
-
-
 @pytest.fixture
 def grpo_args(tmp_path):
-    """verl's GRPO example script (tests/app/config/verl_scripts) with local stand-ins for its files."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    paths = {"model": str(model), "ckpt": str(tmp_path / "ckpts")}
-    for name in ("train", "test", "train2", "test2"):
-        paths[name] = str(tmp_path / f"{name}.parquet")
-        Path(paths[name]).touch()
-    return verl_script_args(ROOT / "tests/app/config/verl_scripts/grpo_run_qwen2-7b.txt", **paths)
+    return verl_grpo_example_args(tmp_path)
 
 
 def test_multi_turn_keys_load_through_the_config_loader(tmp_path, grpo_args):
@@ -135,7 +117,6 @@ def test_multi_turn_keys_load_through_the_config_loader(tmp_path, grpo_args):
         (f"{KEY}.format=gpt-oss", r"multi_turn\.format='gpt-oss': tool calls are parsed in \('hermes',\) format only"),
         (f"{KEY}.max_parallel_calls=0", r"multi_turn\.max_parallel_calls=0: must be >= 1"),
         (f"{KEY}.max_assistant_turns=0", r"multi_turn\.max_assistant_turns=0: must be >= 1, or null"),
-        (f"{KEY}.interaction_config_path=i.yaml", r"multi_turn\.interaction_config_path='i.yaml': interactions"),
     ],
 )
 def test_refusals_name_the_key(grpo_args, override, message):

@@ -73,7 +73,7 @@ def test_verl_column():
     assert verl_status("actor_rollout_ref.rollout.mode", "") == reference.VERL_NO_EFFECT
     assert verl_status("actor_rollout_ref.rollout.multi_turn.enable", "") == reference.VERL_SAME
     interactions = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
-    assert verl_status(interactions, "") == reference.VERL_DEFAULT_ONLY
+    assert verl_status(interactions, "") == reference.VERL_SAME
     assert verl_status("critic.ulysses_sequence_parallel_size", "") == reference.VERL_SAME
     assert verl_status("reward_model.ulysses_sequence_parallel_size", "") == reference.VERL_DEFAULT_ONLY
     assert verl_status("x.y", "ours, not verl's: a custom thing") == reference.VERL_OURS

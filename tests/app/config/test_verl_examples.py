@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import verl_script_args
+from support import compose_verl as compose
+from support import verl_script_args, verl_script_paths
 
 from app.config import ConfigError, load_config
 from app.config.schema import OverlongBufferConfig
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 SCRIPTS = Path(__file__).resolve().parent / "verl_scripts"  # one file per verl script, its source on its first lines
 
 GRPO = "grpo_run_qwen2-7b"
@@ -44,27 +44,12 @@ GRPO_SGLANG = "grpo_run_qwen2-7b_seq_balance"  # rollout.name=sglang, token-budg
 @pytest.fixture
 def paths(tmp_path) -> dict[str, str]:
     """Local stand-ins for the scripts' Hugging Face model and GSM8K / MATH parquet files."""
-    model = tmp_path / "Qwen2.5-3B-Instruct"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    out = {"model": str(model), "ckpt": str(tmp_path / "ckpts")}
-    for name in ("train", "test", "train2", "test2"):
-        out[name] = str(tmp_path / f"{name}.parquet")
-        Path(out[name]).touch()
-    return out
+    return verl_script_paths(tmp_path, "Qwen2.5-3B-Instruct")
 
 
 def overrides(script: str, paths: dict[str, str], **extra: str) -> list[str]:
     """The script's arguments as the shell hands them over: line continuations joined, quotes removed."""
     return verl_script_args(SCRIPTS / f"{script}.txt", **paths, **extra)
-
-
-def compose(args: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=args)
 
 
 def run_script(script: str, paths: dict[str, str], *more: str, **extra: str):
@@ -378,11 +363,6 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
             r"config is not supported yet",
         ),
         ("+critic.model.override_config.attn_implementation=sdpa", r"critic\.model\.override_config="),
-        (
-            "actor_rollout_ref.rollout.multi_turn.interaction_config_path=interaction.yaml",
-            r"actor_rollout_ref\.rollout\.multi_turn\.interaction_config_path='interaction.yaml': interactions .* not "
-            r"supported yet",
-        ),
         (
             "actor_rollout_ref.rollout.multi_turn.tool_config_path=/no/such/tools.yaml",
             r"actor_rollout_ref\.rollout\.multi_turn\.tool_config_path='/no/such/tools.yaml': no such file",

@@ -2,6 +2,8 @@
 RolloutGroup whose response mask hides tool results, whose extra_info carries the turns for rewards, and whose
 per-sample counts give the step's multi_turn/* metrics; validation sees one sample per trajectory."""
 
+from pathlib import Path
+
 import pytest
 from scripted_policy import ScriptedPolicy
 
@@ -13,6 +15,7 @@ from app.data.dataset import PromptRecord
 from app.trainer.multi_turn import multi_turn_metrics, trajectory_group
 from app.trainer.rollout_batch import select_rows
 
+GSM8K_INTERACTION = Path(__file__).resolve().parents[3] / "examples/gsm8k_interaction.yaml"
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "1234567 * 7654321"}}</tool_call>'
 ANSWER = f"#### {1234567 * 7654321}"
 
@@ -24,7 +27,7 @@ def tokenizer(smollm2_dir):
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
-def agent_rollout(tokenizer, tmp_path, script, n=2):
+def agent_rollout(tokenizer, tmp_path, script, n=2, interaction_config_path=None):
     import yaml
 
     path = tmp_path / "tools.yaml"
@@ -32,11 +35,12 @@ def agent_rollout(tokenizer, tmp_path, script, n=2):
     cfg = RolloutConfig(n=n, response_length=256)
     cfg.multi_turn.enable = True
     cfg.multi_turn.tool_config_path = str(path)
+    cfg.multi_turn.interaction_config_path = interaction_config_path
     policy = ScriptedPolicy(tokenizer, script)
     return AgentRollout(policy, tokenizer, cfg), policy
 
 
-def prompts(tokenizer, questions):
+def prompts(tokenizer, questions, extra_info=None):
     records = []
     for q in questions:
         messages = [{"role": "user", "content": q}]
@@ -47,7 +51,7 @@ def prompts(tokenizer, questions):
                 messages,
                 "calculator_arithmetic",
                 "1",
-                {"index": len(records)},
+                {"index": len(records), **(extra_info or {})},
                 "arithmetic",
                 f"row {len(records)}",
             )
@@ -84,7 +88,72 @@ def test_trajectories_become_one_group_with_tool_tokens_masked(tokenizer, tmp_pa
         "multi_turn/tool_calls_mean": 1.0,
         "multi_turn/tool_errors_mean": 0.0,
         "multi_turn/tool_timeouts_mean": 0.0,
+        "multi_turn/interaction_turns_mean": 0.0,
     }
+
+
+def test_interaction_turns_are_masked_counted_and_their_scores_reach_the_reward(tokenizer, tmp_path):
+    from app.config.schema import OverlongBufferConfig
+    from app.trainer.scoring import score_group
+
+    wrong, right = "#### 5", "#### 9"
+    agents, _ = agent_rollout(tokenizer, tmp_path, [wrong, right], n=1, interaction_config_path=str(GSM8K_INTERACTION))
+    batch = prompts(tokenizer, ["q"], {"interaction_kwargs": {"name": "gsm8k", "ground_truth": "9"}})
+    group = trajectory_group(agents, batch, 0, tokenizer.pad_token_id, 1.0)
+    retry = agents.loop.interactions["gsm8k"].retry_message
+    mask, attention = group.batch["response_mask"][0], group.batch["attention_mask"][0]
+    real = attention[-mask.shape[0] :].bool()
+    responses = group.batch["responses"][0][real].tolist()
+    masked_out = [t for t, m in zip(responses, mask[real].tolist()) if not m]
+    assert retry in tokenizer.decode(masked_out)  # the interaction's turn is in the row, masked out
+    assert (
+        tokenizer.decode(group.batch["responses"][0][mask.bool()].tolist(), skip_special_tokens=True) == wrong + right
+    )
+    assert multi_turn_metrics(group)["multi_turn/interaction_turns_mean"] == 2.0  # "try again", then "correct"
+
+    class RecordingScorer:
+        def score(self, responses, data_sources, ground_truths, extra_infos, messages):
+            self.extra_infos = extra_infos
+            return [0.0] * len(responses), {}, {}
+
+    class OneRank:
+        def reduce(self, metrics):
+            return metrics
+
+    scorer = RecordingScorer()
+    score_group(scorer, tokenizer, group, OverlongBufferConfig(), 256, OneRank())
+    [info] = scorer.extra_infos
+    assert (info["turn_scores"], info["interaction_score"]) == ([0.0, 1.0], 1.0)
+    assert info["interaction_kwargs"]["ground_truth"] == "9" and info["turns"][1] == {"role": "user", "content": retry}
+
+
+def test_validation_hands_the_rows_to_the_interaction(tokenizer, tmp_path):
+    from app.trainer.collectives import RankGroup
+    from app.trainer.validation import validate
+
+    class OneRank:
+        dp_rank, dp_world_size = 0, 1
+
+        def all_reduce(self, tensor, op="sum"):
+            return tensor.clone()
+
+    class Scorer:
+        def score(self, texts, sources, truths, infos, messages):
+            self.texts = texts
+            return [1.0] * len(texts), {}, {}
+
+    agents, policy = agent_rollout(
+        tokenizer, tmp_path, ["#### 5", "#### 9"], interaction_config_path=str(GSM8K_INTERACTION)
+    )
+    dataset = prompts(tokenizer, ["q"], {"interaction_kwargs": {"ground_truth": "9"}})
+    records = [
+        PromptRecord(ids, messages, "gsm8k", "9", info, "math", "r")
+        for ids, messages, info in zip(dataset.raw_prompt_ids, dataset.raw_prompt, dataset.extra_info)
+    ]
+    scorer = Scorer()
+    validate(agents, scorer, tokenizer, records, RankGroup(OneRank()), version=0)
+    assert scorer.texts == ["#### 5#### 9"]  # the interaction read the row's ground truth and asked again once
+    assert len(policy.calls) == 2
 
 
 def test_validation_view_is_one_sample_per_trajectory_with_the_model_tokens(tokenizer, tmp_path):
