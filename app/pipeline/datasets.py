@@ -41,6 +41,9 @@ def resolve_split(key: str, split: str, dataset_name: Optional[str], work_dir: P
     try:
         import datasets
 
+        # `datasets` reads the variable once, at its import: where something imported it earlier, the hub would be
+        # tried (about 20 s of retries without a network) unless its setting is changed too
+        datasets.config.HF_HUB_OFFLINE = True
         table = datasets.load_dataset(dataset_name, split=split)
     except Exception as exc:  # not cached, a wrong split name, no datasets package: say which and how to fix
         raise PipelineError(

@@ -100,7 +100,12 @@ def test_values_the_trainer_cannot_honour_are_refused_by_name(
         plan_card("grpo_chat_completion", params, True)
 
 
-def test_dataset_name_offline_error_names_the_keys(tiny_model_dir, problem_jsonl, tmp_path):
+def test_dataset_name_offline_error_names_the_keys(tiny_model_dir, problem_jsonl, tmp_path, monkeypatch):
+    import datasets
+
+    # as where `datasets` was imported before HF_DATASETS_OFFLINE was set: it reads the variable only at its import,
+    # and would try the hub (about 20 s of retries without a network) unless the pipeline sets it offline itself
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     params = card_params(
         tiny_model_dir, problem_jsonl, tmp_path, dataset_name="no-such-org/no-such-set", dataset_train_split="train"
     )
@@ -108,8 +113,9 @@ def test_dataset_name_offline_error_names_the_keys(tiny_model_dir, problem_jsonl
         PipelineError,
         match="dataset_name='no-such-org/no-such-set', dataset_train_split='train': "
         "not a local file or folder, and not in the local Hugging Face",
-    ):
+    ) as refused:
         plan_card("grpo_chat_completion", params, True)
+    assert "OfflineModeIsEnabled" in str(refused.value)  # refused offline, without asking the hub
     # a local folder holding <split>.jsonl is found by split name
     params["dataset_name"] = str(problem_jsonl)
     _, cfg, _ = plan_card("grpo_chat_completion", params, True)
