@@ -35,8 +35,9 @@ QUIET_ENV = {
     # libraries' deprecation notices about their own internals, printed by every replica and worker
     "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
 }
-# loggers that print INFO lines about the machinery on the driver and in the workers (Serve's app start, handles)
-CHATTY_LOGGERS = ("ray.serve",)
+# loggers that print INFO lines about the machinery on the driver and in the workers (Serve's app start, handles;
+# huggingface_hub's "Model weights successfully saved" when the final model is written)
+CHATTY_LOGGERS = ("ray.serve", "huggingface_hub")
 # loggers whose warnings are notices, not problems: Ray's "token authentication is enabled" at every local start
 NOTICE_LOGGERS = ("ray._private.authentication.authentication_token_setup",)
 

@@ -75,3 +75,16 @@ def test_app_notices_reach_stderr_at_info_and_other_libraries_only_from_warning(
     err = capsys.readouterr().err
     assert "INFO app.config.verl_compat: data.val_batch_size=8 has no effect here" in err
     assert "hidden unless verbose" not in err
+
+
+def test_quiet_loggers_drop_the_hub_saves_info_line(quiet):
+    # the train worker writes the final model with huggingface_hub, whose INFO line named the temporary folder
+    saver = logging.getLogger("huggingface_hub.serialization._torch")
+    before = {name: logging.getLogger(name).level for name in logs.CHATTY_LOGGERS}
+    try:
+        logging.getLogger("huggingface_hub").setLevel(logging.INFO)
+        logs.quiet_loggers()
+        assert not saver.isEnabledFor(logging.INFO) and saver.isEnabledFor(logging.WARNING)
+    finally:  # setLevel, not assignment: it also clears logging's cached answers
+        for name, level in before.items():
+            logging.getLogger(name).setLevel(level)
