@@ -147,7 +147,7 @@ def save_hf_folder(path: str, state: dict[str, torch.Tensor], spec: EngineSpec) 
     from huggingface_hub import save_torch_state_dict
 
     config = load_config(spec)
-    config.torch_dtype = next(iter(state.values())).dtype
+    config.dtype = next(iter(state.values())).dtype  # transformers names it `dtype` now (`torch_dtype` warns)
     os.makedirs(path, exist_ok=True)
     config.save_pretrained(path)
     save_torch_state_dict(state, path)

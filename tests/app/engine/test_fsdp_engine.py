@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
@@ -222,7 +221,8 @@ def test_lora_sync_payload_and_merged_export(tiny_llama_dir, make_rl_batch, tmp_
     json.dumps(adapter_config)  # writable as adapter_config.json
 
     engine.export_hf(str(tmp_path / "merged"))
-    assert os.path.isfile(tmp_path / "merged" / "config.json")
+    # config.json records the weights' dtype (fp32 master weights here), which vLLM loads them in with dtype=auto
+    assert json.loads((tmp_path / "merged" / "config.json").read_text())["dtype"] == "float32"
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32)
     assert not any("lora" in n for n in merged.state_dict())
     with engine.eval_mode():
