@@ -475,7 +475,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--attention",
         default="auto",
-        choices=["auto", "flex", "per_sequence"],
+        choices=["auto", "flex", "varlen", "per_sequence"],
         help="packed attention kernel (auto: app.engine.packed_attention.packed_attention_kernel)",
     )
     return p

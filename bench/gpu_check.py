@@ -2,16 +2,17 @@
 
     python bench/gpu_check.py info    --out OUT
     python bench/gpu_check.py engine  --out OUT [--device cpu --tiny]
-    python bench/gpu_check.py flex    --out OUT [--device cpu --tiny]
+    python bench/gpu_check.py attention --out OUT [--device cpu --tiny]
     python bench/gpu_check.py summary --out OUT
 
 ``engine``: the FSDP2 engine on one rank (NCCL on CUDA) with the one-rank load (``load_on_rank0``) of a random-init
 0.49B model (``engine_mfu``'s 0.5b shape, built on the GPU in bf16): log-probs of a packed bf16 forward against an
 unsharded fp32 eager reference on padded rows, then one training step (loss and gradient norm finite, the weights
-moved). ``flex``: FlexAttention packed attention against the per-sequence path on random q/k/v, outputs and
-gradients (bf16 on CUDA, each against an fp64 per-sequence reference), plain and shared-prompt packing, and the
-forward+backward time of one layer of each. ``summary``: the parts' JSON files as summary.json and summary.md.
-``--device cpu --tiny`` runs the same code on tiny shapes (the CPU test; FlexAttention forward only there).
+moved). ``attention``: the fused packed-attention kernels (FlexAttention; PyTorch's varlen kernel on CUDA) against
+the per-sequence path on random q/k/v, outputs and gradients (bf16 on CUDA, each against an fp64 per-sequence
+reference), plain and shared-prompt packing, and the forward+backward time of one layer of each. ``summary``: the
+parts' JSON files as summary.json and summary.md. ``--device cpu --tiny`` runs the same code on tiny shapes (the CPU
+test; FlexAttention forward only there, no varlen kernel).
 
 Imports nothing of Ray, vLLM, Hydra/OmegaConf, DeepSpeed or flash-attn: a bare GPU machine with torch,
 transformers, peft, accelerate and safetensors runs it.
@@ -38,7 +39,7 @@ import engine_mfu  # noqa: E402  (bench/engine_mfu.py: shapes, batches, model fo
 
 from app.engine import EngineSpec, OptimSpec, StepContext, make_engine  # noqa: E402
 
-PARTS = ("info", "engine", "flex")
+PARTS = ("info", "engine", "attention")
 
 
 def _write(out: Path, name: str, data: dict) -> None:
@@ -249,7 +250,7 @@ def engine(args) -> dict:
     return data
 
 
-# ---------------------------------------------------------------------------------------------------------- flex
+# ----------------------------------------------------------------------------------------------------- attention
 def _layouts(tiny: bool, seed: int = 0):
     """Packed lengths: plain (``cu_seqlens``) and shared-prompt (prompts of 8 responses), like the workload's."""
     g = torch.Generator().manual_seed(seed)
@@ -266,17 +267,18 @@ def _layouts(tiny: bool, seed: int = 0):
 
 
 def _attention_runs(q, k, v, metadata, grad_out, kernel: str, compiled: bool, backward: bool):
-    """Output and q/k/v gradients of one packed attention through ``kernel``."""
+    """Output ``(1, H, T, d)`` and q/k/v gradients of one packed attention through ``kernel``."""
+    from app.engine import packed_attention
     from app.engine.packed_attention import SHARED_PROMPT_LAYOUT, flex_packed_attention, packed_sdpa_attention
 
     inputs = [t.detach().clone().requires_grad_(backward) for t in (q, k, v)]
     if kernel == "flex":
         out = flex_packed_attention(*inputs, metadata, None, compiled=compiled)
+    elif kernel == "varlen":
+        out = packed_attention.varlen_packed_attention(*inputs, metadata, None).transpose(1, 2)
     else:
         layer = torch.nn.Module().eval()
         kwargs = {SHARED_PROMPT_LAYOUT: metadata} if isinstance(metadata, tuple) else {"cu_seq_lens_q": metadata}
-        from app.engine import packed_attention
-
         chosen = packed_attention.packed_attention_kernel
         packed_attention.packed_attention_kernel = lambda device: packed_attention.PER_SEQUENCE
         try:
@@ -300,12 +302,17 @@ def _timed_ms(fn, device, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def flex(args) -> dict:
+def attention(args) -> dict:
+    """The fused packed-attention kernels (FlexAttention; on CUDA also PyTorch's varlen kernel) against the
+    per-sequence path: outputs and gradients each against an fp64 per-sequence reference, and one layer's time."""
+    from app.engine.packed_attention import varlen_kernel_available
+
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
     heads, kv_heads, dim = (4, 2, 8) if args.tiny else (14, 2, 64)  # the 0.5b shape's attention
-    backward = cuda  # FlexAttention has no CPU backward
+    backward = cuda  # neither fused kernel has a CPU backward
+    fused = ["flex", "varlen"] if cuda and varlen_kernel_available() else ["flex"]  # varlen: CUDA only
     data = {
         "dtype": str(dtype),
         "heads": heads,
@@ -313,6 +320,7 @@ def flex(args) -> dict:
         "head_dim": dim,
         "backward": backward,
         "compiled": cuda,
+        "kernels": fused + ["per_sequence"],
         "cases": {},
     }
     ok = True
@@ -325,30 +333,34 @@ def flex(args) -> dict:
         metadata = metadata.to(device) if isinstance(metadata, torch.Tensor) else metadata
         ref = _attention_runs(q64, k64, v64, metadata, go64, "per_sequence", False, backward)
         low = [t.to(dtype) for t in (q64, k64, v64, go64)]
-        start = time.perf_counter()
-        got_flex = _attention_runs(*low[:3], metadata, low[3], "flex", cuda, backward)
-        _sync(device)
-        first_call_s = time.perf_counter() - start
-        got_seq = _attention_runs(*low[:3], metadata, low[3], "per_sequence", False, backward)
+        got, first_call_s = {}, {}
+        for kernel in data["kernels"]:
+            start = time.perf_counter()
+            got[kernel] = _attention_runs(*low[:3], metadata, low[3], kernel, cuda, backward)
+            _sync(device)
+            first_call_s[kernel] = time.perf_counter() - start
         labels = ["out", "grad_q", "grad_k", "grad_v"][: len(ref)]
         errors = {}
-        for label, r, f, s in zip(labels, ref, got_flex, got_seq):
+        for i, (label, r) in enumerate(zip(labels, ref)):
             scale = float(r.abs().max())
-            errors[label] = {
-                "flex": float((f.double() - r).abs().max()) / scale,
-                "per_sequence": float((s.double() - r).abs().max()) / scale,
-            }
-        # each against the fp64 definition: flex may not be worse than the per-sequence kernel in the same dtype
-        # beyond a few roundings of it (fp32 on a CPU: both at rounding level)
+            errors[label] = {kernel: float((got[kernel][i].double() - r).abs().max()) / scale for kernel in got}
+        # each against the fp64 definition: a fused kernel may not be worse than the per-sequence kernel in the same
+        # dtype beyond a few roundings of it (fp32 on a CPU: all at rounding level)
         slack = 1e-5 if dtype == torch.float32 else 2e-2
-        case_ok = all(e["flex"] <= 2 * e["per_sequence"] + slack for e in errors.values())
-        ok &= case_ok
-        case = {"tokens": total, "errors_relative_to_max": errors, "ok": case_ok, "flex_first_call_s": first_call_s}
+        kernel_ok = {k: all(e[k] <= 2 * e["per_sequence"] + slack for e in errors.values()) for k in fused}
+        ok &= all(kernel_ok.values())
+        case = {
+            "tokens": total,
+            "errors_relative_to_max": errors,
+            "ok": kernel_ok,
+            "first_call_s": first_call_s,
+            "ms": {},
+        }
         repeats = 2 if args.tiny else 10
-        for kernel in ("flex", "per_sequence"):
-            run = lambda k=kernel: _attention_runs(*low[:3], metadata, low[3], k, cuda and k == "flex", backward)
+        for kernel in data["kernels"]:
+            run = lambda k=kernel: _attention_runs(*low[:3], metadata, low[3], k, cuda, backward)
             run()
-            case[f"{kernel}_{'fwd_bwd' if backward else 'fwd'}_ms"] = _timed_ms(run, device, repeats)
+            case["ms"][kernel] = _timed_ms(run, device, repeats)
         data["cases"][name] = case
     # a second packed length, as the next micro-batch brings: FlexAttention must not fail or recompile for long
     if cuda:
@@ -399,39 +411,49 @@ def summary(args) -> dict:
             f"{e['grad_norm']:.4f}; " + ", ".join(f"{k} {v:.1f}" for k, v in e["timings"].items()),
         ]
         lines.append("checks: " + ", ".join(f"{k}={v}" for k, v in e["checks"].items()))
-    if "flex" in parts:
-        f = parts["flex"]
+    if "attention" in parts:
+        a = parts["attention"]
+        kernels = a["kernels"]
         lines += [
             "",
-            f"Packed attention ({f['dtype']}, {f['heads']}/{f['kv_heads']} heads x {f['head_dim']}): ok={f['ok']}",
+            f"Packed attention ({a['dtype']}, {a['heads']}/{a['kv_heads']} heads x {a['head_dim']}, "
+            f"{'forward+backward' if a['backward'] else 'forward'} of one layer): ok={a['ok']}",
             "",
-            "| layout | tokens | flex ms | per-sequence ms | flex max rel. error | "
-            "per-sequence max rel. error | flex first call s |",
-            "|---|---|---|---|---|---|---|",
+            "| layout | tokens | "
+            + " | ".join(f"{k} ms" for k in kernels)
+            + " | "
+            + " | ".join(f"{k} max rel. error" for k in kernels)
+            + " | "
+            + " | ".join(f"{k} first call s" for k in kernels)
+            + " |",
+            "|---|---|" + "---|" * (3 * len(kernels)),
         ]
-        for name, c in f["cases"].items():
-            times = [v for k, v in c.items() if k.endswith("_ms")]
-            err_flex = max(e["flex"] for e in c["errors_relative_to_max"].values())
-            err_seq = max(e["per_sequence"] for e in c["errors_relative_to_max"].values())
+        for name, c in a["cases"].items():
+            worst = {k: max(e[k] for e in c["errors_relative_to_max"].values()) for k in kernels}
             lines.append(
-                f"| {name} | {c['tokens']} | {times[0]:.2f} | {times[1]:.2f} | {err_flex:.2e} | "
-                f"{err_seq:.2e} | {c['flex_first_call_s']:.1f} |"
+                f"| {name} | {c['tokens']} | "
+                + " | ".join(f"{c['ms'][k]:.2f}" for k in kernels)
+                + " | "
+                + " | ".join(f"{worst[k]:.2e}" for k in kernels)
+                + " | "
+                + " | ".join(f"{c['first_call_s'][k]:.1f}" for k in kernels)
+                + " |"
             )
     if mfu:
         lines += [
             "",
-            "| preset | params | micro | ckpt | LoRA | attention | f+b s | MFU | HFU | tok/s | peak TFLOP/s "
-            "| GPU GiB |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| preset | params | micro | ckpt | LoRA | attention | compiled | f+b s | MFU | HFU | tok/s | opt s "
+            "| first step s | peak TFLOP/s | GPU GiB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in mfu:
             gib = r.get("gpu_peak_allocated_gib")
             lines.append(
                 f"| {r['preset']} | {r['parameters'] / 1e9:.2f}B | {r['micro_batch']} | {int(r['grad_ckpt'])} "
-                f"| {r['lora_rank']} | {r.get('attention_kernel')} | {r['forward_backward_s']:.2f} "
-                f"| {r['mfu']:.1%} | {r['hfu']:.1%} "
-                f"| {r['forward_backward_tokens_per_s']:.0f} | {r['peak_gflops'] / 1e3:.0f} | "
-                f"{'-' if gib is None else f'{gib:.1f}'} |"
+                f"| {r['lora_rank']} | {r.get('attention_kernel')} | {int(r['compile'])} "
+                f"| {r['forward_backward_s']:.2f} | {r['mfu']:.1%} | {r['hfu']:.1%} "
+                f"| {r['forward_backward_tokens_per_s']:.0f} | {r['optimizer_s']:.2f} | {r['first_step_s']:.1f} "
+                f"| {r['peak_gflops'] / 1e3:.0f} | {'-' if gib is None else f'{gib:.1f}'} |"
             )
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -449,7 +471,7 @@ def main(argv=None) -> int:
     if args.part == "summary":
         summary(args)
         return 0
-    data = {"info": info, "engine": engine, "flex": flex}[args.part](args)
+    data = {"info": info, "engine": engine, "attention": attention}[args.part](args)
     _write(Path(args.out), args.part, data)
     return 0 if data.get("ok", True) else 1
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The engine on one GPU, in under 7 minutes: GPU info, FlexAttention packed attention against the per-sequence path,
-# the FSDP2 engine on NCCL (one-rank load, log-probs against an eager reference, a training step), and the MFU
-# presets of bench/engine_mfu.py. Every part runs under its own time limit, so one hang costs only its own budget.
+# The engine on one GPU, in under 10 minutes: GPU info, the fused packed-attention kernels (FlexAttention, PyTorch's
+# varlen kernel) against the per-sequence path, the FSDP2 engine on NCCL (one-rank load, log-probs against an eager
+# reference, a training step), and the MFU presets of bench/engine_mfu.py. Every part runs under its own time limit, so one hang costs only its own budget.
 #
 #   bash bench/gpu_check.sh              # from the repository root; results in $OUT (default ./gpu_out)
 #   bash bench/gpu_check.sh --cpu-tiny   # the same steps on tiny shapes on the CPU (what the test runs)
@@ -22,17 +22,22 @@ export TOKENIZERS_PARALLELISM=false
 
 if [ "${1:-}" = "--cpu-tiny" ]; then
   PART_ARGS=(--device cpu --tiny)
-  # name:limit_seconds:flags (the CPU run: one tiny case standing in for the four presets)
-  PRESETS=("tiny:240:--device cpu --dtypes fp32 --remove-padding 1 --batch 4 --prompt-len 8 --prompt-spread 2 --response-len 6 --micro-batch-sizes 2 --lora-rank 0 --steps 1 --peak-size 256")
-  LIMITS=(60 240 240)  # info, engine, flex
+  # label:preset:limit_seconds:flags (the CPU run: one tiny case standing in for the presets)
+  PRESETS=("tiny:tiny:240:--device cpu --dtypes fp32 --remove-padding 1 --batch 4 --prompt-len 8 --prompt-spread 2 --response-len 6 --micro-batch-sizes 2 --lora-rank 0 --steps 1 --peak-size 256 --attention auto")
+  LIMITS=(60 240 240)  # info, engine, attention
 else
   PART_ARGS=(--device cuda)
-  # budgets (s), 410 in all: info 15, engine 70, flex 50, presets 50 + 55 + 75 + 95; each MFU run builds its model
-  # on the GPU (once per cache folder), loads it, takes one warm-up step (FlexAttention compiles) and 2 timed
-  # steps of the update alone
-  PRESETS=("0.5b:50:--steps 2 --forward-pass 0" "1b:55:--steps 2 --forward-pass 0"
-           "3b:75:--steps 2 --forward-pass 0" "7b-lora:95:--steps 2 --forward-pass 0")
-  LIMITS=(15 70 50)  # info, engine, flex
+  # budgets (s), 545 in all: info 15, engine 60, attention 50, presets 420; each MFU run builds its model on the GPU
+  # (once per cache folder), loads it, takes one warm-up step (compiles, where it compiles) and 2 timed steps of the
+  # update alone. 0.5b runs the packed attention's two CUDA kernels side by side, and the varlen one with the decoder
+  # layers compiled (actor.use_torch_compile); the larger presets run the default kernel. Two of them also write a
+  # torch.profiler table of one more update.
+  ONE="--steps 2 --forward-pass 0"
+  PRESETS=("0.5b-per_sequence:0.5b:50:$ONE --attention per_sequence" "0.5b-varlen:0.5b:45:$ONE --attention auto"
+           "0.5b-varlen-compiled:0.5b:95:$ONE --attention auto --compile 1 --profile $OUT/profile-0.5b-compiled.txt"
+           "1b-varlen:1b:60:$ONE --attention auto --profile $OUT/profile-1b.txt"
+           "3b-varlen:3b:75:$ONE --attention auto" "7b-lora-varlen:7b-lora:95:$ONE --attention auto")
+  LIMITS=(15 60 50)  # info, engine, attention
 fi
 
 step() {  # step NAME LIMIT_SECONDS COMMAND...
@@ -51,20 +56,12 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...
 : >"$OUT/steps.jsonl"
 rm -f "$OUT/mfu.jsonl"
 step info "${LIMITS[0]}" "$PY" bench/gpu_check.py info --out "$OUT" "${PART_ARGS[@]}"
-# flex first: its compiled kernels (the 0.5b attention shape) are in inductor's cache when the engine step needs them
-step flex "${LIMITS[2]}" "$PY" bench/gpu_check.py flex --out "$OUT" "${PART_ARGS[@]}"
+# attention first: FlexAttention's compiled kernels (the 0.5b attention shape) are in inductor's cache afterwards
+step attention "${LIMITS[2]}" "$PY" bench/gpu_check.py attention --out "$OUT" "${PART_ARGS[@]}"
 step engine "${LIMITS[1]}" "$PY" bench/gpu_check.py engine --out "$OUT" "${PART_ARGS[@]}"
-# if FlexAttention failed on this machine (no compiler for Triton, ...), the presets still measure the engine, with the
-# per-sequence kernel, and say so in mfu.jsonl ("attention")
-ATTENTION=auto
-if ! grep -q '"step": "flex", "rc": 0' "$OUT/steps.jsonl"; then
-  ATTENTION=per_sequence
-  echo "=== flex failed: the MFU presets run with --attention per_sequence" | tee -a "$LOG"
-fi
 for entry in "${PRESETS[@]}"; do
-  IFS=: read -r preset limit flags <<<"$entry"
+  IFS=: read -r label preset limit flags <<<"$entry"
   # shellcheck disable=SC2086  # flags are words
-  step "mfu-$preset" "$limit" "$PY" bench/engine_mfu.py --preset "$preset" $flags --attention "$ATTENTION" \
-    --json "$OUT/mfu.jsonl"
+  step "mfu-$label" "$limit" "$PY" bench/engine_mfu.py --preset "$preset" $flags --json "$OUT/mfu.jsonl"
 done
 "$PY" bench/gpu_check.py summary --out "$OUT" | tee -a "$LOG"

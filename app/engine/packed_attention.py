@@ -11,10 +11,11 @@ one copy of each prompt followed by its responses (``SHARED_PROMPT_LAYOUT``): ea
 prompt as if it had its own copy, so outputs and gradients are those of the unshared row, for about ``1/n`` of the
 prompt's compute.
 
-Where PyTorch's FlexAttention has a fused kernel (CUDA), a packed row, plain or shared-prompt, is instead one
-``flex_attention`` call per layer with a block mask built once per forward from the packing metadata: no Python loop
-over sequences, and blocks no query may see are skipped. ``packed_attention_kernel`` makes the choice per device (see
-docs/gpu_engine.md for the CPU measurement; FlexAttention also has no CPU backward).
+On CUDA a packed row, plain or shared-prompt, is one call per layer instead of a Python loop over sequences:
+PyTorch's own flash-attention varlen kernel (``torch.nn.attention.varlen.varlen_attn``, ``VARLEN``), or
+FlexAttention with a block mask built once per forward from the packing metadata (``FLEX``).
+``packed_attention_kernel`` makes the choice per device, as measured (docs/gpu_engine.md); FlexAttention and the
+varlen kernel have no CPU backward.
 
 On a CPU in bf16/fp16, PyTorch's flash-attention *backward* is ~10x its forward (150 ms against 13 ms for 32
 sequences of ~170 tokens, 9 heads: a third of a SmolLM2 LoRA update). ``_FlashThenMathAttention`` keeps the flash
@@ -25,6 +26,10 @@ gradient at bf16 precision.
 from __future__ import annotations
 
 import functools
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +40,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 PACKED_SDPA = "rayrl_packed_sdpa"
 # the two ways to run a packed row's attention
 FLEX = "flex"  # one flex_attention call per layer, document-causal block mask
+VARLEN = "varlen"  # one varlen_attn call per layer (PyTorch's flash-attention varlen kernel; CUDA)
 PER_SEQUENCE = "per_sequence"  # one sdpa call per sequence (per prompt with shared prompts)
 # keyword the model forward passes down to the attention: a row packed with one copy of each prompt (packing.py)
 SHARED_PROMPT_LAYOUT = "shared_prompt_layout"
@@ -183,10 +189,21 @@ def _shared_prompt_attention(
     return parts
 
 
+def varlen_kernel_available() -> bool:
+    """Whether this torch has ``torch.nn.attention.varlen.varlen_attn`` (2.9 and later)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def packed_attention_kernel(device: torch.device) -> str:
-    """``PER_SEQUENCE`` on every device, as measured (docs/gpu_engine.md): on an H200 FlexAttention's one call per
-    layer trained slower than one sdpa call per sequence, and on a CPU it has no backward. ``FLEX`` stays a tested
-    alternative that benchmarks select (`bench/engine_mfu.py --attention flex`)."""
+    """``VARLEN`` on CUDA where torch has it, else ``PER_SEQUENCE`` (docs/gpu_engine.md has the measurements: on an
+    H200 FlexAttention trained slower than one sdpa call per sequence; on a CPU neither fused kernel has a backward).
+    ``FLEX`` stays a tested alternative that benchmarks select (`bench/engine_mfu.py --attention flex`)."""
+    if device.type == "cuda" and varlen_kernel_available():
+        return VARLEN
     return PER_SEQUENCE
 
 
@@ -282,6 +299,111 @@ def flex_packed_attention(
     return attend(query, key, value, block_mask=block_mask, scale=scale, enable_gqa=query.shape[1] != key.shape[1])
 
 
+@dataclass(frozen=True)
+class VarlenArgs:
+    """Where each query segment and its keys lie for one varlen call: segment ``i``'s queries are packed rows
+    ``cu_q[i]:cu_q[i+1]`` and its keys rows ``cu_k[i]:cu_k[i+1]`` of the key tensor, which is the packed keys
+    themselves (``key_index`` None) or the packed keys gathered by ``key_index``. Causal alignment is bottom-right:
+    the last query sees every key of its segment (flash-attention's rule when a segment has more keys than queries)."""
+
+    cu_q: torch.Tensor  # (segments + 1,) int32
+    cu_k: torch.Tensor  # (segments + 1,) int32
+    max_q: int
+    max_k: int
+    key_index: Optional[torch.Tensor]  # (keys,) int64 packed positions, or None: the keys are the packed row
+
+
+@functools.lru_cache(maxsize=16)
+def varlen_args_for_layout(layout: tuple[tuple[int, tuple[int, ...]], ...], device: torch.device) -> VarlenArgs:
+    """``VarlenArgs`` of a shared-prompt row ``[prompt][response 1]..[response n]`` per prompt: the prompt is one
+    segment whose keys are itself; each response is a segment whose keys are its prompt's followed by its own, so
+    with bottom-right causal alignment it sees the whole prompt and itself causally, never a sibling. Only the
+    prompt's keys and values are copied (once per response); its queries, and every layer's other work, stay
+    computed once. Cached: every layer asks for the same."""
+    q_lens, k_lens, index = [], [], []
+    start = 0
+    for prompt_len, responses in layout:
+        prompt = torch.arange(start, start + prompt_len)
+        q_lens.append(prompt_len)
+        k_lens.append(prompt_len)
+        index.append(prompt)
+        offset = start + prompt_len
+        for n in responses:
+            if n == 0:  # an empty response has no query; a zero-length segment would be a no-op
+                continue
+            q_lens.append(n)
+            k_lens.append(prompt_len + n)
+            index += [prompt, torch.arange(offset, offset + n)]
+            offset += n
+        start = offset
+    def cumulative(lens: list[int]) -> torch.Tensor:
+        return torch.tensor([0, *lens]).cumsum(0).to(device=device, dtype=torch.int32)
+
+    return VarlenArgs(cumulative(q_lens), cumulative(k_lens), max(q_lens), max(k_lens), torch.cat(index).to(device))
+
+
+@functools.cache
+def _varlen_attn_parameters() -> frozenset[str]:
+    from torch.nn.attention.varlen import varlen_attn
+
+    return frozenset(inspect.signature(varlen_attn).parameters)
+
+
+def torch_varlen_causal(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_q: torch.Tensor,
+    cu_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
+    scale: float | None,
+) -> torch.Tensor:
+    """Causal ``varlen_attn`` of ``q (T, H, d)`` against ``k/v (Tk, KV, d)`` -> ``(T, H, d)``, across the torch
+    versions that have it: 2.9-2.10 take ``is_causal`` and equal head counts, later ones ``window_size`` (``(-1, 0)``
+    is causal), ``enable_gqa`` and ``scale``."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = _varlen_attn_parameters()
+    kwargs: dict = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+    if k.shape[1] != q.shape[1]:
+        if "enable_gqa" in params:
+            kwargs["enable_gqa"] = True
+        else:  # query head h reads key/value head h // group, as repeat_interleave lays them out
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    if scale is not None:
+        if "scale" in params:
+            kwargs["scale"] = scale
+        elif not math.isclose(scale, q.shape[-1] ** -0.5):  # the kernel's fixed scale is 1/sqrt(d)
+            q = q * (scale * q.shape[-1] ** 0.5)
+    return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs)
+
+
+def varlen_packed_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    metadata,
+    scale: float | None,
+    max_len: int | None = None,
+    attend=None,
+) -> torch.Tensor:
+    """Attention of one packed row, query ``(1, H, T, d)``, key/value ``(1, KV, T, d)``, in one varlen call ->
+    ``(1, T, H, d)``. ``metadata``: ``cu_seq_lens`` (``max_len``: its longest sequence, else computed) or a
+    shared-prompt layout. ``attend``: the kernel (default ``torch_varlen_causal``; tests pass a reference)."""
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # (T, heads, d): HF's own layout, no copy
+    if isinstance(metadata, torch.Tensor):
+        cu = metadata.to(torch.int32)
+        longest = max_len if max_len is not None else int((cu[1:] - cu[:-1]).max())
+        args = VarlenArgs(cu, cu, longest, longest, None)
+    else:
+        args = varlen_args_for_layout(metadata, query.device)
+        k, v = k.index_select(0, args.key_index), v.index_select(0, args.key_index)
+    attend = attend or torch_varlen_causal
+    return attend(q, k, v, args.cu_q, args.cu_k, args.max_q, args.max_k, scale).unsqueeze(0)
+
+
 def packed_sdpa_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -297,9 +419,12 @@ def packed_sdpa_attention(
     cu = kwargs.get("cu_seq_lens_q")
     metadata = layout if layout is not None else cu
     dropout_p = dropout if module.training else 0.0
-    if metadata is not None and dropout_p == 0.0 and packed_attention_kernel(query.device) == FLEX:
+    kernel = packed_attention_kernel(query.device) if metadata is not None and dropout_p == 0.0 else PER_SEQUENCE
+    if kernel != PER_SEQUENCE:
         if query.shape[0] != 1:
             raise ValueError(f"packed attention expects one packed row, got batch {query.shape[0]}")
+        if kernel == VARLEN:
+            return varlen_packed_attention(query, key, value, metadata, scaling, kwargs.get("max_length_q")), None
         out = flex_packed_attention(query, key, value, metadata, scaling)
         return out.transpose(1, 2).contiguous(), None
     if layout is not None:

@@ -33,7 +33,7 @@ def test_gpu_check_runs_on_cpu_without_the_cluster_packages(tmp_path):
     )
     log = (out / "gpu_check.log").read_text() if (out / "gpu_check.log").is_file() else result.stdout
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == ["info", "flex", "engine", "mfu-tiny"], log[-3000:]
+    assert [s["step"] for s in steps] == ["info", "attention", "engine", "mfu-tiny"], log[-3000:]
     assert all(s["rc"] == 0 for s in steps), (steps, log[-5000:])
     info = json.loads((out / "info.json").read_text())
     assert info["packed_attention_kernel"] == "per_sequence" and not info["cuda_available"]
@@ -41,8 +41,9 @@ def test_gpu_check_runs_on_cpu_without_the_cluster_packages(tmp_path):
     assert engine["ok"] and all(engine["checks"].values()), engine
     assert engine["backend"] == "gloo" and engine["param_devices"] == ["cpu"]
     assert engine["log_prob_max_abs_diff"] < 1e-4  # fp32 on the CPU: the engine's packed forward is the reference's
-    flex = json.loads((out / "flex.json").read_text())
-    assert flex["ok"] and set(flex["cases"]) == {"plain", "shared_prompt"}
+    attention = json.loads((out / "attention.json").read_text())
+    assert attention["ok"] and set(attention["cases"]) == {"plain", "shared_prompt"}
+    assert attention["kernels"] == ["flex", "per_sequence"]  # the varlen kernel is CUDA's alone
     [mfu] = [json.loads(line) for line in (out / "mfu.jsonl").read_text().splitlines()]
     assert mfu["preset"] == "tiny" and mfu["mfu"] > 0
     summary = (out / "summary.md").read_text()

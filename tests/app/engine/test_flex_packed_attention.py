@@ -18,10 +18,8 @@ from app.engine import packed_attention
 from app.engine.forward import response_outputs
 from app.engine.packed_attention import (
     FLEX,
-    PER_SEQUENCE,
     SHARED_PROMPT_LAYOUT,
     flex_packed_attention,
-    packed_attention_kernel,
     packed_mask_mod_for,
     packed_sdpa_attention,
 )
@@ -58,12 +56,6 @@ def _per_sequence(q, k, v, metadata):
     kwargs = {SHARED_PROMPT_LAYOUT: metadata} if isinstance(metadata, tuple) else {"cu_seq_lens_q": metadata}
     out, _ = packed_sdpa_attention(_Layer(), q, k, v, None, **kwargs)  # CPU: the per-sequence kernel
     return out.transpose(1, 2)
-
-
-def test_kernel_choice_per_device():
-    # the measured faster path on both (docs/gpu_engine.md: H200 and AVX2 CPU); FLEX only where a bench asks for it
-    assert packed_attention_kernel(torch.device("cuda", 0)) == PER_SEQUENCE
-    assert packed_attention_kernel(CPU) == PER_SEQUENCE
 
 
 def test_mask_by_hand():
