@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine on one GPU, in under 10 minutes: GPU info, the fused packed-attention kernels (FlexAttention, PyTorch's
+# The engine on one GPU, in about 10 minutes: GPU info, the fused packed-attention kernels (FlexAttention, PyTorch's
 # varlen kernel) against the per-sequence path, the FSDP2 engine on NCCL (one-rank load, log-probs against an eager
 # reference, a training step), and the MFU presets of bench/engine_mfu.py. Every part runs under its own time limit, so one hang costs only its own budget.
 #
@@ -27,7 +27,7 @@ if [ "${1:-}" = "--cpu-tiny" ]; then
   LIMITS=(60 240 240)  # info, engine, attention
 else
   PART_ARGS=(--device cuda)
-  # budgets (s), 550 in all: info 15, engine 70, attention 50, presets 415; each MFU run builds its model on the GPU
+  # budgets (s), 620 in all: info 45, engine 70, attention 90, presets 415; each MFU run builds its model on the GPU
   # (once per cache folder), loads it, takes one warm-up step (compiles, where it compiles) and 2 timed steps of the
   # update alone. 0.5b runs the packed attention's two CUDA kernels side by side, and the varlen one with the decoder
   # layers compiled (actor.use_torch_compile); the larger presets run the default kernel. Two of them also write a
@@ -37,7 +37,7 @@ else
            "0.5b-varlen-compiled:0.5b:90:$ONE --attention auto --compile 1 --profile $OUT/profile-0.5b-compiled.txt"
            "1b-varlen:1b:60:$ONE --attention auto --profile $OUT/profile-1b.txt"
            "3b-varlen:3b:75:$ONE --attention auto" "7b-lora-varlen:7b-lora:95:$ONE --attention auto")
-  LIMITS=(15 70 50)  # info, engine, attention
+  LIMITS=(45 70 90)  # info, engine, attention
 fi
 
 step() {  # step NAME LIMIT_SECONDS COMMAND...

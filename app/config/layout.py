@@ -1,4 +1,5 @@
-"""The run's layout, decided once: the device, the placement, the rollout replicas and vLLM's memory settings.
+"""The run's layout, decided once: the device, the placement, the rollout replicas, vLLM's memory settings and whether
+the trainer compiles its layers.
 
 Defaults follow the machine the config describes, never the one the driver happens to run on: `trainer.n_gpus_per_node`
 says whether the run trains on GPUs (as in verl), `trainer.device=cpu` keeps such a layout but computes on the CPU (a
@@ -17,8 +18,9 @@ COLOCATED_GPU_MEMORY_UTILIZATION = 0.5
 
 
 def derive_layout(cfg: TrainerRunConfig) -> None:
-    """Fill trainer.device, trainer.placement, rollout.replicas, rollout.gpu_memory_utilization and
-    rollout.enforce_eager in place (after `derive_ranks`), or refuse a layout that cannot run."""
+    """Fill trainer.device, trainer.placement, rollout.replicas, rollout.gpu_memory_utilization,
+    rollout.enforce_eager and the roles' use_torch_compile in place (after `derive_ranks`), or refuse a layout that
+    cannot run."""
     trainer, rollout = cfg.trainer, cfg.actor_rollout_ref.rollout
     on_gpus = trainer.n_gpus_per_node > 0
     if trainer.device is None:
@@ -50,6 +52,22 @@ def derive_layout(cfg: TrainerRunConfig) -> None:
         raise ConfigError(f"{ROLLOUT}.gpu_memory_utilization={rollout.gpu_memory_utilization} must be in (0, 1]")
     if rollout.enforce_eager is None:
         rollout.enforce_eager = not (vllm_alone and trainer.device == "cuda")
+    _derive_compile(cfg)
+
+
+def _derive_compile(cfg: TrainerRunConfig) -> None:
+    """``use_torch_compile=None`` (actor, which the reference follows, and critic): compiled decoder layers where
+    they are built and checked, FSDP on CUDA without sequence parallelism; eager otherwise. An explicit value stays,
+    and the DeepSpeed and sequence-parallel checks refuse an explicit true."""
+    arr, critic = cfg.actor_rollout_ref, cfg.critic
+    on_cuda = cfg.trainer.device == "cuda"
+    actor_sp = max(arr.actor.ulysses_sequence_parallel_size, arr.ref.ulysses_sequence_parallel_size)
+    if arr.actor.use_torch_compile is None:
+        arr.actor.use_torch_compile = on_cuda and arr.actor.strategy != "deepspeed" and actor_sp == 1
+    if critic.use_torch_compile is None:
+        critic.use_torch_compile = (
+            on_cuda and critic.strategy != "deepspeed" and critic.ulysses_sequence_parallel_size == 1
+        )
 
 
 def _check_cpu_layout(cfg: TrainerRunConfig) -> None:

@@ -96,7 +96,6 @@ MEANINGS = {
     ("CriticConfig", "cliprange_value"): "value clip range around the old values",
     ("CriticConfig", "loss_agg_mode"): "how token value losses become one loss",
     ("CriticConfig", "grad_clip"): "gradient norm clipping",
-    ("CriticConfig", "use_torch_compile"): "compile each decoder layer",
     ("PolicyLossSection", "clip_cov_ub"): "clip_cov: upper bound of that range",
     ("OptimConfig", "lr"): "learning rate (AdamW)",
     ("OptimConfig", "weight_decay"): "AdamW weight decay",

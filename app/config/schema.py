@@ -239,7 +239,10 @@ class ActorConfig:
     # tokens per chunk when turning logits into log-probs/entropy; None: sized to the device and vocabulary
     # (app/engine/forward.py: 1024 on a GPU; on a CPU, float32 chunks of at most 16 MiB)
     logits_chunk_size: Optional[int] = None
-    use_torch_compile: bool = False  # compile each decoder layer: faster steps after a slow first one
+    # compile each decoder layer: faster steps after a slow first one. None: on where the trainer computes on CUDA
+    # with FSDP and no sequence parallelism (verl's default is on), off on a CPU, where compiling costs more than a
+    # short run gains
+    use_torch_compile: Optional[bool] = None
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
@@ -465,7 +468,7 @@ class CriticConfig:
     cliprange_value: float = 0.5
     loss_agg_mode: LossAggMode = "token-mean"
     grad_clip: float = 1.0
-    use_torch_compile: bool = False
+    use_torch_compile: Optional[bool] = None  # as actor.use_torch_compile
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     # verl: run a critic; None: when algorithm.adv_estimator needs one (gae), as in verl; a value must agree

@@ -189,13 +189,22 @@ def _shared_prompt_attention(
     return parts
 
 
+def _read_varlen_parameters() -> frozenset[str] | None:
+    """The parameter names of this torch's ``varlen_attn``; None where torch (before 2.9) has none. Read once at
+    import: inside a compiled layer a constant costs nothing, where a call here would break the graph."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return frozenset(inspect.signature(varlen_attn).parameters)
+
+
+_VARLEN_PARAMETERS = _read_varlen_parameters()
+
+
 def varlen_kernel_available() -> bool:
     """Whether this torch has ``torch.nn.attention.varlen.varlen_attn`` (2.9 and later)."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return _VARLEN_PARAMETERS is not None
 
 
 def packed_attention_kernel(device: torch.device) -> str:
@@ -336,17 +345,11 @@ def varlen_args_for_layout(layout: tuple[tuple[int, tuple[int, ...]], ...], devi
             index += [prompt, torch.arange(offset, offset + n)]
             offset += n
         start = offset
+
     def cumulative(lens: list[int]) -> torch.Tensor:
         return torch.tensor([0, *lens]).cumsum(0).to(device=device, dtype=torch.int32)
 
     return VarlenArgs(cumulative(q_lens), cumulative(k_lens), max(q_lens), max(k_lens), torch.cat(index).to(device))
-
-
-@functools.cache
-def _varlen_attn_parameters() -> frozenset[str]:
-    from torch.nn.attention.varlen import varlen_attn
-
-    return frozenset(inspect.signature(varlen_attn).parameters)
 
 
 def torch_varlen_causal(
@@ -362,9 +365,7 @@ def torch_varlen_causal(
     """Causal ``varlen_attn`` of ``q (T, H, d)`` against ``k/v (Tk, KV, d)`` -> ``(T, H, d)``, across the torch
     versions that have it: 2.9-2.10 take ``is_causal`` and equal head counts, later ones ``window_size`` (``(-1, 0)``
     is causal), ``enable_gqa`` and ``scale``."""
-    from torch.nn.attention.varlen import varlen_attn
-
-    params = _varlen_attn_parameters()
+    params = _VARLEN_PARAMETERS
     kwargs: dict = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
     if k.shape[1] != q.shape[1]:
         if "enable_gqa" in params:
@@ -377,7 +378,7 @@ def torch_varlen_causal(
             kwargs["scale"] = scale
         elif not math.isclose(scale, q.shape[-1] ** -0.5):  # the kernel's fixed scale is 1/sqrt(d)
             q = q * (scale * q.shape[-1] ** 0.5)
-    return varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs)
+    return torch.nn.attention.varlen.varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs)
 
 
 def varlen_packed_attention(

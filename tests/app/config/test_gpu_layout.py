@@ -158,3 +158,17 @@ def test_a_replica_must_fit_on_one_node():
     ):
         check_fits(plan, described_cluster(4, 4, 1))
     check_fits(plan, described_cluster(2, 4, 2))
+
+
+def test_layers_compile_by_default_where_the_trainer_computes_on_cuda_with_fsdp():
+    def compiled(cfg):
+        return cfg.actor_rollout_ref.actor.use_torch_compile, cfg.critic.use_torch_compile
+
+    assert compiled(load_config(with_dotted(BASE))) == (False, False)  # CPU: compiling costs more than it gains
+    assert compiled(gpu_cfg()) == (True, True)  # as verl's default
+    assert compiled(gpu_cfg(**{"trainer.device": "cpu"})) == (False, False)  # a GPU layout computed on the CPU
+    # where compiled layers are not built (DeepSpeed) or not checked (sequence parallelism), the default is eager and
+    # the config loads; an explicit true there is refused by those checks (test_deepspeed_config, test_verl_examples)
+    assert compiled(gpu_cfg(**{"actor_rollout_ref.actor.strategy": "deepspeed"})) == (False, True)
+    assert compiled(gpu_cfg(**{"critic.ulysses_sequence_parallel_size": 2})) == (True, False)
+    assert compiled(gpu_cfg(**{"actor_rollout_ref.actor.use_torch_compile": False})) == (False, True)  # explicit stays

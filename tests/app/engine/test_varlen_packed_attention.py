@@ -9,6 +9,8 @@ kernel itself is checked against an fp64 reference on a GPU by ``bench/gpu_check
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -156,11 +158,8 @@ def _install_fake_varlen(monkeypatch, signature_of):
         seen.update(kwargs, key_heads=key.shape[1])
         return reference_varlen_causal(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, kwargs.get("scale"))
 
-    fake.__signature__ = __import__("inspect").signature(signature_of)
     monkeypatch.setattr(varlen_module, "varlen_attn", fake)
-    monkeypatch.setattr(
-        packed_attention, "_varlen_attn_parameters", packed_attention._varlen_attn_parameters.__wrapped__
-    )
+    monkeypatch.setattr(packed_attention, "_VARLEN_PARAMETERS", frozenset(inspect.signature(signature_of).parameters))
     return seen
 
 
@@ -188,3 +187,37 @@ def test_adapter_speaks_each_torch_signature(monkeypatch, version, scale):
     else:
         assert seen["window_size"] == (-1, 0) and seen["enable_gqa"] and seen["key_heads"] == KV_HEADS
         assert seen.get("scale") == scale
+
+
+@torch.library.custom_op("rayrl_test::stand_in_varlen", mutates_args=())
+def _stand_in_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return q.clone()
+
+
+@_stand_in_varlen.register_fake
+def _(q, k, v):
+    return torch.empty_like(q)
+
+
+@pytest.mark.parametrize("max_length_q", [max(LENGTHS), None], ids=["from_packing", "read_from_cu"])
+def test_a_compiled_layer_traces_the_varlen_call_without_a_graph_break(monkeypatch, max_length_q):
+    """actor.use_torch_compile compiles each decoder layer: the varlen path must add no graph break there. The kernel
+    choice and the signature adapter are constants to dynamo, and the longest sequence comes from the packing
+    (``max_length_q``); reading it from ``cu_seq_lens`` on the device would break the graph."""
+    import torch.nn.attention.varlen as varlen_module
+
+    monkeypatch.setattr(varlen_module, "varlen_attn", lambda q, k, v, *args, **kwargs: _stand_in_varlen(q, k, v))
+    monkeypatch.setattr(packed_attention, "_VARLEN_PARAMETERS", frozenset(inspect.signature(_torch_2_13).parameters))
+    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device: VARLEN)
+    cu = _cu(LENGTHS)
+    extra = {} if max_length_q is None else {"max_length_q": max_length_q}
+
+    def layer_attention(q, k, v):
+        return packed_sdpa_attention(_Layer(), q, k, v, None, cu_seq_lens_q=cu, **extra)[0]
+
+    q, k, v = (torch.randn(1, h, sum(LENGTHS), DIM) for h in (HEADS, KV_HEADS, KV_HEADS))
+    explained = torch._dynamo.explain(layer_attention)(q, k, v)
+    if max_length_q is None:  # the test can tell: a device read breaks the graph
+        assert explained.graph_break_count > 0
+    else:
+        assert explained.graph_break_count == 0, explained.break_reasons
