@@ -519,7 +519,7 @@ def main(argv=None) -> list[dict]:
     if args.attention != "auto":  # this process only: every packed attention call takes the named kernel
         from app.engine import packed_attention
 
-        packed_attention.packed_attention_kernel = lambda device: args.attention
+        packed_attention.packed_attention_kernel = lambda device, dtype=None: args.attention
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -280,7 +280,7 @@ def _attention_runs(q, k, v, metadata, grad_out, kernel: str, compiled: bool, ba
         layer = torch.nn.Module().eval()
         kwargs = {SHARED_PROMPT_LAYOUT: metadata} if isinstance(metadata, tuple) else {"cu_seq_lens_q": metadata}
         chosen = packed_attention.packed_attention_kernel
-        packed_attention.packed_attention_kernel = lambda device: packed_attention.PER_SEQUENCE
+        packed_attention.packed_attention_kernel = lambda device, dtype=None: packed_attention.PER_SEQUENCE
         try:
             out = packed_sdpa_attention(layer, *inputs, None, **kwargs)[0].transpose(1, 2)
         finally:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
-from app.engine.packed_attention import register_packed_attention
+from app.engine.packed_attention import packed_attention_kernel, register_packed_attention
 from app.engine.spec import EngineSpec
 
 # tokenizer and generation files copied next to exported weights so the folder is a complete HF model
@@ -29,14 +29,15 @@ _HF_SIDE_FILES = (
 
 
 def attention_implementation(device: torch.device) -> str:
-    """flash-attention 2 (varlen) on GPUs that have it; otherwise per-sequence sdpa for packed rows."""
+    """flash-attention 2 (varlen) on GPUs that have it; otherwise our packed attention (PyTorch's varlen kernel on
+    GPUs that run it, per-sequence sdpa elsewhere)."""
     if device.type == "cuda":
         try:
             import flash_attn  # noqa: F401
 
             return "flash_attention_2"
         except ImportError:
-            pass
+            packed_attention_kernel(device)  # asks the GPU its compute capability now, not inside compiled layers
     return register_packed_attention()
 
 

@@ -207,11 +207,25 @@ def varlen_kernel_available() -> bool:
     return _VARLEN_PARAMETERS is not None
 
 
-def packed_attention_kernel(device: torch.device) -> str:
-    """``VARLEN`` on CUDA where torch has it, else ``PER_SEQUENCE`` (docs/gpu_engine.md has the measurements: on an
-    H200 FlexAttention trained slower than one sdpa call per sequence; on a CPU neither fused kernel has a backward).
-    ``FLEX`` stays a tested alternative that benchmarks select (`bench/engine_mfu.py --attention flex`)."""
-    if device.type == "cuda" and varlen_kernel_available():
+# the flash-attention kernel behind varlen_attn runs on Ampere and newer GPUs (compute capability 8.0) in half precision
+_FLASH_MIN_CAPABILITY = (8, 0)
+_FLASH_DTYPES = (torch.bfloat16, torch.float16)
+_flash_capable_gpus: dict[int, bool] = {}  # per GPU index; filled when the model is built, outside compiled code
+
+
+def _flash_capable(device: torch.device) -> bool:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _flash_capable_gpus:
+        _flash_capable_gpus[index] = torch.cuda.get_device_capability(index) >= _FLASH_MIN_CAPABILITY
+    return _flash_capable_gpus[index]
+
+
+def packed_attention_kernel(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> str:
+    """``VARLEN`` on a CUDA GPU of compute capability 8.0 or newer, in bf16/fp16, where torch has the kernel; else
+    ``PER_SEQUENCE`` (docs/gpu_engine.md has the measurements: on an H200 the varlen kernel was the fastest and
+    FlexAttention the slowest; on a CPU neither fused kernel has a backward). ``FLEX`` stays a tested alternative that
+    benchmarks select (`bench/engine_mfu.py --attention flex`)."""
+    if device.type == "cuda" and dtype in _FLASH_DTYPES and varlen_kernel_available() and _flash_capable(device):
         return VARLEN
     return PER_SEQUENCE
 
@@ -420,7 +434,8 @@ def packed_sdpa_attention(
     cu = kwargs.get("cu_seq_lens_q")
     metadata = layout if layout is not None else cu
     dropout_p = dropout if module.training else 0.0
-    kernel = packed_attention_kernel(query.device) if metadata is not None and dropout_p == 0.0 else PER_SEQUENCE
+    packed = metadata is not None and dropout_p == 0.0
+    kernel = packed_attention_kernel(query.device, query.dtype) if packed else PER_SEQUENCE
     if kernel != PER_SEQUENCE:
         if query.shape[0] != 1:
             raise ValueError(f"packed attention expects one packed row, got batch {query.shape[0]}")

@@ -134,7 +134,7 @@ def test_model_log_probs_with_flex_equal_per_sequence(monkeypatch, tiny_llama_di
             )["log_probs"]
 
     want = log_probs()
-    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device: FLEX)
+    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device, dtype=None: FLEX)
     from torch.nn.attention.flex_attention import flex_attention
 
     calls = []
@@ -182,7 +182,7 @@ def test_engine_builds_one_block_mask_per_forward(monkeypatch, tiny_llama_dir, m
     builds = []
     real_create = flex_module.create_block_mask
     monkeypatch.setattr(flex_module, "create_block_mask", lambda *a, **k: builds.append(1) or real_create(*a, **k))
-    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device: FLEX)
+    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device, dtype=None: FLEX)
     monkeypatch.setattr(packed_attention, "_compiled_flex_attention", lambda: flex_module.flex_attention)
     monkeypatch.setattr(packed_attention, "_block_masks", packed_attention._LastBlockMask())  # nothing cached
     got = log_probs()

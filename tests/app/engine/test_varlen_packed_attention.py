@@ -10,6 +10,7 @@ kernel itself is checked against an fp64 reference on a GPU by ``bench/gpu_check
 from __future__ import annotations
 
 import inspect
+import sys
 
 import pytest
 import torch
@@ -25,7 +26,6 @@ from app.engine.packed_attention import (
     packed_sdpa_attention,
     torch_varlen_causal,
     varlen_args_for_layout,
-    varlen_kernel_available,
     varlen_packed_attention,
 )
 
@@ -85,7 +85,13 @@ def _outputs_and_grads(attend, metadata):
 def test_kernel_choice_per_device(monkeypatch):
     assert packed_attention_kernel(CPU) == PER_SEQUENCE  # no fused kernel has a CPU backward
     cuda = torch.device("cuda", 0)
-    assert packed_attention_kernel(cuda) == (VARLEN if varlen_kernel_available() else PER_SEQUENCE)
+    monkeypatch.setitem(packed_attention._flash_capable_gpus, 0, True)  # as an Ampere or newer GPU answers
+    monkeypatch.setattr(packed_attention, "varlen_kernel_available", lambda: True)
+    assert packed_attention_kernel(cuda, torch.bfloat16) == packed_attention_kernel(cuda, torch.float16) == VARLEN
+    assert packed_attention_kernel(cuda, torch.float32) == PER_SEQUENCE  # the flash kernel is half precision only
+    monkeypatch.setitem(packed_attention._flash_capable_gpus, 0, False)  # a V100 or T4 (compute capability < 8.0)
+    assert packed_attention_kernel(cuda) == PER_SEQUENCE
+    monkeypatch.setitem(packed_attention._flash_capable_gpus, 0, True)
     monkeypatch.setattr(packed_attention, "varlen_kernel_available", lambda: False)  # torch before 2.9
     assert packed_attention_kernel(cuda) == PER_SEQUENCE
 
@@ -137,7 +143,7 @@ def test_packed_forward_takes_the_varlen_kernel_once_per_layer(monkeypatch, tiny
         calls.append(int(max_q))
         return reference_varlen_causal(q, k, v, cu_q, cu_k, max_q, max_k, scale)
 
-    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device: VARLEN)
+    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device, dtype=None: VARLEN)
     monkeypatch.setattr(packed_attention, "torch_varlen_causal", counted)
     for share_prompts in (False, True):
         calls.clear()
@@ -208,7 +214,7 @@ def test_a_compiled_layer_traces_the_varlen_call_without_a_graph_break(monkeypat
 
     monkeypatch.setattr(varlen_module, "varlen_attn", lambda q, k, v, *args, **kwargs: _stand_in_varlen(q, k, v))
     monkeypatch.setattr(packed_attention, "_VARLEN_PARAMETERS", frozenset(inspect.signature(_torch_2_13).parameters))
-    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device: VARLEN)
+    monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device, dtype=None: VARLEN)
     cu = _cu(LENGTHS)
     extra = {} if max_length_q is None else {"max_length_q": max_length_q}
 
@@ -221,3 +227,22 @@ def test_a_compiled_layer_traces_the_varlen_call_without_a_graph_break(monkeypat
         assert explained.graph_break_count > 0
     else:
         assert explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_the_gpu_is_asked_its_capability_once_when_the_model_is_built(monkeypatch):
+    """The compute capability is read when the engine picks the attention implementation (outside compiled layers)
+    and remembered per GPU; a pre-Ampere GPU keeps the per-sequence path."""
+    from app.engine import hf_model
+
+    asked = []
+    capabilities = {0: (9, 0), 1: (7, 5)}  # an H100/H200, a T4
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: asked.append(index) or capabilities[index])
+    monkeypatch.setattr(packed_attention, "_flash_capable_gpus", {})
+    monkeypatch.setattr(packed_attention, "varlen_kernel_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "flash_attn", None)  # the flash-attn package is not installed
+    for index in (0, 1):
+        assert hf_model.attention_implementation(torch.device("cuda", index)) == packed_attention.PACKED_SDPA
+    assert asked == [0, 1] and packed_attention._flash_capable_gpus == {0: True, 1: False}
+    assert packed_attention_kernel(torch.device("cuda", 0)) == VARLEN
+    assert packed_attention_kernel(torch.device("cuda", 1)) == PER_SEQUENCE
+    assert asked == [0, 1]  # remembered: no further question to the GPU
