@@ -12,22 +12,16 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from packed_rows import CPU, DIM, HEADS, KV_HEADS, LAYOUT, LENGTHS, cu_of, per_sequence
 from torch.nn.attention.flex_attention import create_mask
 
 from app.engine import packed_attention
 from app.engine.forward import response_outputs
 from app.engine.packed_attention import (
     FLEX,
-    SHARED_PROMPT_LAYOUT,
     flex_packed_attention,
     packed_mask_mod_for,
-    packed_sdpa_attention,
 )
-
-HEADS, KV_HEADS, DIM = 6, 2, 8
-LENGTHS = [5, 1, 7, 3]  # plain packing: four sequences
-LAYOUT = ((5, (3, 0, 4)), (2, (1,)))  # shared prompts: 5 tokens with responses 3, 0, 4; 2 tokens with one of 1
-CPU = torch.device("cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -37,10 +31,6 @@ def _quiet_eager_flex():
         yield
 
 
-def _cu(lengths):
-    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-
-
 def _qkv(total, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [
@@ -48,19 +38,13 @@ def _qkv(total, dtype, seed=0):
     ]
 
 
-class _Layer(torch.nn.Module):
-    training = False
-
-
 def _per_sequence(q, k, v, metadata):
-    kwargs = {SHARED_PROMPT_LAYOUT: metadata} if isinstance(metadata, tuple) else {"cu_seq_lens_q": metadata}
-    out, _ = packed_sdpa_attention(_Layer(), q, k, v, None, **kwargs)  # CPU: the per-sequence kernel
-    return out.transpose(1, 2)
+    return per_sequence(q, k, v, metadata).transpose(1, 2)
 
 
 def test_mask_by_hand():
     # plain: sequences [0, 2) and [2, 5), each causal, never across
-    plain = create_mask(packed_mask_mod_for(_cu([2, 3]), 5, CPU), None, None, 5, 5, device=CPU)[0, 0]
+    plain = create_mask(packed_mask_mod_for(cu_of([2, 3]), 5, CPU), None, None, 5, 5, device=CPU)[0, 0]
     assert plain.int().tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]]
     # shared: prompt p0 p1, response a0 (1 token), response b0 b1: each response sees the prompt and itself only
     shared = create_mask(packed_mask_mod_for(((2, (1, 2)),), 5, CPU), None, None, 5, 5, device=CPU)[0, 0]
@@ -73,7 +57,7 @@ def test_mask_by_hand():
     ]
 
 
-@pytest.mark.parametrize("metadata", [_cu(LENGTHS), LAYOUT], ids=["plain", "shared_prompt"])
+@pytest.mark.parametrize("metadata", [cu_of(LENGTHS), LAYOUT], ids=["plain", "shared_prompt"])
 def test_flex_forward_equals_per_sequence_fp32(metadata):
     total = sum(LENGTHS) if isinstance(metadata, torch.Tensor) else sum(p + sum(r) for p, r in LAYOUT)
     q, k, v = _qkv(total, torch.float32)
@@ -83,7 +67,7 @@ def test_flex_forward_equals_per_sequence_fp32(metadata):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("metadata", [_cu(LENGTHS), LAYOUT], ids=["plain", "shared_prompt"])
+@pytest.mark.parametrize("metadata", [cu_of(LENGTHS), LAYOUT], ids=["plain", "shared_prompt"])
 def test_flex_mask_gives_per_sequence_gradients(metadata):
     total = sum(LENGTHS) if isinstance(metadata, torch.Tensor) else sum(p + sum(r) for p, r in LAYOUT)
     dense = create_mask(packed_mask_mod_for(metadata, total, CPU), None, None, total, total, device=CPU)
@@ -103,10 +87,10 @@ def test_flex_mask_gives_per_sequence_gradients(metadata):
 
 
 def test_block_mask_is_built_once_per_forward():
-    metadata = _cu(LENGTHS)
+    metadata = cu_of(LENGTHS)
     first = packed_attention._block_masks.get(metadata, sum(LENGTHS), CPU)
     assert packed_attention._block_masks.get(metadata, sum(LENGTHS), CPU) is first  # every layer: the same
-    assert packed_attention._block_masks.get(_cu(LENGTHS), sum(LENGTHS), CPU) is not first  # the next forward
+    assert packed_attention._block_masks.get(cu_of(LENGTHS), sum(LENGTHS), CPU) is not first  # the next forward
     total = sum(p + sum(r) for p, r in LAYOUT)
     shared = packed_attention._block_masks.get(LAYOUT, total, CPU)
     # a layout rebuilt by FSDP's input casting is equal, not identical: still the same mask

@@ -15,12 +15,12 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from packed_rows import CPU, DIM, HEADS, KV_HEADS, LAYOUT, LENGTHS, EvalLayer, cu_of, per_sequence, total_tokens
 
 from app.engine import packed_attention
 from app.engine.forward import response_outputs
 from app.engine.packed_attention import (
     PER_SEQUENCE,
-    SHARED_PROMPT_LAYOUT,
     VARLEN,
     packed_attention_kernel,
     packed_sdpa_attention,
@@ -28,19 +28,6 @@ from app.engine.packed_attention import (
     varlen_args_for_layout,
     varlen_packed_attention,
 )
-
-HEADS, KV_HEADS, DIM = 6, 2, 8
-LENGTHS = [5, 1, 7, 3]  # plain packing: four sequences
-LAYOUT = ((5, (3, 0, 4)), (2, (1,)))  # shared prompts: 5 tokens with responses 3, 0, 4; 2 tokens with one of 1
-CPU = torch.device("cpu")
-
-
-def _cu(lengths):
-    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-
-
-def _total(metadata):
-    return sum(LENGTHS) if isinstance(metadata, torch.Tensor) else sum(p + sum(r) for p, r in metadata)
 
 
 def reference_varlen_causal(q, k, v, cu_q, cu_k, max_q, max_k, scale):
@@ -59,19 +46,9 @@ def reference_varlen_causal(q, k, v, cu_q, cu_k, max_q, max_k, scale):
     return torch.cat(outs)
 
 
-class _Layer(torch.nn.Module):
-    training = False
-
-
-def _per_sequence(q, k, v, metadata):
-    kwargs = {SHARED_PROMPT_LAYOUT: metadata} if isinstance(metadata, tuple) else {"cu_seq_lens_q": metadata}
-    out, _ = packed_sdpa_attention(_Layer(), q, k, v, None, **kwargs)  # CPU: the per-sequence kernel
-    return out
-
-
 def _outputs_and_grads(attend, metadata):
     g = torch.Generator().manual_seed(0)
-    total = _total(metadata)
+    total = total_tokens(metadata)
     inputs = [
         torch.randn(1, h, total, DIM, generator=g, dtype=torch.float64).requires_grad_()
         for h in (HEADS, KV_HEADS, KV_HEADS)
@@ -107,9 +84,9 @@ def test_layout_arguments_by_hand():
     assert args.cu_q.tolist() == [0, 1, 2, 3, 4] and args.key_index.tolist() == [0, 0, 1, 2, 2, 3]
 
 
-@pytest.mark.parametrize("metadata", [_cu(LENGTHS), LAYOUT], ids=["plain", "shared_prompt"])
+@pytest.mark.parametrize("metadata", [cu_of(LENGTHS), LAYOUT], ids=["plain", "shared_prompt"])
 def test_varlen_equals_per_sequence_outputs_and_gradients(metadata):
-    want = _outputs_and_grads(lambda q, k, v: _per_sequence(q, k, v, metadata), metadata)
+    want = _outputs_and_grads(lambda q, k, v: per_sequence(q, k, v, metadata), metadata)
     got = _outputs_and_grads(
         lambda q, k, v: varlen_packed_attention(q, k, v, metadata, None, attend=reference_varlen_causal), metadata
     )
@@ -183,7 +160,7 @@ def _torch_2_13(
 def test_adapter_speaks_each_torch_signature(monkeypatch, version, scale):
     seen = _install_fake_varlen(monkeypatch, version)
     g = torch.Generator().manual_seed(3)
-    cu = _cu(LENGTHS)
+    cu = cu_of(LENGTHS)
     q, k, v = (torch.randn(sum(LENGTHS), h, DIM, generator=g, dtype=torch.float64) for h in (HEADS, KV_HEADS, KV_HEADS))
     got = torch_varlen_causal(q, k, v, cu, cu, max(LENGTHS), max(LENGTHS), scale)
     want = reference_varlen_causal(q, k, v, cu, cu, max(LENGTHS), max(LENGTHS), scale)
@@ -215,11 +192,11 @@ def test_a_compiled_layer_traces_the_varlen_call_without_a_graph_break(monkeypat
     monkeypatch.setattr(varlen_module, "varlen_attn", lambda q, k, v, *args, **kwargs: _stand_in_varlen(q, k, v))
     monkeypatch.setattr(packed_attention, "_VARLEN_PARAMETERS", frozenset(inspect.signature(_torch_2_13).parameters))
     monkeypatch.setattr(packed_attention, "packed_attention_kernel", lambda device, dtype=None: VARLEN)
-    cu = _cu(LENGTHS)
+    cu = cu_of(LENGTHS)
     extra = {} if max_length_q is None else {"max_length_q": max_length_q}
 
     def layer_attention(q, k, v):
-        return packed_sdpa_attention(_Layer(), q, k, v, None, cu_seq_lens_q=cu, **extra)[0]
+        return packed_sdpa_attention(EvalLayer(), q, k, v, None, cu_seq_lens_q=cu, **extra)[0]
 
     q, k, v = (torch.randn(1, h, sum(LENGTHS), DIM) for h in (HEADS, KV_HEADS, KV_HEADS))
     explained = torch._dynamo.explain(layer_attention)(q, k, v)
