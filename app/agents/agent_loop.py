@@ -221,6 +221,8 @@ class AgentLoop:
         for r in results:
             if r.error:
                 traj.tool_errors[r.error] = traj.tool_errors.get(r.error, 0) + 1
+            elif not r.metrics.get("error"):  # a tool reports a bad argument in its metrics (the calculator does)
+                traj.tool_calls_ok += 1
         messages = [{"role": "tool", "content": r.content} for r in results]
         traj.turns += messages
         return messages

@@ -161,3 +161,11 @@ def test_a_batch_runs_concurrently_prompt_major_with_tool_errors_counted(tokeniz
     assert t.tool_errors == {"unknown_tool": 1, "too_many_calls": 1}
     assert t.turns[1]["content"].startswith("Error: only numbers")
     assert all((t.assistant_turns, t.tool_turns, t.tool_calls, t.tool_error_count) == (2, 1, 3, 2) for t in trajs)
+    assert t.tool_calls_ok == 0  # the calculator answered its one call with its own error metric
+
+
+def test_a_call_the_tool_answers_counts_as_ok(tokenizer):
+    loop, _ = make_loop(tokenizer, [CALL, ANSWER])
+    [t] = loop.run([prompt_ids(tokenizer)], version=3, sampling=SAMPLING)
+    assert (t.tool_calls, t.tool_calls_ok, t.tool_error_count) == (1, 1, 0)
+    assert t.turns[1]["content"] == PRODUCT
