@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         *extra,
     ]
     print("command:", " ".join(cmd), flush=True)
-    print(f"machine: {platform.machine()}, {platform.processor() or 'unknown CPU'}, {_cores()} cores", flush=True)
+    print(f"machine: {platform.machine()}, {_cpu_name()}, {len(os.sched_getaffinity(0))} cores", flush=True)
     log = args.out / "train.log"
     start = time.monotonic()
     with log.open("w") as f:
@@ -140,10 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0))
+def _cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":
