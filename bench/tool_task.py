@@ -2,7 +2,7 @@
 before/after table of greedy validation: the reward (a right final answer only: calling the tool earns nothing), the
 share of answers that used the tool cleanly, tool calls and model turns per episode, and response tokens.
 
-    python bench/tool_task.py [--steps 6] [--val-size 32] [--model models/smollm2-135m-instruct]
+    python bench/tool_task.py [--steps 4] [--val-size 32] [--model models/smollm2-135m-instruct]
         [--out outputs/tool_task] [key=value training overrides ...]
 
 Trains with `python -m app.train --config-name quickstart` (LoRA, the quickstart's CPU settings) and the multi-turn
@@ -92,7 +92,7 @@ def table(values: dict[str, tuple[int, float, int, float]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--val-size", type=int, default=32, help="validation prompts (data.val_max_samples)")
     parser.add_argument("--model", type=Path, default=REPO / "models" / "smollm2-135m-instruct")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "tool_task")
