@@ -16,7 +16,7 @@ from app.agents.chat_glue import ChatGlue
 from app.agents.interaction_base import BaseInteraction
 from app.agents.interaction_config import KEY as INTERACTION_KEY
 from app.agents.tool_base import BaseTool, call_tool
-from app.agents.tool_calls import parse_tool_calls
+from app.agents.tool_calls import MARKERS, parse_tool_calls
 from app.agents.tool_runner import ToolRunner
 from app.agents.trajectory import Trajectory
 
@@ -26,7 +26,7 @@ class AgentLoopLimits:
     response_length: int  # token budget after the prompt: model tokens, tool results and glue together
     max_assistant_turns: Optional[int] = None  # None: only the budget limits the turns
     max_user_turns: Optional[int] = None  # tool-result and interaction turns count as user turns, as in verl
-    format: str = "hermes"
+    format: str = "hermes"  # one of tool_calls.FORMATS
     max_concurrency: int = 64  # trajectories in flight at once
 
     @classmethod
@@ -71,6 +71,9 @@ class AgentLoop:
         self.limits = limits
         self.interactions = dict(interactions or {})
         self.glue = ChatGlue(tokenizer)
+        marker = MARKERS[limits.format]
+        # the format's marker as one token of this vocabulary (None: absent, or written as plain text)
+        self.marker_id = tokenizer.get_vocab().get(marker) if marker else None
 
     def run(
         self,
@@ -184,7 +187,7 @@ class AgentLoop:
             traj.finish_reason = sample.finish_reason
             if sample.finish_reason != "stop":  # cut by the budget, or aborted: nothing to act on
                 return
-            calls = parse_tool_calls(text, limits.format)
+            calls = parse_tool_calls(self._call_text(sample.response_token_ids, text), limits.format)
             if not calls and session is None:
                 return
             if limits.max_assistant_turns is not None and traj.assistant_turns >= limits.max_assistant_turns:
@@ -206,6 +209,22 @@ class AgentLoop:
                 return
             traj.add_context_tokens(glue)
 
+    def _call_text(self, ids: Sequence[int], text: str) -> str:
+        """The turn as the call parser reads it: `text` (special tokens skipped), but with the format's marker kept
+        where the model wrote it as a special token (Llama's `<|python_tag|>`, Mistral's `[TOOL_CALLS]`)."""
+        if self.marker_id is None or self.marker_id not in ids:
+            return text
+        segments, current = [], []
+        for token in ids:
+            if token == self.marker_id:
+                segments.append(current)
+                current = []
+            else:
+                current.append(token)
+        segments.append(current)
+        marker = MARKERS[self.limits.format]
+        return marker.join(self.tokenizer.decode(s, skip_special_tokens=True) for s in segments)
+
     def _run_tools(
         self,
         traj: Trajectory,
@@ -221,6 +240,8 @@ class AgentLoop:
         for r in results:
             if r.error:
                 traj.tool_errors[r.error] = traj.tool_errors.get(r.error, 0) + 1
+            elif not r.metrics.get("error"):  # a tool reports a bad argument in its metrics (the calculator does)
+                traj.tool_calls_ok += 1
         messages = [{"role": "tool", "content": r.content} for r in results]
         traj.turns += messages
         return messages

@@ -66,21 +66,26 @@ class AgentRollout:
     ) -> list[RolloutSample]:
         """The client's `generate`, one sample per trajectory; `rows`: `trajectories`' per-prompt arguments."""
         trajs = self.trajectories(prompt_token_ids, expect_version=expect_version, validation=validation, **rows)
-        n = len(trajs) // max(1, len(prompt_token_ids))
-        out = []
-        for row, t in enumerate(trajs):
-            keep = [k for k, m in enumerate(t.response_mask) if m]
-            out.append(
-                RolloutSample(
-                    row // n,
-                    row % n,
-                    [t.response_ids[k] for k in keep],
-                    [t.response_logprobs[k] for k in keep],
-                    t.finish_reason,
-                    expect_version,
-                )
+        return as_samples(trajs, len(prompt_token_ids), expect_version)
+
+
+def as_samples(trajs: Sequence[Trajectory], prompt_count: int, version: int) -> list[RolloutSample]:
+    """One sample per trajectory (prompt-major, as `trajectories` returns them), its response the model's own tokens."""
+    n = len(trajs) // max(1, prompt_count)
+    out = []
+    for row, t in enumerate(trajs):
+        keep = [k for k, m in enumerate(t.response_mask) if m]
+        out.append(
+            RolloutSample(
+                row // n,
+                row % n,
+                [t.response_ids[k] for k in keep],
+                [t.response_logprobs[k] for k in keep],
+                t.finish_reason,
+                version,
             )
-        return out
+        )
+    return out
 
 
 def _column(extra_infos: ExtraInfos, key: str) -> Optional[list[Any]]:

@@ -19,6 +19,7 @@ class Trajectory:
     tool_turns: int = 0
     tool_calls: int = 0
     tool_errors: dict[str, int] = field(default_factory=dict)  # error kind -> count
+    tool_calls_ok: int = 0  # calls that parsed, reached their tool and came back without an error (its own included)
     tool_rewards: dict[str, float] = field(default_factory=dict)  # tool name -> calc_reward at the end
     interaction_turns: int = 0  # user turns the interaction wrote (its last one too, when it ended the episode)
     turn_scores: list[float] = field(default_factory=list)  # the interaction's score of each of those turns

@@ -19,7 +19,7 @@ KEY = "actor_rollout_ref.rollout.multi_turn"
 def check_multi_turn(cfg: Any) -> None:
     mt = cfg.actor_rollout_ref.rollout.multi_turn
     if mt.format not in FORMATS:
-        raise ConfigError(f"{KEY}.format={mt.format!r}: tool calls are parsed in {FORMATS} format only")
+        raise ConfigError(f"{KEY}.format={mt.format!r}: the tool-call format must be one of {FORMATS}")
     if mt.tool_response_truncate_side not in TRUNCATE_SIDES:
         raise ConfigError(
             f"{KEY}.tool_response_truncate_side={mt.tool_response_truncate_side!r}: one of {TRUNCATE_SIDES}"

@@ -294,7 +294,7 @@ class MultiTurnConfig:
     interaction_config_path: Optional[str] = None  # verl's interaction YAML: interaction: [{name, class_name, config}]
     use_inference_chat_template: bool = False  # no effect: each turn's new messages use the model's chat template
     tokenization_sanity_check_mode: Literal["strict", "disable", "ignore_strippable"] = "strict"  # no effect
-    format: str = "hermes"  # tool calls as JSON {"name", "arguments"} between tool_call tags (Hermes)
+    format: str = "hermes"  # how tool calls are written: hermes, llama3_json or mistral (app/agents/tool_calls.py)
     tool_timeout_s: float = 30.0  # ours, not verl's: a tool call not answered by then becomes an error message
 
 

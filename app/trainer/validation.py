@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from app.agents.rollout import AgentRollout
+from app.agents.rollout import AgentRollout, as_samples
+from app.agents.trajectory import Trajectory
 from app.trainer.collectives import RankGroup
 
 
@@ -19,7 +20,8 @@ def validate(
     """`val-core/<source>/reward/mean`, `val-core/reward/mean` (all prompts) and `val-aux/response_length/mean`,
     from `rollout.generate(..., validation=True)` (the `val_kwargs` sampling; greedy by default) at `version`; and
     `val-aux/<source>/<field>/mean` for each numeric extra field of reward functions that return dicts (the built-in
-    arithmetic reward's `acc` and `formatted`), so that a run shows which part of the reward moved.
+    arithmetic reward's `acc` and `formatted`), so that a run shows which part of the reward moved. Multi-turn
+    rollouts add `val-aux/multi_turn/<count>/mean` per trajectory (`validation_counts`), over all sources.
 
     Also returns, on rank 0 (empty elsewhere), `keep_samples` rows of {data_source, input, output, ground_truth,
     score}: the same prompts at every validation (a seeded draw), so a table shows one prompt's answers over steps."""
@@ -33,10 +35,20 @@ def validate(
     sums = torch.zeros(len(sources) * 2 + 1, dtype=torch.float64)  # (reward, count) per source, response tokens
     fields: dict[str, list[float]] = {}  # "<source>/<field>" -> [sum, count] of this rank's numeric values
     if records:
-        per_row = {}
+        prompt_ids = [r.prompt_ids for r in records]
+        turn_counts: list[dict[str, float]] = []  # per sample, multi-turn only
         if isinstance(rollout, AgentRollout):  # multi-turn: tools and interactions read the rows' kwargs
-            per_row = {"extra_infos": [r.extra_info for r in records], "prompt_messages": [r.messages for r in records]}
-        samples = rollout.generate([r.prompt_ids for r in records], validation=True, expect_version=version, **per_row)
+            trajs = rollout.trajectories(
+                prompt_ids,
+                expect_version=version,
+                validation=True,
+                extra_infos=[r.extra_info for r in records],
+                prompt_messages=[r.messages for r in records],
+            )
+            samples = as_samples(trajs, len(prompt_ids), version)
+            turn_counts = [validation_counts(t) for t in trajs]
+        else:
+            samples = rollout.generate(prompt_ids, validation=True, expect_version=version)
         texts = tokenizer.batch_decode([s.response_token_ids for s in samples], skip_special_tokens=True)
         picked = [records[s.prompt_index] for s in samples]
         scores, _, extra = scorer.score(
@@ -62,6 +74,9 @@ def validate(
                         "score": float(score),
                     }
                 )
+            for name, value in (turn_counts[i] if turn_counts else {}).items():
+                total = fields.setdefault(f"multi_turn/{name}", [0.0, 0.0])
+                total[0], total[1] = total[0] + value, total[1] + 1
             for name, values in extra.items():
                 if isinstance(values[i], (int, float)):  # bool included; text fields (e.g. `pred`) are not averaged
                     total = fields.setdefault(f"{rec.data_source}/{name}", [0.0, 0.0])
@@ -82,6 +97,17 @@ def validate(
         if n:
             out[f"val-aux/{name}/mean"] = total / n
     return out, _gather_rows(rows, ranks) if kept else []
+
+
+def validation_counts(t: Trajectory) -> dict[str, float]:
+    """A validation trajectory's counts: its model turns, tool calls and tool errors, and `tool_call_ok`, 1 when it
+    called a tool and every call parsed, reached its tool and came back without an error (else 0)."""
+    return {
+        "assistant_turns": float(t.assistant_turns),
+        "tool_calls": float(t.tool_calls),
+        "tool_errors": float(t.tool_error_count),
+        "tool_call_ok": float(t.tool_calls > 0 and t.tool_calls_ok == t.tool_calls),
+    }
 
 
 def _gather_rows(rows: list[dict[str, Any]], ranks: RankGroup) -> list[dict[str, Any]]:

@@ -161,3 +161,27 @@ def test_a_batch_runs_concurrently_prompt_major_with_tool_errors_counted(tokeniz
     assert t.tool_errors == {"unknown_tool": 1, "too_many_calls": 1}
     assert t.turns[1]["content"].startswith("Error: only numbers")
     assert all((t.assistant_turns, t.tool_turns, t.tool_calls, t.tool_error_count) == (2, 1, 3, 2) for t in trajs)
+    assert t.tool_calls_ok == 0  # the calculator answered its one call with its own error metric
+
+
+def test_a_call_the_tool_answers_counts_as_ok(tokenizer):
+    loop, _ = make_loop(tokenizer, [CALL, ANSWER])
+    [t] = loop.run([prompt_ids(tokenizer)], version=3, sampling=SAMPLING)
+    assert (t.tool_calls, t.tool_calls_ok, t.tool_error_count) == (1, 1, 0)
+    assert t.turns[1]["content"] == PRODUCT
+
+
+def test_a_format_marker_written_as_a_special_token_reaches_the_parser(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    # Mistral's vocabulary has [TOOL_CALLS] as a special token, which decoding with skip_special_tokens drops
+    tok = AutoTokenizer.from_pretrained(smollm2_dir)
+    tok.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]"]})
+    marker_id = tok.convert_tokens_to_ids("[TOOL_CALLS]")
+    call = '[TOOL_CALLS][{"name": "calculator", "arguments": {"expression": "123456789 * 987654321"}}]'
+    assert marker_id in tok.encode(call, add_special_tokens=False)
+    assert "[TOOL_CALLS]" not in tok.decode(tok.encode(call, add_special_tokens=False), skip_special_tokens=True)
+    loop, _ = make_loop(tok, [call, ANSWER], format="mistral")
+    [t] = loop.run([prompt_ids(tok)], version=3, sampling=SAMPLING)
+    assert (t.tool_calls, t.tool_calls_ok) == (1, 1)
+    assert t.turns[1] == {"role": "tool", "content": PRODUCT}

@@ -114,7 +114,10 @@ def test_multi_turn_keys_load_through_the_config_loader(tmp_path, grpo_args):
             f"{KEY}.tool_config_path=/no/such/tools.yaml",
             r"multi_turn\.tool_config_path='/no/such/tools.yaml': no such file",
         ),
-        (f"{KEY}.format=gpt-oss", r"multi_turn\.format='gpt-oss': tool calls are parsed in \('hermes',\) format only"),
+        (
+            f"{KEY}.format=gpt-oss",
+            r"multi_turn\.format='gpt-oss': the tool-call format must be one of \('hermes', 'llama3_json', 'mistral'\)",
+        ),
         (f"{KEY}.max_parallel_calls=0", r"multi_turn\.max_parallel_calls=0: must be >= 1"),
         (f"{KEY}.max_assistant_turns=0", r"multi_turn\.max_assistant_turns=0: must be >= 1, or null"),
     ],

@@ -3,6 +3,8 @@ a reward function returns (e.g. the arithmetic reward's `acc` and `formatted`), 
 
 from types import SimpleNamespace
 
+from app.agents.rollout import AgentRollout
+from app.agents.trajectory import Trajectory
 from app.trainer.collectives import RankGroup
 from app.trainer.validation import validate
 
@@ -92,3 +94,43 @@ def test_kept_samples_are_the_same_seeded_prompts_at_every_validation_in_dataset
     indices = [int(row["output"]) for row in rows]
     assert indices == sorted(indices) and indices != [0, 1, 2]  # validation-set order, not just the first three
     assert len(run(50)) == 10  # more than the set holds: all of it
+
+
+class _AgentStandIn(AgentRollout):
+    """Validation's multi-turn path: trajectories with known counts (one per prompt), the model's tokens masked in."""
+
+    def __init__(self, trajectories):
+        self.trajs = trajectories
+
+    def trajectories(self, prompt_ids, *, expect_version, validation, extra_infos, prompt_messages):
+        assert validation and expect_version == 3 and len(prompt_ids) == len(self.trajs)
+        return self.trajs
+
+
+def _traj(answer_token, assistant_turns, tool_calls, tool_calls_ok, tool_errors):
+    t = Trajectory([1, 2], assistant_turns=assistant_turns, tool_calls=tool_calls, tool_calls_ok=tool_calls_ok)
+    t.tool_errors = tool_errors
+    t.add_context_tokens([99])  # a tool result: not part of the decoded answer
+    t.add_model_tokens([answer_token], [0.0])
+    return t
+
+
+def test_multi_turn_validation_means_turns_calls_errors_and_the_share_of_clean_tool_use():
+    trajs = [
+        _traj(0, assistant_turns=2, tool_calls=1, tool_calls_ok=1, tool_errors={}),  # one good call: ok
+        _traj(1, assistant_turns=3, tool_calls=2, tool_calls_ok=1, tool_errors={"bad_call": 1}),  # one bad: not ok
+        _traj(2, assistant_turns=2, tool_calls=1, tool_calls_ok=0, tool_errors={}),  # the tool said "Error": not ok
+        _traj(3, assistant_turns=1, tool_calls=0, tool_calls_ok=0, tool_errors={}),  # no call: not ok
+    ]
+    scorer = _TableScorer({str(i): (float(i == 0), {}) for i in range(4)})
+    dataset = [_record("calc") for _ in range(4)]
+    out, _ = validate(_AgentStandIn(trajs), scorer, _Tokenizer(), dataset, RankGroup(_OneRank()), version=3)
+    assert out == {
+        "val-core/calc/reward/mean": 1 / 4,  # the answer scores, not the calls
+        "val-core/reward/mean": 1 / 4,
+        "val-aux/response_length/mean": 1.0,  # the model's own tokens only
+        "val-aux/multi_turn/assistant_turns/mean": (2 + 3 + 2 + 1) / 4,
+        "val-aux/multi_turn/tool_calls/mean": (1 + 2 + 1 + 0) / 4,
+        "val-aux/multi_turn/tool_errors/mean": 1 / 4,
+        "val-aux/multi_turn/tool_call_ok/mean": 1 / 4,  # only the first called cleanly
+    }
