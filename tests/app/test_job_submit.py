@@ -37,8 +37,9 @@ OURS = ("data: ", "validation before training: ", "step ", "validation reward: "
 # Ray's own actors warn (with tracebacks) when a shared box is too loaded to answer their health checks in time; that
 # is the machine's state, not the run's chatter
 RAY_HEALTH = ("(TrainController ", "(PlacementGroupCleaner ", "(ServeController ", "(ProxyActor ")
-# `ray.init` logs the address of the cluster it joins (a run started without one logs "Started a local Ray instance")
-RAY_JOINED = "Connecting to existing Ray cluster"
+# Ray's own notices of a job starting and joining its cluster (a run started without one logs "Started a local Ray
+# instance" instead): the job manager's runtime-env line and ray.init's two lines with the cluster's addresses
+RAY_JOINED = ("Runtime env is setting up", "Connecting to existing Ray cluster", "Connected to Ray cluster")
 TAIL_MARK = "Tailing logs until the job exits"
 CLI_LINE = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+\s+[A-Z]+ cli\.py:\d+ -- ")  # the `ray job` CLI's own log lines
 
@@ -165,7 +166,7 @@ def check_console(lines: list[str]) -> None:
         )
     assert any(line.startswith("validation reward: ") for line in lines) and lines[-1].startswith("model: "), console
     assert "Reporting training result" not in console  # Ray Train's per-report dump
-    info = [line for line in lines if "INFO" in line and RAY_JOINED not in line]
+    info = [line for line in lines if "INFO" in line and not any(notice in line for notice in RAY_JOINED)]
     assert info == [], console  # Serve's access and app lines, vLLM's INFO lines
     assert "it/s]" not in console  # no loading bars from inside Ray processes
     others = [line for line in lines if not line.startswith(OURS) and not any(a in line for a in RAY_HEALTH)]
