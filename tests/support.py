@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import shlex
@@ -22,6 +23,17 @@ def load_bench_script(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def building(out: Path):
+    """Held while a session fixture checks and builds the folder `out`: another pytest process (an xdist worker) that
+    wants it waits, then finds it built. The lock file lives beside `out`."""
+    from filelock import FileLock
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out.with_name(out.name + ".lock"))):
+        yield
 
 
 def free_port() -> int:

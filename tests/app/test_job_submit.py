@@ -5,12 +5,17 @@ stops any other cluster on the machine: `ray stop` would stop them all, so the t
 temp dir), submits a tiny training job with the CLI (which returns once the job has ended; the call is bounded by a
 timeout), checks that it SUCCEEDED, the run's artifacts, and that the run's dashboard metrics reached the cluster's
 Prometheus endpoint.
+
+The job's run (vLLM rollout with LoRA) also checks the console a run prints, so that no second training run and cluster
+is needed for it: the job's log is short and says what happened (the data line, the validation before training, one line
+per step, the summary), with none of Ray Train's per-report dumps, Serve's access lines or vLLM's INFO lines.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +30,18 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's ray and python
+# lines a run may print besides its own (data, validation, steps, summary): Ray's notice of the cluster it joined, and
+# the warnings of libraries (vLLM's about the CPU build, Ray's token auth)
+OTHER_LINES_BUDGET = 20
+OURS = ("data: ", "validation before training: ", "step ", "validation reward: ", "  ", "model: ")
+# Ray's own actors warn (with tracebacks) when a shared box is too loaded to answer their health checks in time; that
+# is the machine's state, not the run's chatter
+RAY_HEALTH = ("(TrainController ", "(PlacementGroupCleaner ", "(ServeController ", "(ProxyActor ")
+# Ray's own notices of a job starting and joining its cluster (a run started without one logs "Started a local Ray
+# instance" instead): the job manager's runtime-env line and ray.init's two lines with the cluster's addresses
+RAY_JOINED = ("Runtime env is setting up", "Connecting to existing Ray cluster", "Connected to Ray cluster")
+TAIL_MARK = "Tailing logs until the job exits"
+CLI_LINE = re.compile(r"\d{4}-\d\d-\d\d [\d:,]+\s+[A-Z]+ cli\.py:\d+ -- ")  # the `ray job` CLI's own log lines
 
 
 def cluster_env() -> dict:
@@ -99,9 +116,13 @@ def submit(head: dict, entrypoint: list[str], timeout_s: float) -> subprocess.Co
 
 
 def tiny_overrides(model_dir: Path, data_dir: Path, out_dir: Path) -> list[str]:
-    """The suite's tiny GRPO run (`support.tiny_run_overrides`), logging to the console and metrics.jsonl."""
+    """The suite's tiny GRPO run (`support.tiny_run_overrides`) with vLLM rollout and LoRA, logging to the console and
+    metrics.jsonl."""
     return [
-        *tiny_run_overrides(model_dir, data_dir),
+        *(o for o in tiny_run_overrides(model_dir, data_dir) if not o.startswith("actor_rollout_ref.rollout.name=")),
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.cpu_kv_cache_gib=0.25",
+        "actor_rollout_ref.model.lora_rank=8",
         "trainer.logger=[console,jsonl]",
         "trainer.experiment_name=job-submit",
         f"trainer.default_local_dir={out_dir}",
@@ -126,6 +147,32 @@ def scrape(url: str, experiment: str) -> dict[str, float]:
     }
 
 
+def job_log(cli_stdout: str) -> list[str]:
+    """The lines the job itself printed, out of `ray job submit`'s output: those after the CLI's "Tailing logs" line
+    that are not the CLI's own log lines (the "Job '...' succeeded" rules it adds once the job has ended)."""
+    lines = cli_stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if TAIL_MARK in line]
+    assert starts, cli_stdout[-6000:]
+    return [line for line in lines[starts[0] + 1 :] if not CLI_LINE.match(line)]
+
+
+def check_console(lines: list[str]) -> None:
+    """One line per step and the summary, none of Ray Train's, Serve's or vLLM's chatter, few other lines."""
+    console = "\n".join(lines)
+    assert sum(line.startswith("validation before training: reward ") for line in lines) == 1, console
+    for step in (1, 2):
+        assert sum(line.startswith(f"step {step}/2 | reward ") and " validation " in line for line in lines) == 1, (
+            console
+        )
+    assert any(line.startswith("validation reward: ") for line in lines) and lines[-1].startswith("model: "), console
+    assert "Reporting training result" not in console  # Ray Train's per-report dump
+    info = [line for line in lines if "INFO" in line and not any(notice in line for notice in RAY_JOINED)]
+    assert info == [], console  # Serve's access and app lines, vLLM's INFO lines
+    assert "it/s]" not in console  # no loading bars from inside Ray processes
+    others = [line for line in lines if not line.startswith(OURS) and not any(a in line for a in RAY_HEALTH)]
+    assert len(others) <= OTHER_LINES_BUDGET, console
+
+
 def prepare_arithmetic(out: Path) -> Path:
     subprocess.run(
         [
@@ -148,7 +195,7 @@ def prepare_arithmetic(out: Path) -> Path:
     return out
 
 
-def test_training_job_submitted_to_a_cluster_succeeds(head_node, tiny_model_dir, tmp_path):
+def test_training_job_submitted_to_a_cluster_succeeds_with_a_quiet_console(head_node, tiny_model_dir, tmp_path):
     data_dir = prepare_arithmetic(tmp_path / "data")
     out_dir = tmp_path / "run"
     entry = [
@@ -161,6 +208,7 @@ def test_training_job_submitted_to_a_cluster_succeeds(head_node, tiny_model_dir,
     ]
     done = submit(head_node, entry, timeout_s=420)
     assert done.returncode == 0 and "succeeded" in done.stdout, (done.stdout + done.stderr)[-8000:]
+    check_console(job_log(done.stdout))
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert [r["step"] for r in rows] == [0, 1, 2]  # validation before training, then two steps
     assert all("val-core/reward/mean" in r for r in rows)  # trainer.test_freq=1

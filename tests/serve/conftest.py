@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+from support import building
 
 # vLLM's CPU attention kernels support these head sizes only (vllm/v1/attention/backends/cpu_attn.py).
 VLLM_CPU_HEAD_SIZES = {32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}
@@ -19,6 +21,12 @@ def vllm_tiny_model_dir(tiny_model_dir: Path) -> Path:
     if head_dim in VLLM_CPU_HEAD_SIZES:
         return Path(tiny_model_dir)
     out = Path(tiny_model_dir).with_name(Path(tiny_model_dir).name + "-hd64")
+    with building(out):
+        return _build_wide_copy(Path(tiny_model_dir), config, out)
+
+
+def _build_wide_copy(tiny_model_dir: Path, config: dict, out: Path) -> Path:
+    """The tiny Llama's config with head_dim 64, random fp32 weights, written to `out` through a staging folder."""
     if (out / "model.safetensors").is_file():
         return out
     import torch
@@ -37,6 +45,7 @@ def vllm_tiny_model_dir(tiny_model_dir: Path) -> Path:
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).to(torch.float32)
     staging = out.with_name(out.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)  # left by a build that was killed
     model.save_pretrained(staging, safe_serialization=True)
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(staging)
     staging.rename(out)
