@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's app/ and serve/, not an installed copy's
 CACHE = REPO / ".cache" / "bench"
 TARGET_S = 17.5
 PHASES = ["gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync", "step"]
