@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # bench/logged_run.py
+
+from logged_run import run_logged  # noqa: E402
 
 VAL_KEY = "val-core/reward/mean"
 # what `make run` itself must have prepared; the bench does not import or prepare anything
@@ -128,12 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.runs):
         out = args.output_root / f"run_{i}"
         cmd = train_command(out, i, first_seed + i, overrides)
-        start = time.monotonic()
         log = args.output_root / f"run_{i}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w") as f:
-            code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode
-        wall = (time.monotonic() - start) / 60
+        code, wall = run_logged(cmd, log, REPO)
         if code != 0:
             print(f"run {i} failed (exit code {code}); its log: {log}", file=sys.stderr)
             return 1

@@ -20,11 +20,13 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # bench/logged_run.py
+
+from logged_run import run_logged  # noqa: E402
 
 MT = "actor_rollout_ref.rollout.multi_turn"
 # (label, metrics.jsonl key) of each row of the table
@@ -125,10 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     print("command:", " ".join(cmd), flush=True)
     print(f"machine: {platform.machine()}, {_cpu_name()}, {len(os.sched_getaffinity(0))} cores", flush=True)
     log = args.out / "train.log"
-    start = time.monotonic()
-    with log.open("w") as f:
-        code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode
-    minutes = (time.monotonic() - start) / 60
+    code, minutes = run_logged(cmd, log, REPO)
     if code != 0:
         print(f"training failed (exit code {code}); its log: {log}", file=sys.stderr)
         return 1
