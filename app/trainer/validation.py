@@ -75,12 +75,10 @@ def validate(
                     }
                 )
             for name, value in (turn_counts[i] if turn_counts else {}).items():
-                total = fields.setdefault(f"multi_turn/{name}", [0.0, 0.0])
-                total[0], total[1] = total[0] + value, total[1] + 1
+                _add_to_mean(fields, f"multi_turn/{name}", value)
             for name, values in extra.items():
                 if isinstance(values[i], (int, float)):  # bool included; text fields (e.g. `pred`) are not averaged
-                    total = fields.setdefault(f"{rec.data_source}/{name}", [0.0, 0.0])
-                    total[0], total[1] = total[0] + float(values[i]), total[1] + 1
+                    _add_to_mean(fields, f"{rec.data_source}/{name}", float(values[i]))
     names = ranks.union(set(fields))  # every rank reduces the same fields, also those it did not see
     field_sums = torch.tensor([fields.get(n, [0.0, 0.0]) for n in names], dtype=torch.float64).reshape(-1)
     sums = ranks.engine.all_reduce(torch.cat([sums, field_sums]), "sum")
@@ -97,6 +95,12 @@ def validate(
         if n:
             out[f"val-aux/{name}/mean"] = total / n
     return out, _gather_rows(rows, ranks) if kept else []
+
+
+def _add_to_mean(fields: dict[str, list[float]], name: str, value: float) -> None:
+    """One value into `fields[name]`, the [sum, count] its mean is reduced from."""
+    total = fields.setdefault(name, [0.0, 0.0])
+    total[0], total[1] = total[0] + value, total[1] + 1
 
 
 def validation_counts(t: Trajectory) -> dict[str, float]:
