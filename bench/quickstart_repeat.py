@@ -19,7 +19,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +29,8 @@ sys.path.insert(0, str(REPO / "bench"))  # bench/logged_run.py
 from logged_run import run_logged  # noqa: E402
 
 VAL_KEY = "val-core/reward/mean"
+# the task's own validation fields beside the reward: the graded number is right; the answer uses the "#### N" line
+ASPECTS = ("acc", "formatted")
 # what `make run` itself must have prepared; the bench does not import or prepare anything
 NEEDED = ("models/smollm2-135m-instruct", "data/arithmetic/train.parquet", "data/arithmetic/test.parquet")
 
@@ -41,6 +43,8 @@ class RunSummary:
     after: float
     curve: list[float]  # every validation reward, in step order
     train_minutes: float  # the steps' own time (timing_s/step, validation included), not Ray's start-up
+    steps: list[int] = field(default_factory=list)  # the step of each validation in `curve`
+    aspects: dict[str, tuple[float, float]] = field(default_factory=dict)  # e.g. "acc": (before, after)
 
     @property
     def gain(self) -> float:
@@ -53,21 +57,33 @@ def summarize_run(metrics_path: Path) -> RunSummary:
     from app.trainer.tracking import read_metrics
 
     rows = read_metrics(metrics_path)  # in step order
-    validations = [(r["step"], r[VAL_KEY]) for r in rows if VAL_KEY in r]
-    if len(validations) < 2:
+    validated = [r for r in rows if VAL_KEY in r]
+    if len(validated) < 2:
         raise ValueError(
-            f"{metrics_path}: {len(validations)} rows with {VAL_KEY}; a before/after needs two "
+            f"{metrics_path}: {len(validated)} rows with {VAL_KEY}; a before/after needs two "
             f"(trainer.val_before_train and trainer.test_freq)"
         )
     minutes = sum(r.get("timing_s/step", 0.0) for r in rows) / 60
     return RunSummary(
-        first_step=validations[0][0],
-        last_step=validations[-1][0],
-        before=validations[0][1],
-        after=validations[-1][1],
-        curve=[v for _, v in validations],
+        first_step=validated[0]["step"],
+        last_step=validated[-1]["step"],
+        before=validated[0][VAL_KEY],
+        after=validated[-1][VAL_KEY],
+        curve=[r[VAL_KEY] for r in validated],
         train_minutes=minutes,
+        steps=[r["step"] for r in validated],
+        aspects=_aspects(validated[0], validated[-1]),
     )
+
+
+def _aspects(first: dict, last: dict) -> dict[str, tuple[float, float]]:
+    """Each ASPECTS field the task logs at validation (`val-aux/<source>/<aspect>/mean`), before and after."""
+    found = {}
+    for aspect in ASPECTS:
+        keys = sorted(k for k in first if k.startswith("val-aux/") and k.endswith(f"/{aspect}/mean") and k in last)
+        if keys:
+            found[aspect] = (first[keys[0]], last[keys[0]])
+    return found
 
 
 def quickstart_seed() -> int:
@@ -78,6 +94,12 @@ def quickstart_seed() -> int:
 
     config = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
     return int((config.get("trainer") or {}).get("seed", TrainerConfig.seed))
+
+
+def describe(run: RunSummary) -> str:
+    curve = ", ".join(f"{v:.3f} at {s}" for s, v in zip(run.steps, run.curve))
+    aspects = "".join(f"; {name} {a:.3f} -> {b:.3f}" for name, (a, b) in run.aspects.items())
+    return f"validation reward {curve} ({run.gain:+.3f}){aspects}; {run.train_minutes:.1f} min of steps"
 
 
 def train_command(out: Path, index: int, seed: int, overrides: list[str]) -> list[str]:
@@ -136,14 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         run = summarize_run(out / "metrics.jsonl")
         results.append({"run": i, "seed": first_seed + i, **asdict(run), "gain": run.gain, "wall_minutes": wall})
-        curve = ", ".join(f"{v:.3f}" for v in run.curve)
-        print(
-            f"run {i} (trainer.seed={first_seed + i}): validation reward {run.before:.3f} at step {run.first_step} "
-            f"-> {run.after:.3f} at step "
-            f"{run.last_step} ({run.gain:+.3f}); curve {curve}; {run.train_minutes:.1f} min of steps, "
-            f"{wall:.1f} min in all",
-            flush=True,
-        )
+        print(f"run {i} (trainer.seed={first_seed + i}): {describe(run)}; {wall:.1f} min in all", flush=True)
     gains = [r["gain"] for r in results]
     met = sum(g >= args.target for g in gains)
     minutes = ", ".join(f"{r['train_minutes']:.1f}" for r in results)

@@ -1,12 +1,19 @@
 """Reward for the built-in arithmetic task (``python -m app.prepare arithmetic``, data_source ``arithmetic``).
 
-The prompt asks for ``#### <answer>`` at the end. A correct marked answer earns ``score``. Two smaller rewards give a
-small model a gradient before it has learned the format: ``unmarked_score`` when the marker is missing but the last
-number written is right, and ``format_score`` when the marker is present but the number is wrong.
+The prompt asks for ``#### <answer>`` at the end. A right number in that format earns ``score``. Either part alone
+earns a smaller credit, so that a small model has a gradient before it has learned both: ``unmarked_score`` when the
+marker is missing but the last number written is right, ``format_score`` when the marker is present but the marked
+number is wrong.
 
-Besides ``score`` the result carries its two parts, so that a run shows *what* improved (validation logs them as
-``val-aux/arithmetic/acc/mean`` and ``.../formatted/mean``): ``acc`` is 1 when the graded number (the marked one, else
-the last one) is right, ``formatted`` is 1 when the response marks an answer as ``#### <number>``.
+The two partial credits are equal on purpose: the untrained SmolLM2-135M's marked answers are right less often than
+its unmarked ones (it writes ``#### 3 = 8`` for 3 + 5), so where a right unmarked answer earned more than a marked
+wrong one, the format's advantage flipped sign from step to step and some seeds stopped sampling the marker before
+learning it. Measured in docs/results.md (``bench/format_trace.py``).
+
+Besides ``score`` the result carries its parts, so that a run shows *what* improved (validation logs them as
+``val-aux/arithmetic/<part>/mean``): ``acc`` is 1 when the graded number (the marked one, else the last one) is
+right, ``formatted`` when the response marks an answer as ``#### <number>``, ``strict`` when both hold (the number
+after the last ``####`` is right: GSM8K's strict accuracy).
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ def compute_score(
     ground_truth: Any,
     extra_info: dict | None = None,
     score: float = 1.0,
-    unmarked_score: float = 0.5,
-    format_score: float = 0.1,
+    unmarked_score: float = 0.2,
+    format_score: float = 0.2,
 ) -> dict[str, float]:
     gold = str(ground_truth)
     marked = extract_answer(solution_str, "strict")
@@ -35,4 +42,10 @@ def compute_score(
     else:
         right = numbers_equal(extract_answer(solution_str, "flexible"), gold)
         value = unmarked_score if right else 0.0
-    return {"score": float(value), "acc": float(right), "formatted": float(marked is not None)}
+    formatted = marked is not None
+    return {
+        "score": float(value),
+        "acc": float(right),
+        "formatted": float(formatted),
+        "strict": float(right and formatted),
+    }

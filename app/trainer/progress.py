@@ -72,8 +72,10 @@ class StepLines:
         parts = [f"step {step}/{self.total}" if self.total else f"step {step}"]
         if "critic/score/mean" in row:
             reward = f"reward {row['critic/score/mean']:.3f}"
-            if "reward/score/mean" in row and row["reward/score/mean"] != row["critic/score/mean"]:
-                reward += f" (all samples {row['reward/score/mean']:.3f})"
+            # the trained batch's mean is summed in float32, all samples' in float64: told apart as printed
+            every = f"{row['reward/score/mean']:.3f}" if "reward/score/mean" in row else None
+            if every is not None and every != f"{row['critic/score/mean']:.3f}":
+                reward += f" (all samples {every})"
             parts.append(reward)
         if val is not None:
             parts.append(f"validation {val:.3f}")

@@ -64,3 +64,29 @@ def test_a_seed_override_is_refused(tmp_path, capsys):
     bench = load_bench()
     assert bench.main(["--output-root", str(tmp_path), "trainer.seed=4"]) == 2
     assert "trainer.seed is set for each run by --first-seed" in capsys.readouterr().err
+
+
+def test_the_row_names_each_validation_step_and_the_tasks_acc_and_format(tmp_path):
+    bench = load_bench()
+    rows = [
+        {
+            "step": 0,
+            "val-core/reward/mean": 0.2,
+            "val-aux/arithmetic/acc/mean": 0.25,
+            "val-aux/arithmetic/formatted/mean": 0.1,
+        },
+        {
+            "step": 15,
+            "timing_s/step": 60.0,
+            "val-core/reward/mean": 0.6,
+            "val-aux/arithmetic/acc/mean": 0.5,
+            "val-aux/arithmetic/formatted/mean": 0.95,
+            "reward/extra/acc/mean": 0.9,
+        },  # a training field is not validation
+    ]
+    run = bench.summarize_run(write_metrics(tmp_path / "metrics.jsonl", rows))
+    assert run.aspects == {"acc": (0.25, 0.5), "formatted": (0.1, 0.95)}
+    assert bench.describe(run) == (
+        "validation reward 0.200 at 0, 0.600 at 15 (+0.400); acc 0.250 -> 0.500; formatted 0.100 -> 0.950; "
+        "1.0 min of steps"
+    )

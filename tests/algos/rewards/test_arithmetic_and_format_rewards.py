@@ -9,15 +9,22 @@ from algos.rewards.format_reward import has_expected_format
     "response, score, acc, formatted",
     [
         ("3 + 4 = 7\n#### 7", 1.0, 1.0, 1.0),  # right answer in the asked format
-        ("3 + 4 = 7", 0.5, 1.0, 0.0),  # right last number, marker missing
-        ("#### 8", 0.1, 0.0, 1.0),  # format followed, wrong number
-        ("7 is close, #### 8", 0.1, 0.0, 1.0),  # the marked number is graded, not an earlier right one
+        ("3 + 4 = 7", 0.2, 1.0, 0.0),  # right last number, marker missing
+        ("#### 8", 0.2, 0.0, 1.0),  # format followed, wrong number
+        ("7 is close, #### 8", 0.2, 0.0, 1.0),  # the marked number is graded, not an earlier right one
+        ("3 + 4 = 7\n#### 3 = 7", 0.2, 0.0, 1.0),  # the untrained model's habit: the marker before the expression
         ("I think it is 8", 0.0, 0.0, 0.0),
         ("", 0.0, 0.0, 0.0),
     ],
 )
 def test_arithmetic_reward_grades(response, score, acc, formatted):
-    assert default_compute_score("arithmetic", response, "7") == {"score": score, "acc": acc, "formatted": formatted}
+    strict = acc * formatted  # right in the asked format
+    assert default_compute_score("arithmetic", response, "7") == {
+        "score": score,
+        "acc": acc,
+        "formatted": formatted,
+        "strict": strict,
+    }
 
 
 def test_arithmetic_reward_weights_are_configurable():

@@ -32,6 +32,15 @@ def test_lines_say_step_reward_validation_seconds_and_eta():
     assert lines.line({"step": 2, "critic/score/mean": 0.5, "timing_s/step": 10.0}) is None  # a restart's repeat
 
 
+def test_one_mean_summed_in_two_precisions_is_not_told_as_two():
+    # the trained batch's mean comes from a float32 tensor, all samples' from float64 (step 1 of a run without
+    # dynamic sampling printed "reward 0.134 (all samples 0.134)")
+    lines = StepLines()
+    lines.line({"total_steps": 2, "start_step": 0})
+    row = {"step": 1, "critic/score/mean": 0.13437500596046448, "reward/score/mean": 0.134375, "timing_s/step": 1.0}
+    assert lines.line(row) == "step 1/2 | reward 0.134 | 1.0 s | ETA 0m01s"
+
+
 def test_format_duration():
     assert format_duration(59.6) == "1m00s" and format_duration(3725) == "1h02m"
 

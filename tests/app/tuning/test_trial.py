@@ -63,7 +63,9 @@ def test_seeds_differ_between_trials_and_repeat_for_the_same_trial(tmp_path, com
     assert seed_for_trial(7, "abc_00001", "per_trial") == seed_for_trial(7, "abc_00001", "per_trial")
     assert seed_for_trial(7, "abc_00001", "fixed") == 7
     _, ctx = context(tmp_path, compose, trial_seed="fixed")
-    assert build_trial_config(ctx, {}, "t1").trainer.seed == base_cfg().trainer.seed  # the base's (quickstart: 2)
+    assert (
+        build_trial_config(ctx, {}, "t1").trainer.seed == base_cfg().trainer.seed
+    )  # the base's (quickstart: the schema's default)
     # a searched seed wins over both policies
     assert build_trial_config(ctx, {"trainer.seed": 42}, "t1").trainer.seed == 42
 
@@ -86,10 +88,11 @@ def test_param_values_are_checked_against_the_whole_config_before_tune_starts(tm
         }
     )
     micro = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"  # 4 so that n=1 passes the batch-size checks
-    spec = resolve_params(spec, base_cfg(**{micro: 4}))
-    ctx = make_context(spec, compose("quickstart", [f"{micro}=4"]), total_steps=3)
-    # quickstart's group filter (algorithm.filter_groups) needs several samples per prompt: n=1 is refused by the
-    # trainer's own validation, named here
+    base = {micro: 4, "algorithm.filter_groups.enable": True}
+    spec = resolve_params(spec, base_cfg(**base))
+    ctx = make_context(spec, compose("quickstart", [f"{k}={v}" for k, v in base.items()]), total_steps=3)
+    # a group filter (algorithm.filter_groups) needs several samples per prompt: n=1 is refused by the trainer's own
+    # validation, named here
     with pytest.raises(ConfigError, match=r"sweep params.actor_rollout_ref.rollout.n=1: .*must be at least 2"):
         check_param_values(spec, ctx)
 
