@@ -29,8 +29,9 @@ sys.path.insert(0, str(REPO / "bench"))  # bench/logged_run.py
 from logged_run import run_logged  # noqa: E402
 
 VAL_KEY = "val-core/reward/mean"
-# the task's own validation fields beside the reward: the graded number is right; the answer uses the "#### N" line
-ASPECTS = ("acc", "formatted")
+# the task's own validation fields beside the reward: the graded number is right; the answer uses the "#### N" line;
+# both (algos/rewards/arithmetic.py)
+ASPECTS = ("acc", "formatted", "strict")
 # what `make run` itself must have prepared; the bench does not import or prepare anything
 NEEDED = ("models/smollm2-135m-instruct", "data/arithmetic/train.parquet", "data/arithmetic/test.parquet")
 

@@ -74,6 +74,7 @@ def test_the_row_names_each_validation_step_and_the_tasks_acc_and_format(tmp_pat
             "val-core/reward/mean": 0.2,
             "val-aux/arithmetic/acc/mean": 0.25,
             "val-aux/arithmetic/formatted/mean": 0.1,
+            "val-aux/arithmetic/strict/mean": 0.05,
         },
         {
             "step": 15,
@@ -81,12 +82,13 @@ def test_the_row_names_each_validation_step_and_the_tasks_acc_and_format(tmp_pat
             "val-core/reward/mean": 0.6,
             "val-aux/arithmetic/acc/mean": 0.5,
             "val-aux/arithmetic/formatted/mean": 0.95,
+            "val-aux/arithmetic/strict/mean": 0.45,
             "reward/extra/acc/mean": 0.9,
         },  # a training field is not validation
     ]
     run = bench.summarize_run(write_metrics(tmp_path / "metrics.jsonl", rows))
-    assert run.aspects == {"acc": (0.25, 0.5), "formatted": (0.1, 0.95)}
+    assert run.aspects == {"acc": (0.25, 0.5), "formatted": (0.1, 0.95), "strict": (0.05, 0.45)}
     assert bench.describe(run) == (
         "validation reward 0.200 at 0, 0.600 at 15 (+0.400); acc 0.250 -> 0.500; formatted 0.100 -> 0.950; "
-        "1.0 min of steps"
+        "strict 0.050 -> 0.450; 1.0 min of steps"
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import numpy
+
 from app.trainer.progress import PROGRESS_FILE, ProgressWriter, StepLines, _Follower, follow_progress, format_duration
 
 
@@ -39,6 +41,14 @@ def test_one_mean_summed_in_two_precisions_is_not_told_as_two():
     lines.line({"total_steps": 2, "start_step": 0})
     row = {"step": 1, "critic/score/mean": 0.13437500596046448, "reward/score/mean": 0.134375, "timing_s/step": 1.0}
     assert lines.line(row) == "step 1/2 | reward 0.134 | 1.0 s | ETA 0m01s"
+    # 0.2125 on a rounding boundary: float32's prints 0.213, float64's 0.212 ("reward 0.212 (all samples 0.213)")
+    row = {
+        "step": 2,
+        "critic/score/mean": float(numpy.float32(0.2125)),
+        "reward/score/mean": 0.2125,
+        "timing_s/step": 1.0,
+    }
+    assert lines.line(row) == "step 2/2 | reward 0.213 | 1.0 s | ETA 0m00s"
 
 
 def test_format_duration():
