@@ -10,11 +10,16 @@ docs/results.md). This reads a run's `trainer.rollout_data_dir` dumps (every sam
 - `adv fmt` / `adv plain`: mean advantage of marked and of unmarked samples, the score minus its group's mean
   (Dr. GRPO's advantage, before any std normalisation); where marked samples get less than unmarked ones, the update
   pushes the format out;
-- `entropy`: the update's token entropy (`actor/entropy`).
+- `entropy`: the update's token entropy (`actor/entropy`);
+- with `--credits RIGHT,UNMARKED,MARKED_WRONG`: the summed advantage of the marked samples had the same samples been
+  scored with those credits (the arithmetic reward's `score`, `unmarked_score`, `format_score`), and the run's own.
 
-    python bench/format_trace.py OUTPUT_DIR [--rollouts DIR] [--steps N]
+    python bench/format_trace.py OUTPUT_DIR [--rollouts DIR] [--steps N] [--credits 1,0.2,0.2 ...]
+        [--scored-with 1,0.2,0.2]
 
-OUTPUT_DIR is the run's `trainer.default_local_dir`; the dumps default to OUTPUT_DIR/rollouts.
+OUTPUT_DIR is the run's `trainer.default_local_dir`; the dumps default to OUTPUT_DIR/rollouts. Each sample's `acc`
+comes from its dump line (the reward's field); dumps written before the lines carried it are read back through the
+credits the run was scored with (`--scored-with`).
 """
 
 from __future__ import annotations
@@ -42,8 +47,45 @@ class StepTrace:
     samples: int
 
 
+Credits = tuple[float, float, float]  # a right marked answer, a right unmarked one, a marked wrong one
+
+
 def is_formatted(response: str) -> bool:
     return extract_answer(response, "strict") is not None
+
+
+def parse_credits(text: str) -> Credits:
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r}: give three numbers, RIGHT,UNMARKED,MARKED_WRONG")
+    return tuple(float(p) for p in parts)  # type: ignore[return-value]
+
+
+def sample_is_right(row: dict, scored_with: Credits) -> bool:
+    """The dump's `acc`; else read back from the score (less any overlong penalty) under `scored_with`."""
+    if "acc" in row:
+        return bool(row["acc"])
+    base = row["score"] - row.get("overlong_penalty", 0.0)
+    right, unmarked, _ = scored_with
+    credit = right if is_formatted(row["response"]) else unmarked
+    return abs(base - credit) < 1e-4
+
+
+def push_to_format(rows: list[dict], credits: Credits, scored_with: Credits) -> float:
+    """Summed group-relative advantage of one step's marked samples had they been scored with `credits`."""
+    right, unmarked, marked_wrong = credits
+    groups: dict[str, list[float]] = defaultdict(list)
+    flags: dict[str, list[bool]] = defaultdict(list)
+    for row in rows:
+        formatted, ok = is_formatted(row["response"]), sample_is_right(row, scored_with)
+        score = (right if formatted else unmarked) if ok else (marked_wrong if formatted else 0.0)
+        groups[row["uid"]].append(score)
+        flags[row["uid"]].append(formatted)
+    push = 0.0
+    for uid, scores in groups.items():
+        mean = sum(scores) / len(scores)
+        push += sum(score - mean for score, formatted in zip(scores, flags[uid]) if formatted)
+    return push
 
 
 def trace_step(rows: list[dict]) -> StepTrace:
@@ -98,6 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output_dir", type=Path)
     parser.add_argument("--rollouts", type=Path, default=None, help="the dumps' folder (default OUTPUT_DIR/rollouts)")
     parser.add_argument("--steps", type=int, default=None, help="only the first N steps")
+    parser.add_argument(
+        "--credits", type=parse_credits, action="append", default=[], help="RIGHT,UNMARKED,MARKED_WRONG to compare"
+    )
+    parser.add_argument(
+        "--scored-with",
+        type=parse_credits,
+        default=(1.0, 0.2, 0.2),
+        help="the credits the run used, to read dumps without an acc field (default: the reward's)",
+    )
     args = parser.parse_args(argv)
     try:
         dumps = read_dumps(args.rollouts or args.output_dir / "rollouts")
@@ -105,17 +156,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     entropy = entropies(args.output_dir / "metrics.jsonl")
-    print("| step | fmt | groups | adv fmt | adv plain | entropy |")
-    print("|---|---|---|---|---|---|")
+    compared = [args.scored_with, *args.credits] if args.credits else []
+    names = "".join(f" push at {','.join(f'{c:g}' for c in credits)} |" for credits in compared)
+    print("| step | fmt | groups | adv fmt | adv plain | entropy |" + names)
+    print("|---|---|---|---|---|---|" + "---|" * len(compared))
+    against = [0] * len(compared)
     for step, rows in dumps.items():
         if args.steps is not None and step > args.steps:
             break
         t = trace_step(rows)
         ent = f"{entropy[step]:.3f}" if step in entropy else "-"
+        pushes = [push_to_format(rows, credits, args.scored_with) for credits in compared]
+        against = [n + (p < 0) for n, p in zip(against, pushes)]
         print(
             f"| {step} | {t.formatted_share:.3f} | {t.groups_with_formatted:.2f} | {_cell(t.advantage_formatted)} "
-            f"| {_cell(t.advantage_plain)} | {ent} |"
+            f"| {_cell(t.advantage_plain)} | {ent} |" + "".join(f" {p:+.2f} |" for p in pushes)
         )
+    for credits, n in zip(compared, against):
+        print(f"credits {','.join(f'{c:g}' for c in credits)}: {n} steps pushed against the format")
     return 0
 
 

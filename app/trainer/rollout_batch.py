@@ -110,9 +110,13 @@ def decode_responses(tokenizer: Any, batch: TensorBatch) -> list[str]:
     return tokenizer.batch_decode(ids, skip_special_tokens=True)
 
 
+# prefix of the per-sample fields a reward returned beside its score (`acc`, `formatted`, ...) in RolloutGroup.extras
+REWARD_EXTRA = "reward_extra/"
+
+
 def dump_rollouts(folder: str, step: int, rank: int, group: RolloutGroup, texts: list[str], log_overlong: bool) -> Path:
-    """verl's `trainer.rollout_data_dir`: `group`'s samples (decoded `texts`), a line each, written to
-    `folder/<step>-rank<rank>.jsonl`; returns the file."""
+    """verl's `trainer.rollout_data_dir`: `group`'s samples (decoded `texts`, ground truth, score and the reward's
+    other fields), a line each, written to `folder/<step>-rank<rank>.jsonl`; returns the file."""
     path = Path(folder)
     path.mkdir(parents=True, exist_ok=True)
     scores = group.batch["token_level_scores"].sum(dim=1).tolist()
@@ -126,10 +130,13 @@ def dump_rollouts(folder: str, step: int, rank: int, group: RolloutGroup, texts:
                 "dataset_index": group.dataset_index[i],
                 "prompt": group.messages[i],
                 "response": text,
+                "ground_truth": group.ground_truth[i],
                 "score": scores[i],
                 "finish_reason": group.finish_reason[i],
                 "policy_version": group.policy_version,
             }
+            # as verl's dumps: what the reward returned beside the score (acc, formatted, ...)
+            row |= {k[len(REWARD_EXTRA) :]: v[i] for k, v in group.extras.items() if k.startswith(REWARD_EXTRA)}
             if log_overlong:
                 row["overlong_penalty"] = group.extras["overlong_penalty"][i]
             f.write(json.dumps(row, default=str) + "\n")

@@ -14,7 +14,7 @@ from algos.rewards.overlong import overlong_penalty
 from algos.rewards.token_level import scores_to_token_rewards
 from app.config.schema import OverlongBufferConfig, TrainerRunConfig
 from app.trainer.collectives import RankGroup
-from app.trainer.rollout_batch import RolloutGroup, decode_responses, repeat_per_sample
+from app.trainer.rollout_batch import REWARD_EXTRA, RolloutGroup, decode_responses, repeat_per_sample
 
 
 class RewardScorer(Protocol):
@@ -96,7 +96,8 @@ def score_group(
 ) -> dict[str, float]:
     """Score `group`'s responses into `token_level_scores` (the score on each response's last token), with the
     overlong penalty added when `reward_model.overlong_buffer.enable`; returns the `reward/*` metrics, averaged over
-    the ranks (collective). Keeps each sample's task score (and `acc`, `overlong_penalty`) in `group.extras`."""
+    the ranks (collective). Keeps each sample's task score (and `acc`, `overlong_penalty`, and each field the reward
+    returned beside its score as `reward_extra/<field>`) in `group.extras`."""
     scores, metrics, extra = scorer.score(
         decode_responses(tokenizer, group.batch),
         group.data_source,
@@ -108,6 +109,8 @@ def score_group(
     group.extras["task_score"] = list(scores)
     if "acc" in extra:
         group.extras["acc"] = extra["acc"]
+    for key, values in extra.items():  # every field the reward returned beside its score, for the rollout dumps
+        group.extras[REWARD_EXTRA + key] = values
     rewards = torch.tensor(scores, dtype=torch.float32)
     if overlong.enable:
         penalty = overlong_penalty(mask.sum(dim=1), response_length_limit, overlong.len, overlong.penalty_factor)

@@ -56,3 +56,45 @@ def test_the_table_reads_dumps_of_every_rank_and_the_entropy(tmp_path, capsys):
 def test_a_run_without_dumps_is_named(tmp_path, capsys):
     assert load_bench().main([str(tmp_path)]) == 2
     assert "no <step>-rank<r>.jsonl dumps (was trainer.rollout_data_dir set?)" in capsys.readouterr().err
+
+
+def test_the_push_under_other_credits_rescores_the_same_samples():
+    bench = load_bench()
+    # one group: right marked, right unmarked, wrong marked, wrong unmarked (acc from the dump line)
+    rows = [
+        {**row("a", "#### 7", 1.0), "acc": 1.0},
+        {**row("a", "7", 0.2), "acc": 1.0},
+        {**row("a", "#### 8", 0.2), "acc": 0.0},
+        {**row("a", "8", 0.0), "acc": 0.0},
+    ]
+    # credits 1, 0.5, 0.1: mean 0.4; marked samples 1.0 - 0.4 and 0.1 - 0.4 sum to +0.3
+    assert bench.push_to_format(rows, (1.0, 0.5, 0.1), (1.0, 0.2, 0.2)) == pytest.approx(0.3)
+    # credits 1, 0.2, 0.2: mean 0.35; 0.65 - 0.15 = +0.5
+    assert bench.push_to_format(rows, (1.0, 0.2, 0.2), (1.0, 0.2, 0.2)) == pytest.approx(0.5)
+
+
+def test_a_dump_without_acc_is_read_back_through_the_credits_it_was_scored_with():
+    bench = load_bench()
+    old = (1.0, 0.5, 0.1)
+    assert bench.sample_is_right(row("a", "7", 0.5), old) is True  # unmarked, earned the unmarked credit
+    assert bench.sample_is_right(row("a", "#### 8", 0.1), old) is False
+    # an overlong penalty is taken off before the credit is matched
+    assert bench.sample_is_right({**row("a", "#### 7", 0.9), "overlong_penalty": -0.1}, old) is True
+    with pytest.raises(Exception, match="give three numbers"):
+        bench.parse_credits("1,0.5")
+
+
+def test_the_table_counts_the_steps_that_pushed_against_the_format(tmp_path, capsys):
+    bench = load_bench()
+    dumps = tmp_path / "rollouts"
+    dumps.mkdir()
+    # the marked sample is wrong and the plain one right: at 1,0.5,0.1 the format loses, at 1,0.2,0.2 it ties
+    lines = [{**row("a", "#### 5", 0.1), "acc": 0.0}, {**row("a", "6", 0.5), "acc": 1.0}]
+    (dumps / "1-rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert bench.main([str(tmp_path), "--scored-with", "1,0.5,0.1", "--credits", "1,0.2,0.2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].endswith("| -0.20 | +0.00 |")  # (0.1 - 0.3) and (0.2 - 0.2)
+    assert out[-2:] == [
+        "credits 1,0.5,0.1: 1 steps pushed against the format",
+        "credits 1,0.2,0.2: 0 steps pushed against the format",
+    ]

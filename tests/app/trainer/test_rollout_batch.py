@@ -65,8 +65,12 @@ def test_a_sampled_group_keeps_each_samples_prompt_fields_and_dumps_a_line_per_s
     assert group.batch.meta["temperature"] == 0.7
     assert group.batch["input_ids"].tolist() == [[0, 3, 7, 0], [1, 2, 8, 9]]  # left-padded prompt, right-padded reply
     group.batch["token_level_scores"] = torch.tensor([[1.0, 0.0], [0.0, 0.5]])
+    group.extras |= {"reward_extra/acc": [1.0, 0.0], "reward_extra/pred": ["7", None], "task_score": [1.0, 0.5]}
     path = dump_rollouts(str(tmp_path / "dump"), step=2, rank=1, group=group, texts=["x", "yz"], log_overlong=True)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert path.name == "2-rank1.jsonl"
     assert [(r["uid"], r["response"], r["score"]) for r in rows] == [("u1", "x", 1.0), ("u0", "yz", 0.5)]
+    # each sample's ground truth and the reward's own fields, by sample; the trainer's other extras stay out
+    assert [(r["ground_truth"], r["acc"], r["pred"]) for r in rows] == [("g1", 1.0, "7"), ("g0", 0.0, None)]
+    assert "task_score" not in rows[0]
     assert "overlong_penalty" not in rows[0]  # asked for, but no penalty was applied to this group

@@ -83,7 +83,7 @@ def test_score_group_adds_the_overlong_penalty_on_each_responses_last_token():
 
     class LengthScorer:
         def score(self, responses, data_sources, ground_truths, extra_infos, messages):
-            return [1.0] * len(responses), {"reward/mean": 1.0}, {"acc": [True] * len(responses)}
+            return [1.0] * len(responses), {"reward/mean": 1.0}, {"acc": [True, True], "pred": ["ab", None]}
 
     # responses of 2 and 4 tokens, limit 4, buffer 2: the 4-token one is 2 past the buffer's start -> -1 * factor 0.5
     mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
@@ -116,4 +116,5 @@ def test_score_group_adds_the_overlong_penalty_on_each_responses_last_token():
     assert group.batch["token_level_scores"].tolist() == [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5]]
     assert group.extras["overlong_penalty"] == [0.0, -0.5] and group.extras["task_score"] == [1.0, 1.0]
     assert group.extras["acc"] == [True, True]
+    assert group.extras["reward_extra/acc"] == [True, True] and group.extras["reward_extra/pred"] == ["ab", None]
     assert metrics == {"reward/mean": 1.0, "reward/overlong_penalty/mean": -0.25, "reward/overlong_ratio": 0.5}
