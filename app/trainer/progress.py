@@ -72,10 +72,12 @@ class StepLines:
         parts = [f"step {step}/{self.total}" if self.total else f"step {step}"]
         if "critic/score/mean" in row:
             reward = f"reward {row['critic/score/mean']:.3f}"
-            # the trained batch's mean is summed in float32, all samples' in float64: one mean may differ in its 8th
-            # digit, and even print differently where it sits on a rounding boundary (0.2125)
+            # only dynamic sampling trains on fewer samples than were scored (the overlong penalty alone also sets the
+            # two means apart); the trained batch's mean is summed in float32, all samples' in float64, so one mean
+            # may differ in its 8th digit and even print differently on a rounding boundary (0.2125)
             every = row.get("reward/score/mean")
-            if every is not None and abs(every - row["critic/score/mean"]) > 1e-6:
+            filtered = "filter_groups/generated_groups" in row
+            if filtered and every is not None and abs(every - row["critic/score/mean"]) > 1e-6:
                 reward += f" (all samples {every:.3f})"
             parts.append(reward)
         if val is not None:

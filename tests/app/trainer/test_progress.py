@@ -25,6 +25,7 @@ def test_lines_say_step_reward_validation_seconds_and_eta():
                 "step": 2,
                 "critic/score/mean": 0.5,
                 "reward/score/mean": 0.375,
+                "filter_groups/generated_groups": 8,
                 "timing_s/step": 10.0,
                 "val-core/reward/mean": 0.3,
             }
@@ -40,6 +41,7 @@ def test_one_mean_summed_in_two_precisions_is_not_told_as_two():
     lines = StepLines()
     lines.line({"total_steps": 2, "start_step": 0})
     row = {"step": 1, "critic/score/mean": 0.13437500596046448, "reward/score/mean": 0.134375, "timing_s/step": 1.0}
+    row["filter_groups/generated_groups"] = 4  # dynamic sampling ran and kept every group
     assert lines.line(row) == "step 1/2 | reward 0.134 | 1.0 s | ETA 0m01s"
     # 0.2125 on a rounding boundary: float32's prints 0.213, float64's 0.212 ("reward 0.212 (all samples 0.213)")
     row = {
@@ -47,8 +49,19 @@ def test_one_mean_summed_in_two_precisions_is_not_told_as_two():
         "critic/score/mean": float(numpy.float32(0.2125)),
         "reward/score/mean": 0.2125,
         "timing_s/step": 1.0,
+        "filter_groups/generated_groups": 8,
     }
     assert lines.line(row) == "step 2/2 | reward 0.213 | 1.0 s | ETA 0m00s"
+
+
+def test_all_samples_are_told_apart_only_where_dynamic_sampling_dropped_some():
+    # without dynamic sampling the trained batch is every sample; its mean differs by the overlong penalty only
+    lines = StepLines()
+    lines.line({"total_steps": 2, "start_step": 0})
+    row = {"step": 1, "critic/score/mean": 0.184, "reward/score/mean": 0.2, "timing_s/step": 1.0}
+    assert lines.line(row) == "step 1/2 | reward 0.184 | 1.0 s | ETA 0m01s"
+    row = {**row, "step": 2, "filter_groups/generated_groups": 8}
+    assert lines.line(row) == "step 2/2 | reward 0.184 (all samples 0.200) | 1.0 s | ETA 0m00s"
 
 
 def test_format_duration():
