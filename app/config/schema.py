@@ -693,7 +693,10 @@ class TrainerConfig:
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     max_ckpt_to_keep: Optional[int] = None  # None: keep all
     seed: int = 1
-    rollout_data_dir: Optional[str] = None  # if set: <dir>/<step>.jsonl with every sample's prompt, response, score
+    rollout_data_dir: Optional[str] = (
+        None  # if set: <dir>/<step>-rank<r>.jsonl with every sample's prompt, response, score
+    )
+    validation_data_dir: Optional[str] = None  # if set: <dir>/<step>-rank<r>.jsonl with every validation sample
     ray_address: Optional[str] = None  # None: a running cluster if there is one, else a local one
     # verl: the checkpoint to resume from with resume_mode=resume_path (which then becomes that path here)
     resume_from_path: Optional[str] = None
@@ -701,7 +704,6 @@ class TrainerConfig:
     max_actor_ckpt_to_keep: Optional[int] = None
     max_critic_ckpt_to_keep: Optional[int] = None  # the critic's, as max_actor_ckpt_to_keep
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
-    validation_data_dir: Optional[str] = None
     val_only: bool = False
     default_hdfs_dir: Optional[str] = None
     del_local_ckpt_after_load: bool = False

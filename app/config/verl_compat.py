@@ -219,8 +219,6 @@ DEFAULT_ONLY = {
     "reward_model.sandbox_fusion.url": "sandboxed code-execution rewards are not supported; a custom reward function "
     "(custom_reward_function.path) can call a sandbox itself",
     "algorithm.use_pf_ppo": "PF-PPO sample reweighting is not supported",
-    "trainer.validation_data_dir": "validation generations are not dumped to files; trainer.log_val_generations "
-    "logs samples of them",
     "trainer.val_only": "a validation-only run is not supported",
     "trainer.default_hdfs_dir": "checkpoints are not copied to HDFS; trainer.default_local_dir is where they go",
     "trainer.del_local_ckpt_after_load": "local checkpoints are kept after resuming",

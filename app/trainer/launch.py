@@ -118,6 +118,7 @@ ABSOLUTE_PATH_KEYS = (
     "data.val_files",
     "trainer.default_local_dir",
     "trainer.rollout_data_dir",
+    "trainer.validation_data_dir",
     "custom_reward_function.path",
 )
 EXISTING_PATH_KEYS = (

@@ -246,6 +246,8 @@ class RLTrainer:
             self.ranks,
             self.state.version,
             keep_samples=self.cfg.trainer.log_val_generations,
+            dump_dir=self.cfg.trainer.validation_data_dir,
+            step=self.state.step,
         )
         if samples and self.tracking is not None:
             self.tracking.log_generations(samples, self.state.step)

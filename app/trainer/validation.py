@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
 
@@ -15,7 +16,15 @@ from app.trainer.collectives import RankGroup
 
 
 def validate(
-    rollout: Any, scorer: Any, tokenizer: Any, val_dataset: Any, ranks: RankGroup, version: int, keep_samples: int = 0
+    rollout: Any,
+    scorer: Any,
+    tokenizer: Any,
+    val_dataset: Any,
+    ranks: RankGroup,
+    version: int,
+    keep_samples: int = 0,
+    dump_dir: Optional[str] = None,
+    step: int = 0,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """`val-core/<source>/reward/mean`, `val-core/reward/mean` (all prompts) and `val-aux/response_length/mean`,
     from `rollout.generate(..., validation=True)` (the `val_kwargs` sampling; greedy by default) at `version`; and
@@ -24,7 +33,10 @@ def validate(
     rollouts add `val-aux/multi_turn/<count>/mean` per trajectory (`validation_counts`), over all sources.
 
     Also returns, on rank 0 (empty elsewhere), `keep_samples` rows of {data_source, input, output, ground_truth,
-    score}: the same prompts at every validation (a seeded draw), so a table shows one prompt's answers over steps."""
+    score}: the same prompts at every validation (a seeded draw), so a table shows one prompt's answers over steps.
+
+    With `dump_dir` (verl's `trainer.validation_data_dir`) every rank writes each of its samples, with the reward's
+    own fields, to `dump_dir/<step>-rank<rank>.jsonl`."""
     if val_dataset is None or len(val_dataset) == 0:
         return {}, []
     kept = set(random.Random(42).sample(range(len(val_dataset)), min(keep_samples, len(val_dataset))))
@@ -58,6 +70,18 @@ def validate(
             [r.extra_info for r in picked],
             [r.messages for r in picked],
         )
+        if dump_dir is not None:
+            dump_validation(
+                dump_dir,
+                step,
+                ranks.rank,
+                [indices[s.prompt_index] for s in samples],
+                picked,
+                texts,
+                scores,
+                extra,
+                tokenizer,
+            )
         for i, (rec, score, sample) in enumerate(zip(picked, scores, samples)):
             j = sources.index(rec.data_source)
             sums[2 * j] += score
@@ -95,6 +119,38 @@ def validate(
         if n:
             out[f"val-aux/{name}/mean"] = total / n
     return out, _gather_rows(rows, ranks) if kept else []
+
+
+def dump_validation(
+    folder: str,
+    step: int,
+    rank: int,
+    indices: list[int],
+    records: list[Any],
+    texts: list[str],
+    scores: list[float],
+    extra: dict[str, list[Any]],
+    tokenizer: Any,
+) -> Path:
+    """One line per validation sample (its index in the validation set, data_source, input, output, ground truth,
+    score and the reward's own fields) to `folder/<step>-rank<rank>.jsonl`; returns the file."""
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    out = path / f"{step}-rank{rank}.jsonl"
+    with out.open("w") as f:
+        for i, rec in enumerate(records):
+            row = {
+                "step": step,
+                "index": indices[i],
+                "data_source": rec.data_source,
+                "input": tokenizer.decode(rec.prompt_ids, skip_special_tokens=True),
+                "output": texts[i],
+                "ground_truth": rec.ground_truth,
+                "score": float(scores[i]),
+            }
+            row |= {name: values[i] for name, values in extra.items()}
+            f.write(json.dumps(row, default=str) + "\n")
+    return out
 
 
 def _add_to_mean(fields: dict[str, list[float]], name: str, value: float) -> None:

@@ -88,14 +88,15 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(
         "trainer.save_freq=3",
         "trainer.experiment_name=grpo-e2e",
     ]
-    # validation at the last step, with 3 of its samples to TensorBoard (gathered from both ranks)
-    train(
-        compose(
-            overrides
-            + ["trainer.total_training_steps=3", "trainer.logger=[jsonl,tensorboard]", "trainer.log_val_generations=3"]
-        ),
-        rollout_app=rollout_app,
-    )
+    # validation at the last step, with 3 of its samples to TensorBoard (gathered from both ranks) and all of them to
+    # trainer.validation_data_dir
+    first_run = [
+        "trainer.total_training_steps=3",
+        "trainer.logger=[jsonl,tensorboard]",
+        "trainer.log_val_generations=3",
+        f"trainer.validation_data_dir={out / 'val'}",
+    ]
+    train(compose(overrides + first_run), rollout_app=rollout_app)
     assert (out / "global_step_3" / "trainer_state.json").is_file()
     first = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in first] == [1, 2, 3]
@@ -107,6 +108,14 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(
     [text] = events.Tensors("val/generations/text_summary")
     markdown = text.tensor_proto.string_val[0].decode()
     assert text.step == 3 and markdown.count("### Sample") == 3 and markdown.count("**input:** ") == 3
+    # each rank wrote its half of the validation set, every sample with the arithmetic reward's own fields
+    val_rows = [
+        json.loads(line) for r in (0, 1) for line in (out / "val" / f"3-rank{r}.jsonl").read_text().splitlines()
+    ]
+    assert sorted(r["index"] for r in val_rows) == list(range(len(val_rows)))
+    assert all(r["step"] == 3 and {"acc", "formatted", "strict"} <= r.keys() for r in val_rows)
+    step_1 = [json.loads(line) for f in (out / "rollouts").glob("1-rank*.jsonl") for line in f.read_text().splitlines()]
+    assert all("ground_truth" in r and "acc" in r for r in step_1)  # the rollout dumps carry them too
     assert all(r["training/policy_version"] >= r["step"] for r in first)  # one sync per step
     # The trainer's log-probs of step 1's samples are vLLM's: same weights, fp32 on both sides, no top-k/top-p, so
     # the only gap is kernel rounding (~1e-6 per token); 1e-3 still catches an off-by-one position or a missing

@@ -71,6 +71,42 @@ def test_means_per_source_and_of_numeric_extra_fields():
     }
 
 
+def test_validation_data_dir_holds_every_sample_with_the_rewards_fields(tmp_path):
+    # verl's trainer.validation_data_dir: each rank writes its samples, one line each, for the step
+    import json
+
+    dataset = [_record("math", prompt_ids=(5, 6)), _record("yes")]
+    scorer = _TableScorer({"0": (1.0, {"acc": 1.0, "pred": "4"}), "1": (0.0, {})})
+    one_rank = RankGroup(_OneRank())
+    validate(_EchoRollout(), scorer, _Tokenizer(), dataset, one_rank, version=3, dump_dir=str(tmp_path), step=10)
+    rows = [json.loads(line) for line in (tmp_path / "10-rank0.jsonl").read_text().splitlines()]
+    assert rows == [
+        {
+            "step": 10,
+            "index": 0,
+            "data_source": "math",
+            "input": "5+6",
+            "output": "0",
+            "ground_truth": "1",
+            "score": 1.0,
+            "acc": 1.0,
+            "pred": "4",
+        },
+        # the "yes" source returned no fields: its sample carries the keys other samples had, as None
+        {
+            "step": 10,
+            "index": 1,
+            "data_source": "yes",
+            "input": "1+2",
+            "output": "1",
+            "ground_truth": "1",
+            "score": 0.0,
+            "acc": None,
+            "pred": None,
+        },
+    ]
+
+
 def test_kept_samples_are_the_same_seeded_prompts_at_every_validation_in_dataset_order():
     dataset = [_record("math", prompt_ids=(i, i)) for i in range(10)]
     scorer = _TableScorer({str(i): (i / 10, {}) for i in range(10)})
