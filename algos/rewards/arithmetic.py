@@ -5,10 +5,11 @@ earns a smaller credit, so that a small model has a gradient before it has learn
 marker is missing but the last number written is right, ``format_score`` when the marker is present but the marked
 number is wrong.
 
-The two partial credits are equal on purpose: the untrained SmolLM2-135M's marked answers are right less often than
-its unmarked ones (it writes ``#### 3 = 8`` for 3 + 5), so where a right unmarked answer earned more than a marked
-wrong one, the format's advantage flipped sign from step to step and some seeds stopped sampling the marker before
-learning it. Measured in docs/results.md (``bench/format_trace.py``).
+The credits trade two failures (docs/results.md, ``bench/format_trace.py``). The untrained SmolLM2-135M's marked
+answers are right less often than its unmarked ones (it writes ``#### 3 = 8`` for 3 + 5), so with a right unmarked
+answer worth much more than a marked wrong one the format's advantage flips sign from step to step and a seed can
+lose the marker; with the two credits equal, ``#### <guess>`` earns as much as a right unmarked answer and a seed can
+learn to guess.
 
 Besides ``score`` the result carries its parts, so that a run shows *what* improved (validation logs them as
 ``val-aux/arithmetic/<part>/mean``): ``acc`` is 1 when the graded number (the marked one, else the last one) is
@@ -31,8 +32,8 @@ def compute_score(
     ground_truth: Any,
     extra_info: dict | None = None,
     score: float = 1.0,
-    unmarked_score: float = 0.2,
-    format_score: float = 0.2,
+    unmarked_score: float = 0.5,
+    format_score: float = 0.1,
 ) -> dict[str, float]:
     gold = str(ground_truth)
     marked = extract_answer(solution_str, "strict")

@@ -9,10 +9,10 @@ from algos.rewards.format_reward import has_expected_format
     "response, score, acc, formatted",
     [
         ("3 + 4 = 7\n#### 7", 1.0, 1.0, 1.0),  # right answer in the asked format
-        ("3 + 4 = 7", 0.2, 1.0, 0.0),  # right last number, marker missing
-        ("#### 8", 0.2, 0.0, 1.0),  # format followed, wrong number
-        ("7 is close, #### 8", 0.2, 0.0, 1.0),  # the marked number is graded, not an earlier right one
-        ("3 + 4 = 7\n#### 3 = 7", 0.2, 0.0, 1.0),  # the untrained model's habit: the marker before the expression
+        ("3 + 4 = 7", 0.5, 1.0, 0.0),  # right last number, marker missing
+        ("#### 8", 0.1, 0.0, 1.0),  # format followed, wrong number
+        ("7 is close, #### 8", 0.1, 0.0, 1.0),  # the marked number is graded, not an earlier right one
+        ("3 + 4 = 7\n#### 3 = 7", 0.1, 0.0, 1.0),  # the untrained model's habit: the marker before the expression
         ("I think it is 8", 0.0, 0.0, 0.0),
         ("", 0.0, 0.0, 0.0),
     ],
