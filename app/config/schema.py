@@ -693,10 +693,9 @@ class TrainerConfig:
     default_local_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
     max_ckpt_to_keep: Optional[int] = None  # None: keep all
     seed: int = 1
-    rollout_data_dir: Optional[str] = (
-        None  # if set: <dir>/<step>-rank<r>.jsonl with every sample's prompt, response, score
-    )
-    validation_data_dir: Optional[str] = None  # if set: <dir>/<step>-rank<r>.jsonl with every validation sample
+    # if set: <dir>/<step>-rank<r>.jsonl with every sample's prompt, response, ground truth, score and reward fields
+    rollout_data_dir: Optional[str] = None
+    validation_data_dir: Optional[str] = None  # the same for every validation sample
     ray_address: Optional[str] = None  # None: a running cluster if there is one, else a local one
     # verl: the checkpoint to resume from with resume_mode=resume_path (which then becomes that path here)
     resume_from_path: Optional[str] = None
