@@ -71,40 +71,42 @@ def sample_is_right(row: dict, scored_with: Credits) -> bool:
     return abs(base - credit) < 1e-4
 
 
+def advantages_by_kind(rows: list[dict], score) -> tuple[list[float], list[float], int]:
+    """Each sample's group-relative advantage, `score(row)` minus its group's mean (Dr. GRPO's, before any std
+    normalisation), split into marked and unmarked samples; and how many groups hold a marked sample."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[row["uid"]].append(row)
+    marked, plain, groups_marked = [], [], 0
+    for members in groups.values():
+        scores = [score(r) for r in members]
+        mean = sum(scores) / len(scores)
+        flags = [is_formatted(r["response"]) for r in members]
+        groups_marked += any(flags)
+        for value, flag in zip(scores, flags):
+            (marked if flag else plain).append(value - mean)
+    return marked, plain, groups_marked
+
+
 def push_to_format(rows: list[dict], credits: Credits, scored_with: Credits) -> float:
     """Summed group-relative advantage of one step's marked samples had they been scored with `credits`."""
     right, unmarked, marked_wrong = credits
-    groups: dict[str, list[float]] = defaultdict(list)
-    flags: dict[str, list[bool]] = defaultdict(list)
-    for row in rows:
+
+    def rescored(row: dict) -> float:
         formatted, ok = is_formatted(row["response"]), sample_is_right(row, scored_with)
-        score = (right if formatted else unmarked) if ok else (marked_wrong if formatted else 0.0)
-        groups[row["uid"]].append(score)
-        flags[row["uid"]].append(formatted)
-    push = 0.0
-    for uid, scores in groups.items():
-        mean = sum(scores) / len(scores)
-        push += sum(score - mean for score, formatted in zip(scores, flags[uid]) if formatted)
-    return push
+        return (right if formatted else unmarked) if ok else (marked_wrong if formatted else 0.0)
+
+    return sum(advantages_by_kind(rows, rescored)[0])
 
 
 def trace_step(rows: list[dict]) -> StepTrace:
     """One step's dump rows (`step`, `uid`, `response`, `score`) summarised."""
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
-        groups[row["uid"]].append(row)
-    marked, plain = [], []
-    groups_marked = 0
-    for members in groups.values():
-        mean = sum(r["score"] for r in members) / len(members)
-        flags = [is_formatted(r["response"]) for r in members]
-        groups_marked += any(flags)
-        for row, flag in zip(members, flags):
-            (marked if flag else plain).append(row["score"] - mean)
+    marked, plain, groups_marked = advantages_by_kind(rows, lambda r: r["score"])
+    groups = len({r["uid"] for r in rows})
     return StepTrace(
         step=rows[0]["step"],
         formatted_share=len(marked) / len(rows),
-        groups_with_formatted=groups_marked / len(groups),
+        groups_with_formatted=groups_marked / groups,
         advantage_formatted=sum(marked) / len(marked) if marked else None,
         advantage_plain=sum(plain) / len(plain) if plain else None,
         samples=len(rows),
