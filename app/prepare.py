@@ -4,7 +4,7 @@ python -m app.prepare gsm8k --input DIR --output DIR [--instruction TEXT]
     DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
 python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S] [--level-weights W,W,W,W]
     generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
-python -m app.prepare calculator --output DIR [--train-size N] [--test-size M] [--seed S]
+python -m app.prepare calculator --output DIR [--train-size N] [--test-size M] [--seed S] [--demonstrations K]
     large-number arithmetic for tool use (multi_turn) -> train.parquet, test.parquet, tool_config.yaml
 """
 
@@ -16,7 +16,7 @@ import sys
 from typing import Sequence
 
 from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, generate_splits
-from app.data.calculator_task import TOOL_CONFIG, calculator_rows
+from app.data.calculator_task import DEMONSTRATIONS, TOOL_CONFIG, calculator_rows
 from app.data.errors import DataError
 from app.data.gsm8k_task import gsm8k_rows
 from app.data.verl_rows import ANSWER_INSTRUCTION, write_parquet
@@ -56,7 +56,9 @@ def prepare_arithmetic(
     return counts
 
 
-def prepare_calculator(output_dir: str, train_size: int = 2000, test_size: int = 200, seed: int = 0) -> dict[str, int]:
+def prepare_calculator(
+    output_dir: str, train_size: int = 2000, test_size: int = 200, seed: int = 0, demonstrations: int = 1
+) -> dict[str, int]:
     """Generate the tool-use task (app.data.calculator_task) and its tool config file (tool_config.yaml, for
     `actor_rollout_ref.rollout.multi_turn.tool_config_path`); returns rows written per split."""
     import yaml
@@ -65,7 +67,7 @@ def prepare_calculator(output_dir: str, train_size: int = 2000, test_size: int =
     for split, size in (("train", train_size), ("test", test_size)):
         if size <= 0:
             raise DataError(f"--{split}-size must be positive, got {size}")
-        rows = calculator_rows(size, seed, split)
+        rows = calculator_rows(size, seed, split, demonstrations)
         write_parquet(rows, os.path.join(output_dir, f"{split}.parquet"))
         counts[split] = len(rows)
     with open(os.path.join(output_dir, "tool_config.yaml"), "w") as f:
@@ -103,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--train-size", type=int, default=2000)
     c.add_argument("--test-size", type=int, default=200)
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument(
+        "--demonstrations",
+        type=int,
+        choices=range(len(DEMONSTRATIONS) + 1),
+        default=1,
+        help="worked tool-call exchanges before each question (default %(default)s)",
+    )
     return parser
 
 
@@ -121,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.task == "gsm8k":
             counts = prepare_gsm8k(args.input, args.output, args.instruction)
         elif args.task == "calculator":
-            counts = prepare_calculator(args.output, args.train_size, args.test_size, args.seed)
+            counts = prepare_calculator(args.output, args.train_size, args.test_size, args.seed, args.demonstrations)
         else:
             counts = prepare_arithmetic(args.output, args.train_size, args.test_size, args.seed, args.level_weights)
     except DataError as err:

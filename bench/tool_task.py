@@ -2,13 +2,14 @@
 before/after table of greedy validation: the reward (a right final answer only: calling the tool earns nothing), the
 share of answers that used the tool cleanly, tool calls and model turns per episode, and response tokens.
 
-    python bench/tool_task.py [--steps 4] [--val-size 32] [--model models/smollm2-135m-instruct]
+    python bench/tool_task.py [--steps 4] [--val-size 32] [--demonstrations 1] [--model models/smollm2-135m-instruct]
         [--out outputs/tool_task] [key=value training overrides ...]
 
 Trains with `python -m app.train --config-name quickstart` (LoRA, the quickstart's CPU settings) and the multi-turn
 rollout (`actor_rollout_ref.rollout.multi_turn`), validating before the first step and after the last; the numbers
 come from the run's metrics.jsonl (`val-core/reward/mean`, `val-aux/multi_turn/*`, docs/metrics.md). Prepares the
-task with `python -m app.prepare calculator` into `<out>/data` when it is not there. The model must already be
+task with `python -m app.prepare calculator --demonstrations K` (worked tool-call exchanges before each question) into
+`<out>/data` when it is not there. The model must already be
 imported (`make run` does it). Writes `<out>/results.json`.
 """
 
@@ -65,6 +66,19 @@ def training_overrides(data: Path, model: Path, out: Path, steps: int, val_size:
     ]
 
 
+def prepare_command(data: Path, demonstrations: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "app.prepare",
+        "calculator",
+        "--output",
+        str(data),
+        "--demonstrations",
+        str(demonstrations),
+    ]
+
+
 def before_after(metrics_path: Path) -> dict[str, tuple[int, float, int, float]]:
     """{key: (first step, value, last step, value)} over the validation rows of one run's metrics.jsonl. ValueError
     naming the file when it holds fewer than two validations."""
@@ -96,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--val-size", type=int, default=32, help="validation prompts (data.val_max_samples)")
+    parser.add_argument(
+        "--demonstrations", type=int, default=1, help="worked tool-call exchanges before each question (app.prepare)"
+    )
     parser.add_argument("--model", type=Path, default=REPO / "models" / "smollm2-135m-instruct")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "tool_task")
     args, extra = parser.parse_known_args(argv)
@@ -114,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     data = args.out / "data"
     if not (data / "tool_config.yaml").exists():
-        subprocess.run([sys.executable, "-m", "app.prepare", "calculator", "--output", str(data)], cwd=REPO, check=True)
+        subprocess.run(prepare_command(data, args.demonstrations), cwd=REPO, check=True)
     cmd = [
         sys.executable,
         "-m",
@@ -133,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     values = before_after(args.out / "run" / "metrics.jsonl")
     print(table(values))
-    print(f"{args.steps} steps, {args.val_size} validation prompts, {minutes:.1f} min in all")
+    print(
+        f"{args.steps} steps, {args.val_size} validation prompts, {args.demonstrations} demonstrations, "
+        f"{minutes:.1f} min in all"
+    )
     (args.out / "results.json").write_text(
         json.dumps({"command": cmd, "minutes": minutes, "before_after": values}, indent=2)
     )

@@ -1,14 +1,21 @@
 """The built-in tool-use task: arithmetic on numbers too large to work out in one's head (products of 4-7 digit
 numbers, sums of several large numbers), with the calculator tool described in the system message. The reward
-(`algos.rewards.tool_arithmetic`) pays for a right final answer only: calling the tool earns nothing by itself."""
+(`algos.rewards.tool_arithmetic`) pays for a right final answer only: calling the tool earns nothing by itself.
+
+Each prompt may open with worked exchanges (a question, the assistant's call, the tool's answer, the assistant's
+`#### N` line) before its own question. SmolLM2-135M-Instruct, told about the tool in the system message alone, never
+calls it; after one worked exchange it calls it in some answers, which GRPO can then reinforce; after two it calls it
+nearly always, which leaves training nothing to teach (docs/agents.md)."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 from app.agents.tool_base import ToolSchema
 from app.agents.tool_prompt import tool_system_prompt
+from app.agents.tools.calculator import evaluate
 
 DATA_SOURCE = "calculator_arithmetic"
 INSTRUCTION = 'End with the final answer on its own line as "#### <answer>".'
@@ -32,6 +39,30 @@ TOOL_CONFIG = {
 }
 
 
+# the worked exchanges' questions: one of each kind make_problem writes; fixed, so every prompt shows the same ones
+DEMONSTRATIONS = (
+    ("What is 48213 times 9071?", "48213 * 9071"),
+    ("What is 120345 + 998712 + 55501?", "120345 + 998712 + 55501"),
+)
+
+
+def demonstration_messages(count: int) -> list[dict[str, str]]:
+    """The first `count` worked exchanges, as chat messages: user, assistant (the call), tool, assistant (answer)."""
+    if not 0 <= count <= len(DEMONSTRATIONS):
+        raise ValueError(f"demonstrations must be between 0 and {len(DEMONSTRATIONS)}, got {count}")
+    messages = []
+    for question, expression in DEMONSTRATIONS[:count]:
+        call = json.dumps({"name": "calculator", "arguments": {"expression": expression}})
+        answer = str(evaluate(expression))
+        messages += [
+            {"role": "user", "content": f"{question}\n{INSTRUCTION}"},
+            {"role": "assistant", "content": f"<tool_call>{call}</tool_call>"},
+            {"role": "tool", "content": answer},
+            {"role": "assistant", "content": f"#### {answer}"},
+        ]
+    return messages
+
+
 def make_problem(rng: random.Random) -> tuple[str, int, str]:
     """(question, answer, expression)."""
     if rng.random() < 0.5:
@@ -42,10 +73,12 @@ def make_problem(rng: random.Random) -> tuple[str, int, str]:
     return f"What is {expression}?", sum(terms), expression
 
 
-def calculator_rows(count: int, seed: int, split: str) -> list[dict[str, Any]]:
-    """`count` verl rows: a system message with the tool, the question; the same for the same (seed, split)."""
+def calculator_rows(count: int, seed: int, split: str, demonstrations: int = 1) -> list[dict[str, Any]]:
+    """`count` verl rows: a system message with the tool, `demonstrations` worked exchanges, the question; the same
+    for the same arguments."""
     rng = random.Random(f"calculator/{split}/{seed}")
     system = tool_system_prompt([ToolSchema.from_dict(CALCULATOR_SCHEMA, "calculator task")])
+    shown = demonstration_messages(demonstrations)
     rows = []
     for i in range(count):
         question, answer, expression = make_problem(rng)
@@ -54,6 +87,7 @@ def calculator_rows(count: int, seed: int, split: str) -> list[dict[str, Any]]:
                 "data_source": DATA_SOURCE,
                 "prompt": [
                     {"role": "system", "content": system},
+                    *shown,
                     {"role": "user", "content": f"{question}\n{INSTRUCTION}"},
                 ],
                 "ability": "arithmetic",

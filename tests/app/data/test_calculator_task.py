@@ -1,6 +1,7 @@
 """The tool-use task: deterministic rows whose answers the calculator reproduces, a tool config file that loads, and
 a reward that pays for right answers only."""
 
+import pytest
 import yaml
 
 from algos.rewards import default_compute_score
@@ -33,3 +34,25 @@ def test_reward_pays_for_right_answers_only():
     assert default_compute_score(DATA_SOURCE, f"{call}\n#### 8369911", "8369910")["score"] == 0.0
     assert default_compute_score(DATA_SOURCE, call, "8369910")["score"] == 0.0  # calling the tool earns nothing
     assert default_compute_score(DATA_SOURCE, "8369910", "8369910")["score"] == 0.0  # unmarked: no partial credit
+
+
+def test_a_demonstration_is_a_worked_exchange_whose_answer_the_reward_pays():
+    bare, shown = calculator_rows(3, 0, "test", demonstrations=0), calculator_rows(3, 0, "test", demonstrations=1)
+    assert [m["role"] for m in bare[0]["prompt"]] == ["system", "user"]
+    assert [m["role"] for m in shown[0]["prompt"]] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    # the same questions either way: the exchange is only put before them
+    assert [r["prompt"][-1] for r in bare] == [r["prompt"][-1] for r in shown]
+    _, question, call, result, answer, _ = shown[0]["prompt"]
+    expected_call = '{"name": "calculator", "arguments": {"expression": "48213 * 9071"}}'
+    assert call["content"] == f"<tool_call>{expected_call}</tool_call>"
+    assert result["content"] == str(48213 * 9071)  # what the calculator answers to that call
+    assert default_compute_score(DATA_SOURCE, answer["content"], result["content"])["score"] == 1.0
+    assert len(calculator_rows(1, 0, "test", demonstrations=2)[0]["prompt"]) == 10
+
+
+def test_prepare_refuses_more_demonstrations_than_there_are(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["calculator", "--output", str(tmp_path), "--demonstrations", "3"])
+    assert "--demonstrations" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="between 0 and 2, got 3"):
+        calculator_rows(1, 0, "test", demonstrations=3)

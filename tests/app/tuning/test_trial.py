@@ -63,7 +63,7 @@ def test_seeds_differ_between_trials_and_repeat_for_the_same_trial(tmp_path, com
     assert seed_for_trial(7, "abc_00001", "per_trial") == seed_for_trial(7, "abc_00001", "per_trial")
     assert seed_for_trial(7, "abc_00001", "fixed") == 7
     _, ctx = context(tmp_path, compose, trial_seed="fixed")
-    assert build_trial_config(ctx, {}, "t1").trainer.seed == base_cfg().trainer.seed  # the base's (the schema default: 1)
+    assert build_trial_config(ctx, {}, "t1").trainer.seed == base_cfg().trainer.seed  # the base's
     # a searched seed wins over both policies
     assert build_trial_config(ctx, {"trainer.seed": 42}, "t1").trainer.seed == 42
 
