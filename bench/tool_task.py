@@ -2,7 +2,7 @@
 before/after table of greedy validation: the reward (a right final answer only: calling the tool earns nothing), the
 share of answers that used the tool cleanly, tool calls and model turns per episode, and response tokens.
 
-    python bench/tool_task.py [--steps 4] [--val-size 32] [--demonstrations 1] [--model models/smollm2-135m-instruct]
+    python bench/tool_task.py [--steps 10] [--val-size 32] [--demonstrations 1] [--model models/smollm2-135m-instruct]
         [--out outputs/tool_task] [key=value training overrides ...]
 
 Trains with `python -m app.train --config-name quickstart` (LoRA, the quickstart's CPU settings) and the multi-turn
@@ -51,6 +51,8 @@ def training_overrides(data: Path, model: Path, out: Path, steps: int, val_size:
         f"data.val_max_samples={val_size}",
         "data.max_prompt_length=512",  # the system message describes the tool
         "data.max_response_length=160",  # the whole episode after the prompt: calls, results and the answer
+        # ~330-token prompts (tool description, worked exchange): the quickstart's 0.25 GiB holds only a few at once
+        "actor_rollout_ref.rollout.cpu_kv_cache_gib=1",
         f"actor_rollout_ref.model.path={model}",
         f"{MT}.enable=true",
         f"{MT}.tool_config_path={data / 'tool_config.yaml'}",
@@ -108,7 +110,7 @@ def table(values: dict[str, tuple[int, float, int, float]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--val-size", type=int, default=32, help="validation prompts (data.val_max_samples)")
     parser.add_argument(
         "--demonstrations", type=int, default=1, help="worked tool-call exchanges before each question (app.prepare)"

@@ -45,6 +45,7 @@ def test_overrides_validate_before_and_after_and_reward_right_answers_only():
     assert {"trainer.total_training_steps=5", "trainer.test_freq=5", "trainer.val_before_train=true"} <= set(ov)
     assert "reward_model.overlong_buffer.enable=false" in ov  # no length shaping: the reward is the answer's
     assert "actor_rollout_ref.rollout.multi_turn.tool_config_path=/d/tool_config.yaml" in ov
+    assert "actor_rollout_ref.rollout.cpu_kv_cache_gib=1" in ov  # room for the long prompts of a whole batch
 
 
 def test_the_task_is_prepared_with_the_asked_demonstrations(tmp_path):
