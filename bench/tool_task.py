@@ -29,6 +29,8 @@ sys.path.insert(0, str(REPO / "bench"))  # bench/logged_run.py
 
 from logged_run import run_logged  # noqa: E402
 
+from app.data.calculator_task import DEMONSTRATIONS  # noqa: E402
+
 MT = "actor_rollout_ref.rollout.multi_turn"
 # (label, metrics.jsonl key) of each row of the table
 ROWS = (
@@ -113,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--val-size", type=int, default=32, help="validation prompts (data.val_max_samples)")
     parser.add_argument(
-        "--demonstrations", type=int, default=1, help="worked tool-call exchanges before each question (app.prepare)"
+        "--demonstrations",
+        type=int,
+        choices=range(len(DEMONSTRATIONS) + 1),  # refused here, before app.prepare or training starts
+        default=1,
+        help="worked tool-call exchanges before each question (app.prepare)",
     )
     parser.add_argument("--model", type=Path, default=REPO / "models" / "smollm2-135m-instruct")
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "tool_task")

@@ -51,3 +51,10 @@ def test_overrides_validate_before_and_after_and_reward_right_answers_only():
 def test_the_task_is_prepared_with_the_asked_demonstrations(tmp_path):
     cmd = load_bench().prepare_command(tmp_path / "data", 0)
     assert cmd[1:] == ["-m", "app.prepare", "calculator", "--output", str(tmp_path / "data"), "--demonstrations", "0"]
+
+
+def test_more_demonstrations_than_the_task_has_are_refused_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        load_bench().main(["--demonstrations", "3", "--out", str(tmp_path / "out")])
+    assert "--demonstrations: invalid choice: 3" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing prepared
