@@ -314,12 +314,10 @@ def deploy_rollout(
     `ReplicaPlacement.on_cpu`). Requires `ray.init` first.
     """
     from serve.deployment import build_rollout_app
-    from serve.log_config import serve_logging_config
+    from serve.instance import start_serve
 
     RetryPolicy.from_rollout_config(rollout)  # a bad retry bound fails here, before any replica starts
-    serve.start(
-        http_options={"host": rollout.http_host, "port": int(rollout.http_port)}, logging_config=serve_logging_config()
-    )
+    start_serve(rollout)
     app = build_rollout_app(
         rollout,
         str(model_path),

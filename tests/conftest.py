@@ -130,10 +130,13 @@ def start_serve_on_free_port(attempts: int = 5) -> int:
     from ray import serve
     from support import free_port
 
+    from serve.instance import controller_options
+
     for attempt in range(attempts):
         port = free_port()
         try:
-            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            # the product's controller options: the suite's load is what misses Serve's 5 s proxy readiness check
+            serve.start(http_options={"host": "127.0.0.1", "port": port}, controller_options=controller_options())
             return port
         except Exception as err:
             if "Failed to bind" not in str(err) or attempt == attempts - 1:

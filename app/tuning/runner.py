@@ -178,10 +178,9 @@ def _start_serve(cfg: TrainerRunConfig) -> None:
     trials' rollout applications are fine there (the Serve controller creates their replicas), but the Serve
     controller itself would be created by the first trial that deploys and could not be placed.
     """
-    from ray import serve
+    from serve.instance import start_serve
 
-    rollout = cfg.actor_rollout_ref.rollout
-    serve.start(http_options={"host": rollout.http_host, "port": rollout.http_port})
+    start_serve(cfg.actor_rollout_ref.rollout)
 
 
 def _should_restore(spec: SweepSpec, sweep_dir: Path) -> bool:
