@@ -9,7 +9,8 @@ Trains with `python -m app.train --config-name quickstart` (LoRA, the quickstart
 rollout (`actor_rollout_ref.rollout.multi_turn`), validating before the first step and after the last; the numbers
 come from the run's metrics.jsonl (`val-core/reward/mean`, `val-aux/multi_turn/*`, docs/metrics.md). Prepares the
 task with `python -m app.prepare calculator --demonstrations K` (worked tool-call exchanges before each question) into
-`<out>/data` when it is not there. The model must already be
+`<out>/data-K-demonstrations` when it is not there (one folder per K, so a folder left by an earlier run is never read
+as another K's). The model must already be
 imported (`make run` does it). Writes `<out>/results.json`.
 """
 
@@ -68,6 +69,11 @@ def training_overrides(data: Path, model: Path, out: Path, steps: int, val_size:
         f"trainer.default_local_dir={out / 'run'}",
         "trainer.logger=[jsonl]",
     ]
+
+
+def data_dir(out: Path, demonstrations: int) -> Path:
+    """Where the task prepared with `demonstrations` worked exchanges lives under the bench's --out."""
+    return out / f"data-{demonstrations}-demonstrations"
 
 
 def prepare_command(data: Path, demonstrations: int) -> list[str]:
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if (args.out / "run").exists():  # refused before anything runs, so no earlier run is overwritten
         print(f"error: {args.out / 'run'} exists; pick another --out", file=sys.stderr)
         return 2
-    data = args.out / "data"
+    data = data_dir(args.out, args.demonstrations)
     if not (data / "tool_config.yaml").exists():
         subprocess.run(prepare_command(data, args.demonstrations), cwd=REPO, check=True)
     cmd = [

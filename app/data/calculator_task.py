@@ -52,7 +52,7 @@ def demonstration_messages(count: int) -> list[dict[str, str]]:
         raise ValueError(f"demonstrations must be between 0 and {len(DEMONSTRATIONS)}, got {count}")
     messages = []
     for question, expression in DEMONSTRATIONS[:count]:
-        call = json.dumps({"name": "calculator", "arguments": {"expression": expression}})
+        call = json.dumps({"name": CALCULATOR_SCHEMA["function"]["name"], "arguments": {"expression": expression}})
         answer = str(evaluate(expression))
         messages += [
             {"role": "user", "content": f"{question}\n{INSTRUCTION}"},

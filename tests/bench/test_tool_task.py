@@ -53,6 +53,14 @@ def test_the_task_is_prepared_with_the_asked_demonstrations(tmp_path):
     assert cmd[1:] == ["-m", "app.prepare", "calculator", "--output", str(tmp_path / "data"), "--demonstrations", "0"]
 
 
+def test_each_count_of_demonstrations_has_its_own_data_folder(tmp_path):
+    """A folder prepared for one K (say by a run that then failed) must not be reused for another K."""
+    bench = load_bench()
+    folders = {bench.data_dir(tmp_path, k) for k in (0, 1, 2)}
+    assert len(folders) == 3
+    assert all(folder.parent == tmp_path for folder in folders)
+
+
 def test_more_demonstrations_than_the_task_has_are_refused_before_anything_runs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         load_bench().main(["--demonstrations", "3", "--out", str(tmp_path / "out")])
