@@ -3,7 +3,9 @@
 For each temperature it samples `n` responses to the same training prompts with vLLM (no Ray) and prints: the mean
 sampled reward next to the greedy reward, the share of prompts whose group of `n` samples is *mixed* (not all the
 same score: only those give GRPO a non-zero advantage), the share of samples cut at the token limit, and the mean
-reward per difficulty level.
+reward per difficulty level. Where the reward returns `formatted` and `acc` (the arithmetic task's), a second table
+says how often the samples use the answer format and how often marked and unmarked samples are right: a format
+that is sampled rarely, and right less often than plain answers, is what a run can lose (docs/results.md).
 
     python bench/sampling_signal.py [--data data/arithmetic/train.parquet] [--prompts 64] [--n 8]
         [--max-tokens 64] [--temperatures 1.0 0.7 0.5]
@@ -16,7 +18,9 @@ import os
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -60,30 +64,34 @@ def main() -> int:
     )
     inputs = [TokensPrompt(prompt_token_ids=r.prompt_ids) for r in records]
 
-    def run(params) -> list[list[tuple[float, bool]]]:
-        """(score, cut at the limit) for every sample of every prompt."""
+    def run(params) -> list[list[Sample]]:
+        """Every sample of every prompt, scored."""
         out = []
         for rec, result in zip(records, llm.generate(inputs, params, use_tqdm=False)):
-            scored = [
-                default_compute_score(rec.data_source, c.text, rec.ground_truth, rec.extra_info) for c in result.outputs
-            ]
-            out.append([(split_score(s)[0], c.finish_reason == "length") for s, c in zip(scored, result.outputs)])
+            group = []
+            for c in result.outputs:
+                score, extra = split_score(
+                    default_compute_score(rec.data_source, c.text, rec.ground_truth, rec.extra_info)
+                )
+                group.append(Sample(score, c.finish_reason == "length", extra.get("formatted"), extra.get("acc")))
+            out.append(group)
         return out
 
     greedy = run(SamplingParams(temperature=0.0, max_tokens=args.max_tokens))
-    greedy_mean = statistics.mean(g[0][0] for g in greedy)
+    greedy_mean = statistics.mean(g[0].score for g in greedy)
     levels = sorted({r.extra_info.get("level") for r in records}, key=str)
     print(f"\n{len(records)} prompts from {args.data}, {args.n} samples each, {args.max_tokens} tokens at most")
-    print(f"greedy: mean reward {greedy_mean:.3f}, cut {statistics.mean(g[0][1] for g in greedy):.0%}")
+    print(f"greedy: mean reward {greedy_mean:.3f}, cut {statistics.mean(g[0].cut for g in greedy):.0%}")
     header = f"{'temperature':>11}{'mean reward':>13}{'mixed groups':>14}{'cut':>7}" + "".join(
         f"{'level ' + str(lv):>10}" for lv in levels
     )
     print(header)
+    sampled = {}
     for t in args.temperatures:
-        groups = run(SamplingParams(temperature=t, n=args.n, max_tokens=args.max_tokens))
-        scores = [[s for s, _ in g] for g in groups]
+        groups = sampled[t] = run(SamplingParams(temperature=t, n=args.n, max_tokens=args.max_tokens))
+        scores = [[s.score for s in g] for g in groups]
         mixed = statistics.mean(len(set(g)) > 1 for g in scores)
-        cut = statistics.mean(c for g in groups for _, c in g)
+        cut = statistics.mean(s.cut for g in groups for s in g)
         per_level = defaultdict(list)
         for rec, g in zip(records, scores):
             per_level[rec.extra_info.get("level")].extend(g)
@@ -91,7 +99,42 @@ def main() -> int:
             f"{t:>11.2f}{statistics.mean(s for g in scores for s in g):>13.3f}{mixed:>14.0%}{cut:>7.0%}"
             + "".join(f"{statistics.mean(per_level[lv]):>10.3f}" for lv in levels)
         )
+    if all(s.formatted is not None and s.acc is not None for g in greedy for s in g):
+        print("\nthe answer format (the reward's `formatted`) and accuracy (`acc`) of marked and of unmarked samples:")
+        print(format_table([("greedy", greedy)] + [(f"{t:.2f}", sampled[t]) for t in args.temperatures]))
     return 0
+
+
+@dataclass(frozen=True)
+class Sample:
+    score: float
+    cut: bool  # stopped at the token limit
+    formatted: Optional[float]  # the reward's extras, where it returns them
+    acc: Optional[float]
+
+
+def _share(values: list) -> str:
+    return f"{statistics.mean(values):.3f}" if values else "-"
+
+
+def format_table(rows: list[tuple[str, list[list[Sample]]]]) -> str:
+    """Per sampling setting: the share of samples marked, of groups holding a marked sample and a marked right one,
+    and the accuracy of marked and of unmarked samples."""
+    lines = [
+        "| sampling | marked | groups with a marked sample | with a right marked one | marked right | unmarked right |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, groups in rows:
+        samples = [s for g in groups for s in g]
+        marked = [s.acc for s in samples if s.formatted]
+        plain = [s.acc for s in samples if not s.formatted]
+        lines.append(
+            f"| {name} | {_share([s.formatted for s in samples])} "
+            f"| {_share([any(s.formatted for s in g) for g in groups])} "
+            f"| {_share([any(s.formatted and s.acc for s in g) for g in groups])} "
+            f"| {_share(marked)} | {_share(plain)} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
