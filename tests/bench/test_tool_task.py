@@ -46,6 +46,8 @@ def test_overrides_validate_before_and_after_and_reward_right_answers_only():
     assert "reward_model.overlong_buffer.enable=false" in ov  # no length shaping: the reward is the answer's
     assert "actor_rollout_ref.rollout.multi_turn.tool_config_path=/d/tool_config.yaml" in ov
     assert "actor_rollout_ref.rollout.cpu_kv_cache_gib=1" in ov  # room for the long prompts of a whole batch
+    # its documented result was trained with token-mean; the quickstart has since changed its aggregation
+    assert "actor_rollout_ref.actor.loss_agg_mode=token-mean" in ov
 
 
 def test_the_task_is_prepared_with_the_asked_demonstrations(tmp_path):
