@@ -230,6 +230,9 @@ class ActorConfig:
     clip_ratio_high: Optional[float] = None  # None: clip_ratio
     clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
     loss_agg_mode: LossAggMode = "token-mean"
+    # seq-mean-token-sum-norm's constant: each answer's token-loss sum is divided by it (and the answer count).
+    # None: data.max_response_length, the horizon verl pads every answer to, as in Dr. GRPO and TRL's dr_grpo
+    loss_scale_factor: Optional[float] = None
     entropy_coeff: float = 0.0
     use_kl_loss: bool = False  # KL to the reference in the loss (GRPO) rather than in the reward
     kl_loss_coef: float = 0.001

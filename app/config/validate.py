@@ -41,6 +41,9 @@ def _fill_derived(cfg: TrainerRunConfig) -> None:
         rollout.response_length = cfg.data.max_response_length
     if rollout.prompt_length is None:
         rollout.prompt_length = cfg.data.max_prompt_length
+    actor = cfg.actor_rollout_ref.actor
+    if actor.loss_scale_factor is None:
+        actor.loss_scale_factor = float(cfg.data.max_response_length)
     if cfg.data.gen_batch_size is None:
         cfg.data.gen_batch_size = cfg.data.train_batch_size
     critic = cfg.critic
@@ -315,6 +318,11 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
         raise ConfigError(f"actor_rollout_ref.model.lora_alpha={model.lora_alpha} must be > 0")
     if actor.logits_chunk_size is not None:  # None: sized per device
         _positive("actor_rollout_ref.actor.logits_chunk_size", actor.logits_chunk_size)
+    if actor.loss_scale_factor <= 0:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.loss_scale_factor={actor.loss_scale_factor} must be > 0 (it divides each "
+            "answer's token-loss sum under seq-mean-token-sum-norm; leave it unset for data.max_response_length)"
+        )
     if actor.optim.lr <= 0:
         raise ConfigError(f"actor_rollout_ref.actor.optim.lr={actor.optim.lr} must be > 0")
     from algos.policy_loss_config import PolicyLossConfig

@@ -33,7 +33,8 @@ def _present(batch: TensorBatch, keys: tuple[str, ...], required: tuple[str, ...
 
 class Actor:
     """``config``: the ``actor`` section (ppo_mini_batch_size, ppo_epochs, shuffle, clip_ratio*, loss_agg_mode,
-    entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type, policy_loss.*).
+    loss_scale_factor, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type, policy_loss.*). ``validate()`` fills
+    loss_scale_factor with the response budget; left None (an unvalidated config), the padded width is used.
 
     ``rollout_n``: samples per prompt (mini-batch sizes count prompts). ``log_prob_micro_batch_size`` /
     ``log_prob_use_dynamic_bsz`` / ``log_prob_max_token_len``: the micro-batching of ``compute_log_prob`` (verl
@@ -199,6 +200,7 @@ class Actor:
                 seed=self.seed + 1000 * self._updates,
                 key="actor.ppo_mini_batch_size",
                 loss_agg_mode=self.loss_agg_mode,
+                loss_scale_factor=cfg.loss_scale_factor,
                 make_loss_fn=self._loss_fn,
                 grad_norm_metric="actor/grad_norm",
                 ctx_kwargs=ctx_kwargs,

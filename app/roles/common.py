@@ -13,13 +13,17 @@ from app.batch import TensorBatch
 from app.engine.base import BaseEngine, StepContext
 
 
-def rank_normalizer(engine: BaseEngine, response_mask: torch.Tensor, loss_agg_mode: str) -> float:
+def rank_normalizer(
+    engine: BaseEngine, response_mask: torch.Tensor, loss_agg_mode: str, loss_scale_factor: float
+) -> float:
     """The ``normalizer`` each rank passes to the loss for one mini-batch.
 
     Every mode's normaliser is additive over rows, so the global one is the sum over ranks; it is divided by the
-    world size because FSDP averages the ranks' gradients (see ``algos.aggregation``).
+    world size because FSDP averages the ranks' gradients (see ``algos.aggregation``). ``loss_scale_factor``: the
+    per-answer constant of seq-mean-token-sum-norm, given rather than read from the mask, whose width is only this
+    mini-batch's longest answer.
     """
-    local = loss_normalizer(response_mask, loss_agg_mode)
+    local = loss_normalizer(response_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor)
     total = float(engine.all_reduce(torch.tensor([local], dtype=torch.float64), "sum")[0])
     return total / engine.dp_world_size
 
@@ -108,6 +112,7 @@ def run_ppo_epochs(
     seed: int,
     key: str,
     loss_agg_mode: str,
+    loss_scale_factor: float,
     make_loss_fn: Callable[[MetricMeans, dict[str, float]], Any],
     grad_norm_metric: str,
     ctx_kwargs: dict[str, Any] | None = None,
@@ -122,7 +127,7 @@ def run_ppo_epochs(
         for mini in iter_mini_batches(data, mini_batch_size, shuffle=shuffle, seed=seed + epoch, key=key):
             token_means, loss_sums = MetricMeans(), {}
             engine.set_loss_fn(make_loss_fn(token_means, loss_sums))
-            normalizer = rank_normalizer(engine, mini["response_mask"], loss_agg_mode)
+            normalizer = rank_normalizer(engine, mini["response_mask"], loss_agg_mode, loss_scale_factor)
             engine.optimizer_zero_grad()
             engine.forward_backward_step(mini, StepContext(loss_normalizer=normalizer, **(ctx_kwargs or {})))
             grad_norm = engine.optimizer_step()  # the engine skips a step on a NaN/Inf norm

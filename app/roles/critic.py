@@ -27,12 +27,16 @@ class Critic:
         rollout_n: int = 1,
         forward_micro_batch_size: Optional[int] = None,
         seed: int = 0,
+        loss_scale_factor: Optional[float] = None,
     ) -> None:
+        """``loss_scale_factor``: seq-mean-token-sum-norm's per-answer divisor, the response budget as in verl (None:
+        the padded width of each mini-batch)."""
         self.engine = engine
         self.config = config
         self.rollout_n = rollout_n
         self.forward_micro_batch_size = forward_micro_batch_size
         self.seed = seed
+        self.loss_scale_factor = loss_scale_factor
         self._updates = 0
 
     def compute_values(self, batch: TensorBatch) -> TensorBatch:
@@ -91,6 +95,7 @@ class Critic:
                 seed=self.seed + 1000 * self._updates,
                 key="critic.ppo_mini_batch_size",
                 loss_agg_mode=cfg.loss_agg_mode,
+                loss_scale_factor=self.loss_scale_factor,
                 make_loss_fn=self._loss_fn,
                 grad_norm_metric="critic/grad_norm",
             )

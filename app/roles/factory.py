@@ -212,9 +212,18 @@ def _log_prob_batching(section: Union[RolloutConfig, RefConfig], name: str) -> d
     )
 
 
-def build_critic(critic_cfg: CriticConfig, *, rollout_n: int, device: str = "auto", seed: int) -> Critic:
+def build_critic(
+    critic_cfg: CriticConfig,
+    *,
+    rollout_n: int,
+    device: str = "auto",
+    seed: int,
+    response_budget: Optional[int] = None,
+) -> Critic:
+    """``response_budget``: ``data.max_response_length``, the critic's seq-mean-token-sum-norm divisor per answer
+    (verl's critic divides by the horizon it pads to; there is no critic key for it)."""
     engine = make_engine(
         critic_cfg.strategy, critic_engine_spec(critic_cfg, device=device, seed=seed, rollout_n=rollout_n)
     )
     engine.init_model()
-    return Critic(engine, critic_cfg, rollout_n=rollout_n, seed=seed)
+    return Critic(engine, critic_cfg, rollout_n=rollout_n, seed=seed, loss_scale_factor=response_budget)

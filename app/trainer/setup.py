@@ -80,7 +80,13 @@ def build_trainer(
     reference = build_reference(arr, actor.engine, device=device) if needs_reference else None
     critic = None
     if estimator_traits(cfg.algorithm.adv_estimator).needs_critic:
-        critic = build_critic(cfg.critic, rollout_n=arr.rollout.n, device=device, seed=cfg.trainer.seed)
+        critic = build_critic(
+            cfg.critic,
+            rollout_n=arr.rollout.n,
+            device=device,
+            seed=cfg.trainer.seed,
+            response_budget=cfg.data.max_response_length,
+        )
     out_dir = Path(cfg.trainer.default_local_dir)
     tracking = None
     if actor.engine.dp_rank == 0:

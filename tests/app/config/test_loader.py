@@ -26,6 +26,15 @@ def test_valid_config_fills_derived_defaults():
     assert cfg.actor_rollout_ref.actor.optim.lr == 1e-6
 
 
+def test_loss_scale_factor_defaults_to_the_response_budget():
+    # verl divides seq-mean-token-sum-norm by the horizon it pads every answer to: data.max_response_length
+    assert load_config(with_(**{"data.max_response_length": 64})).actor_rollout_ref.actor.loss_scale_factor == 64
+    given = load_config(with_(**{"data.max_response_length": 64, "actor_rollout_ref.actor.loss_scale_factor": 100}))
+    assert given.actor_rollout_ref.actor.loss_scale_factor == 100
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.loss_scale_factor=0(\.0)? must be > 0"):
+        load_config(with_(**{"actor_rollout_ref.actor.loss_scale_factor": 0}))
+
+
 def test_unknown_key_is_named_with_its_path():
     with pytest.raises(
         ConfigError,

@@ -40,6 +40,25 @@ def _mean_log_prob(log_probs, mask, rows):
     return float((log_probs[rows] * mask[rows]).sum() / mask[rows].sum())
 
 
+def _grad_norm_at(actor, make_rl_batch):
+    batch = make_rl_batch(PROMPTS, RESPONSES)  # answers of 1-4 tokens: padded to a width of 4
+    batch.meta["temperature"] = 1.0
+    batch["advantages"] = torch.tensor([1.0, -1.0] * 4)[:, None] * batch["response_mask"].float()
+    return actor.update_policy(batch)["actor/grad_norm"]
+
+
+def test_seq_mean_token_sum_norm_divides_by_loss_scale_factor_not_the_padded_width(tiny_llama_dir, make_rl_batch):
+    # Dr. GRPO divides by a constant (verl: the response budget) so a batch of short answers is not scaled up: at a
+    # factor of 12, three times the padded width, the gradient is a third of the one divided by the width
+    norms = {}
+    for factor in (None, 12.0):  # None: an unvalidated config, which divides by the padded width
+        cfg = _config(tiny_llama_dir, ppo_mini_batch_size=8, loss_agg_mode="seq-mean-token-sum-norm")
+        cfg.actor.loss_scale_factor = factor
+        cfg.actor.fsdp_config.mixed_precision.param_dtype = "fp32"  # the ratio exact to float rounding
+        norms[factor] = _grad_norm_at(build_actor(cfg, device="cpu", seed=0), make_rl_batch)
+    assert norms[12.0] == pytest.approx(norms[None] / 3, rel=1e-5)
+
+
 def test_update_raises_log_probs_of_positive_advantage_samples(tiny_llama_dir, make_rl_batch):
     cfg = _config(tiny_llama_dir, ppo_epochs=2, shuffle=True)
     actor = build_actor(cfg, device="cpu", seed=0)

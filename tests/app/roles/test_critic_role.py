@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 import torch
 
 from app.config.schema import CriticConfig
@@ -31,3 +32,22 @@ def test_critic_update_lowers_the_value_loss(tiny_llama_dir, make_rl_batch):
     mask = batch["response_mask"].bool()
     expected = 0.5 * ((fresh - batch["returns"])[mask] ** 2).mean()
     assert abs(critic.update_critic(batch)["critic/vf_loss"] - float(expected)) < 1e-3 * float(expected) + 1e-6
+
+
+def test_seq_mean_token_sum_norm_divides_by_the_response_budget(tiny_llama_dir, make_rl_batch):
+    # the critic has no key for it: verl's divides by the horizon it pads to, data.max_response_length, given here as
+    # response_budget; 8 is twice the padded width of these answers (4), so the gradient halves
+    norms = {}
+    for budget in (None, 8):  # None: the padded width
+        cfg = CriticConfig()
+        cfg.model.path = str(tiny_llama_dir)
+        cfg.ppo_mini_batch_size = 4
+        cfg.ppo_epochs = 1
+        cfg.loss_agg_mode = "seq-mean-token-sum-norm"
+        cfg.model.fsdp_config.mixed_precision.param_dtype = "fp32"
+        critic = build_critic(cfg, rollout_n=1, device="cpu", seed=0, response_budget=budget)
+        batch = make_rl_batch([5, 3, 6, 2], [4, 2, 4, 3])
+        batch["values"] = critic.compute_values(batch)["values"]
+        batch["returns"] = torch.tensor([1.0, -1.0, 0.5, 2.0])[:, None] * batch["response_mask"]
+        norms[budget] = critic.update_critic(batch)["critic/grad_norm"]
+    assert norms[8] == pytest.approx(norms[None] / 2, rel=1e-5)
