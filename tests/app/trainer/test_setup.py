@@ -1,4 +1,5 @@
-"""What build_trainer hands the trackers (the run's config without secrets), and the total steps it fills in."""
+"""What build_trainer hands the trackers (the run's config without secrets), the total steps it fills in, and the
+response budget it gives the roles as seq-mean-token-sum-norm's divisor."""
 
 import json
 from pathlib import Path
@@ -37,3 +38,33 @@ def test_total_training_steps_count_the_full_generation_batches_of_every_epoch()
     assert total_training_steps(cfg, 20) == (20 // 6) * 2 == 6
     cfg.trainer.total_training_steps = 5
     assert total_training_steps(cfg, 20) == 5  # given: it wins
+
+
+def test_actor_and_critic_divide_seq_mean_token_sum_norm_by_the_response_budget(
+    compose, tiny_model_dir, small_arith_data, tmp_path
+):
+    # verl's horizon: data.max_response_length reaches both roles' seq-mean-token-sum-norm divisor
+    from recording_rollout import RecordingRollout
+
+    from app.trainer.setup import build_trainer
+
+    cfg = compose(
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={small_arith_data / 'train.parquet'}",
+            "data.val_files=''",
+            "data.max_prompt_length=256",
+            "data.max_response_length=8",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "algorithm.adv_estimator=gae",
+            "trainer.num_workers=1",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={tmp_path / 'run'}",
+            "reward_model.num_workers=0",
+        ]
+    )
+    learner = build_trainer(cfg, RecordingRollout(vocab_size=1000, n=2, response_len=8), device="cpu").learner
+    assert learner.actor.config.loss_scale_factor == 8
+    assert learner.critic.loss_scale_factor == 8
