@@ -111,6 +111,22 @@ def tiny_run_overrides(model_dir, data_dir) -> list[str]:
     ]
 
 
+def in_process_run_overrides(model_dir, data_dir) -> list[str]:
+    """Hydra overrides shared by the tests that build the real trainer in the test process (`build_trainer` with a
+    stand-in rollout): the tiny model, the arithmetic prompts in `data_dir`, no validation set, 2 prompts x n=2 of 8
+    response tokens, one mini-batch. Callers add the rest."""
+    return [
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"data.train_files={data_dir / 'train.parquet'}",
+        "data.val_files=''",
+        "data.max_prompt_length=256",
+        "data.max_response_length=8",
+        "data.train_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.n=2",
+    ]
+
+
 # The specs below restate no default (app/config/schema.py holds them): tests that want "the defaults" build them from
 # the schema through the product's own builders, then change what they test.
 def optim_spec(**overrides):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from recording_rollout import RecordingRollout
+from support import in_process_run_overrides
 
 from app.trainer.checkpoints import CheckpointError, check_checkpoint
 
@@ -21,14 +22,7 @@ def _trainer(compose, tiny_model_dir, data: Path, out: Path, steps: int):
 
     cfg = compose(
         [
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
-            f"data.train_files={data / 'train.parquet'}",
-            "data.val_files=''",
-            "data.max_prompt_length=256",
-            "data.max_response_length=8",
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.rollout.n=2",
+            *in_process_run_overrides(tiny_model_dir, data),
             "trainer.num_workers=1",
             f"trainer.total_training_steps={steps}",
             "trainer.val_before_train=false",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 from recording_rollout import RecordingRollout
+from support import in_process_run_overrides
 
 
 def test_colocated_engine_sleeps_through_the_update_and_wakes_for_the_sync(
@@ -59,14 +60,7 @@ def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(
 
     cfg = compose(
         [
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
-            f"data.train_files={small_arith_data / 'train.parquet'}",
-            "data.val_files=''",
-            "data.max_prompt_length=256",
-            "data.max_response_length=8",
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.rollout.n=2",
+            *in_process_run_overrides(tiny_model_dir, small_arith_data),
             "actor_rollout_ref.rollout.free_cache_engine=false",
             "actor_rollout_ref.rollout.lora_sync=merged",
             "trainer.total_training_steps=1",
@@ -105,14 +99,7 @@ def test_a_critic_warmup_step_wakes_the_engine_for_the_next_rollout(
 
     cfg = compose(
         [
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
-            f"data.train_files={small_arith_data / 'train.parquet'}",
-            "data.val_files=''",
-            "data.max_prompt_length=256",
-            "data.max_response_length=8",
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.rollout.n=2",
+            *in_process_run_overrides(tiny_model_dir, small_arith_data),
             "algorithm.adv_estimator=gae",
             "trainer.critic_warmup=1",
             "trainer.total_training_steps=2",

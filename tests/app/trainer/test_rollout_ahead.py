@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from recording_rollout import RecordingRollout
+from support import in_process_run_overrides
 
 from app.trainer.rollout_ahead import RolloutAhead, staleness_metrics
 
@@ -118,14 +119,7 @@ def _train(compose, tiny_model_dir, data: Path, out: Path, *extra: str) -> tuple
 
     cfg = compose(
         [
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
-            f"data.train_files={data / 'train.parquet'}",
-            "data.val_files=''",
-            "data.max_prompt_length=256",
-            "data.max_response_length=8",
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.rollout.n=2",
+            *in_process_run_overrides(tiny_model_dir, data),
             "actor_rollout_ref.model.lora_rank=4",
             "actor_rollout_ref.model.lora_alpha=8",
             "actor_rollout_ref.rollout.lora_sync=merged",

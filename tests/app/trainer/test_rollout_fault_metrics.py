@@ -5,6 +5,7 @@ recording stand-in replaces the Serve deployment and reports what its client wou
 from __future__ import annotations
 
 from recording_rollout import RecordingRollout
+from support import in_process_run_overrides
 
 
 class FaultyRollout(RecordingRollout):
@@ -24,14 +25,7 @@ def test_replica_restarts_and_retried_requests_are_logged_per_step(compose, tiny
 
     cfg = compose(
         [
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
-            f"data.train_files={small_arith_data / 'train.parquet'}",
-            "data.val_files=''",
-            "data.max_prompt_length=256",
-            "data.max_response_length=8",
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.rollout.n=2",
+            *in_process_run_overrides(tiny_model_dir, small_arith_data),
             "actor_rollout_ref.model.lora_rank=4",
             "actor_rollout_ref.model.lora_alpha=8",
             "trainer.total_training_steps=2",

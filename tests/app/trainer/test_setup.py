@@ -4,6 +4,8 @@ response budget it gives the roles as seq-mean-token-sum-norm's divisor."""
 import json
 from pathlib import Path
 
+from support import in_process_run_overrides
+
 from app.config import load_config
 from app.config.schema import TrainerRunConfig
 from app.trainer.setup import _loggable, total_training_steps
@@ -50,14 +52,7 @@ def test_actor_and_critic_divide_seq_mean_token_sum_norm_by_the_response_budget(
 
     cfg = compose(
         [
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
-            f"data.train_files={small_arith_data / 'train.parquet'}",
-            "data.val_files=''",
-            "data.max_prompt_length=256",
-            "data.max_response_length=8",
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.rollout.n=2",
+            *in_process_run_overrides(tiny_model_dir, small_arith_data),
             "algorithm.adv_estimator=gae",
             "trainer.num_workers=1",
             "trainer.logger=[jsonl]",

@@ -13,6 +13,7 @@ from pathlib import Path
 import nan_policy_loss
 import pytest
 from recording_rollout import RecordingRollout
+from support import in_process_run_overrides
 
 from app.trainer.step_metrics import BadStepGuard, BadStepLimitExceeded
 
@@ -40,14 +41,7 @@ def _run(compose, tiny_model_dir, data: Path, out: Path, steps: int, nan_steps: 
     nan_policy_loss.NAN_STEPS, nan_policy_loss.calls = set(nan_steps), 0
     cfg = compose(
         [
-            f"actor_rollout_ref.model.path={tiny_model_dir}",
-            f"data.train_files={data / 'train.parquet'}",
-            "data.val_files=''",
-            "data.max_prompt_length=256",
-            "data.max_response_length=8",
-            "data.train_batch_size=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.rollout.n=2",
+            *in_process_run_overrides(tiny_model_dir, data),
             "actor_rollout_ref.actor.policy_loss.loss_mode=nan_policy_loss:loss",
             "trainer.num_workers=1",
             "actor_rollout_ref.actor.use_kl_loss=false",
