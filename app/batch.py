@@ -121,3 +121,49 @@ class TensorBatch:
             f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}" for k, v in self.tensors.items()
         )
         return f"TensorBatch({shapes}; meta={self.meta})"
+
+
+def concat_padded(batches: Sequence[TensorBatch], pad_token_id: int, *, fill_missing: bool = False) -> TensorBatch:
+    """The rows of all ``batches`` in order, re-padded to the longest prompt ``P`` and response ``R`` among them.
+
+    Tensors as wide as prompt + response get left padding up to ``P`` and right padding up to ``R``; tensors as wide as
+    the response get right padding (along dim 1 only); others (``(B,)``) are kept. The pad is ``pad_token_id`` for
+    ``input_ids`` / ``responses`` and 0 elsewhere (masks 0 = padding). With ``fill_missing``, a key that some batches
+    lack is filled there with pads of its layout (zeros: masked out); without, the batches must have the same keys.
+    """
+    if not batches:
+        raise ValueError("concat_padded: nothing to concatenate")
+    widths = [(b["input_ids"].shape[1] - b["responses"].shape[1], b["responses"].shape[1]) for b in batches]
+    p_max, r_max = max(p for p, _ in widths), max(r for _, r in widths)
+    layout: dict[str, tuple[str, torch.Tensor]] = {}  # key -> (its column kind, a tensor of it)
+    for b, (p, r) in zip(batches, widths):
+        for key, t in b.tensors.items():
+            layout.setdefault(key, (_column_kind(t, p, r), t))
+    padded = []
+    for b, (p, r) in zip(batches, widths):
+        if not fill_missing and sorted(b.keys()) != sorted(layout):
+            raise ValueError(f"concat_padded: a batch has keys {sorted(b.keys())}, the union is {sorted(layout)}")
+        out = {}
+        for key, (kind, example) in layout.items():
+            value = pad_token_id if key in ("input_ids", "responses") else 0
+            t = b.tensors.get(key)
+            if t is None:  # fill_missing: pads of the key's layout at this batch's widths
+                columns = {"full": (p + r,), "response": (r,), "row": ()}[kind]
+                t = torch.full((len(b), *columns, *example.shape[1 + len(columns) :]), value, dtype=example.dtype)
+            inner = (0, 0) * (t.dim() - 2)  # F.pad counts from the last dim
+            if kind == "full":
+                t = torch.nn.functional.pad(t, inner + (p_max - p, r_max - r), value=value)
+            elif kind == "response":
+                t = torch.nn.functional.pad(t, inner + (0, r_max - r), value=value)
+            out[key] = t
+        padded.append(TensorBatch(out, dict(b.meta)))
+    return TensorBatch.concat(padded)
+
+
+def _column_kind(t: torch.Tensor, prompt: int, response: int) -> str:
+    """`full` for a tensor as wide as prompt + response, `response` for one as wide as the response, else `row`."""
+    if t.dim() >= 2 and t.shape[1] == prompt + response:
+        return "full"
+    if t.dim() >= 2 and t.shape[1] == response:
+        return "response"
+    return "row"

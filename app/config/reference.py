@@ -33,6 +33,7 @@ OURS = frozenset(
         "actor_rollout_ref.model.share_prompt_prefix",
         "critic.model.share_prompt_prefix",
         "actor_rollout_ref.actor.logits_chunk_size",
+        "actor_rollout_ref.actor.self_imitation",
         "actor_rollout_ref.actor.deepspeed_config",
         "critic.deepspeed_config",
         "actor_rollout_ref.rollout.lora_sync",

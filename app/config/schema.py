@@ -211,6 +211,18 @@ class PolicyLossSection:
 
 # ---------------------------------------------------------------- actor / reference
 @dataclass
+class SelfImitationConfig:
+    """Ours, not verl's: self-imitation (Oh et al., 2018). Each rank keeps its latest answers that scored at least
+    `min_score` and adds some to later updates with a fixed advantage, so that a rare good answer (the format a
+    small model seldom samples) teaches more than the one step that drew it (docs/algorithms.md)."""
+
+    coef: float = 0.0  # the advantage every token of a replayed answer gets; 0: off
+    min_score: float = 1.0  # an answer whose task score (before overlong shaping) reaches this is kept for replay
+    buffer_size: int = 16  # answers kept per rank, the latest
+    rows_per_step: int = 4  # answers replayed per update on each rank (fewer while the buffer holds fewer)
+
+
+@dataclass
 class ActorConfig:
     strategy: Literal["fsdp", "fsdp2", "deepspeed"] = "fsdp2"  # fsdp and fsdp2 both run FSDP2; the reference follows
     ppo_mini_batch_size: int = 256  # prompts per optimiser step (times rollout.n samples)
@@ -247,6 +259,7 @@ class ActorConfig:
     # short run gains
     use_torch_compile: Optional[bool] = None
     policy_loss: PolicyLossSection = field(default_factory=PolicyLossSection)
+    self_imitation: SelfImitationConfig = field(default_factory=SelfImitationConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed (the ref's too)

@@ -323,6 +323,18 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
             f"actor_rollout_ref.actor.loss_scale_factor={actor.loss_scale_factor} must be > 0 (it divides each "
             "answer's token-loss sum under seq-mean-token-sum-norm; leave it unset for data.max_response_length)"
         )
+    imitation = actor.self_imitation
+    if imitation.coef < 0:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.self_imitation.coef={imitation.coef} must be >= 0 (0 turns self-imitation off)"
+        )
+    if imitation.coef:
+        _positive("actor_rollout_ref.actor.self_imitation.rows_per_step", imitation.rows_per_step)
+        if imitation.buffer_size < imitation.rows_per_step:
+            raise ConfigError(
+                f"actor_rollout_ref.actor.self_imitation.buffer_size={imitation.buffer_size} must be >= rows_per_step="
+                f"{imitation.rows_per_step}: the buffer could never fill an update's replay"
+            )
     if actor.optim.lr <= 0:
         raise ConfigError(f"actor_rollout_ref.actor.optim.lr={actor.optim.lr} must be > 0")
     from algos.policy_loss_config import PolicyLossConfig

@@ -30,7 +30,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from app.batch import TensorBatch
+from app.batch import TensorBatch, concat_padded
 from app.engine.forward import lm_outputs, position_ids_of, value_model_logits
 from app.engine.packed_attention import SHARED_PROMPT_LAYOUT
 from app.engine.packing import pack_inputs
@@ -57,12 +57,11 @@ class SequenceParallel:
         in them; this rank's response width (its outputs are cut back to it)."""
         parts: list = [None] * self.size
         dist.all_gather_object(parts, (batch.to("cpu").tensors, _widths(batch)), group=self.group)
-        prompt_width = max(w[0] for _, w in parts)
-        response_width = max(w[1] for _, w in parts)
-        padded = [TensorBatch(_repad(t, w, prompt_width, response_width), dict(batch.meta)) for t, w in parts]
-        start = sum(len(p) for p in padded[: self.rank])
+        # padding 0: a masked column, whose token id and position no output reads
+        pooled = concat_padded([TensorBatch(t, dict(batch.meta)) for t, _ in parts], pad_token_id=0)
+        start = sum(len(t["input_ids"]) for t, _ in parts[: self.rank])
         device = batch["input_ids"].device
-        return TensorBatch.concat(padded).to(device), slice(start, start + len(batch)), _widths(batch)[1]
+        return pooled.to(device), slice(start, start + len(batch)), _widths(batch)[1]
 
     # ------------------------------------------------------------------ forward
     def response_outputs(
@@ -253,20 +252,3 @@ def _widths(batch: TensorBatch) -> tuple[int, int]:
     """(prompt columns, response columns) of the verl row layout."""
     response = batch["responses"].shape[1]
     return batch["input_ids"].shape[1] - response, response
-
-
-def _repad(
-    tensors: dict[str, torch.Tensor], widths: tuple[int, int], prompt_width: int, response_width: int
-) -> dict[str, torch.Tensor]:
-    """Tensors as wide as prompt + response get left padding up to ``prompt_width`` and right padding up to
-    ``response_width``; tensors as wide as the response get right padding. Padding is 0: a masked column, whose
-    token id and position no output reads."""
-    prompt, response = widths
-    out = {}
-    for name, t in tensors.items():
-        if t.dim() >= 2 and t.shape[1] == prompt + response:
-            t = F.pad(t, (0, 0) * (t.dim() - 2) + (prompt_width - prompt, response_width - response))
-        elif t.dim() >= 2 and t.shape[1] == response:
-            t = F.pad(t, (0, 0) * (t.dim() - 2) + (0, response_width - response))
-        out[name] = t
-    return out

@@ -12,6 +12,7 @@ import torch
 
 from algos.aggregation import agg_loss
 from algos.catalog import POLICY_LOSSES, policy_loss_traits
+from algos.imitation import self_imitation_loss
 from algos.kl import kl_penalty
 from algos.masked import masked_count
 from algos.policy_loss import resolve_loss_agg_mode
@@ -33,8 +34,9 @@ def _present(batch: TensorBatch, keys: tuple[str, ...], required: tuple[str, ...
 
 class Actor:
     """``config``: the ``actor`` section (ppo_mini_batch_size, ppo_epochs, shuffle, clip_ratio*, loss_agg_mode,
-    loss_scale_factor, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type, policy_loss.*). ``validate()`` fills
-    loss_scale_factor with the response budget; left None (an unvalidated config), the padded width is used.
+    loss_scale_factor, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type, policy_loss.*, self_imitation.coef).
+    ``validate()`` fills loss_scale_factor with the response budget; left None (an unvalidated config), the padded
+    width is used.
 
     ``rollout_n``: samples per prompt (mini-batch sizes count prompts). ``log_prob_micro_batch_size`` /
     ``log_prob_use_dynamic_bsz`` / ``log_prob_max_token_len``: the micro-batching of ``compute_log_prob`` (verl
@@ -104,6 +106,10 @@ class Actor:
 
         def loss_fn(out: dict[str, torch.Tensor], micro: TensorBatch, ctx: StepContext):
             mask = micro["response_mask"]
+            replay_mask = None
+            if "replayed" in micro:  # self-imitation: replayed answers take their own loss, not the policy loss
+                replayed = micro["replayed"].to(mask.dtype).unsqueeze(-1)
+                replay_mask, mask = mask * replayed, mask * (1 - replayed)
             log_prob = out["log_probs"]
             tokens = float(masked_count(mask))
             if "old_log_probs" in micro:
@@ -154,6 +160,14 @@ class Actor:
                 kl_loss = agg_loss(kld, mask, self.loss_agg_mode, ctx.loss_normalizer)
                 loss = loss + cfg.kl_loss_coef * kl_loss
                 loss_sums["actor/kl_loss"] = loss_sums.get("actor/kl_loss", 0.0) + float(kl_loss.detach())
+            if replay_mask is not None:
+                imitation_loss, stats = self_imitation_loss(
+                    log_prob, replay_mask, cfg.self_imitation.coef, self.loss_agg_mode, ctx.loss_normalizer
+                )
+                loss = loss + imitation_loss
+                token_means.add(
+                    "actor/self_imitation_nll", stats["self_imitation_nll"], float(masked_count(replay_mask))
+                )
             return loss, {}
 
         return loss_fn
@@ -166,10 +180,13 @@ class Actor:
         )
         return self.config.ppo_epochs == 1 and mini_size == samples_on_this_rank
 
-    def update_policy(self, batch: TensorBatch) -> dict[str, float]:
+    def update_policy(self, batch: TensorBatch, replay: Optional[TensorBatch] = None) -> dict[str, float]:
         """PPO epochs over mini-batches of this rank's share of the batch; one optimizer step per mini-batch and one
         LR-scheduler step per call. Returns ``actor/*`` metrics: per mini-batch over the global (all-rank)
-        mini-batch, then averaged over mini-batches and epochs. Same values on every rank."""
+        mini-batch, then averaged over mini-batches and epochs. Same values on every rank.
+
+        ``replay``: earlier answers to imitate (``self_imitation``; model inputs and a ``replayed`` flag of ones),
+        added to the first mini-batch with advantage ``self_imitation.coef``; every rank passes as many."""
         cfg = self.config
         required = ["input_ids", "attention_mask", "responses", "response_mask", "advantages"]
         if cfg.use_kl_loss:
@@ -204,6 +221,7 @@ class Actor:
                 make_loss_fn=self._loss_fn,
                 grad_norm_metric="actor/grad_norm",
                 ctx_kwargs=ctx_kwargs,
+                replay=replay,
             )
         self.engine.lr_scheduler_step()
         self._updates += 1

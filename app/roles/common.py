@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from algos.aggregation import loss_normalizer
-from app.batch import TensorBatch
+from app.batch import TensorBatch, concat_padded
 from app.engine.base import BaseEngine, StepContext
 
 
@@ -116,11 +116,16 @@ def run_ppo_epochs(
     make_loss_fn: Callable[[MetricMeans, dict[str, float]], Any],
     grad_norm_metric: str,
     ctx_kwargs: dict[str, Any] | None = None,
+    replay: TensorBatch | None = None,
 ) -> MetricMeans:
     """Epochs over mini-batches, one optimiser step each (the shared body of the actor and critic updates).
 
     `make_loss_fn(token_means, loss_sums)` returns the engine loss for one mini-batch and fills its metrics; the loss
     is normalised over the whole mini-batch on all ranks. Returns per-mini-batch metrics, each global over ranks.
+
+    `replay`: rows (flagged `replayed`) that join the first mini-batch of the first epoch after its normaliser is
+    computed from its own rows, so each weighs what one of them weighs (self-imitation, `algos.imitation`); the
+    loss function tells them apart by the flag. Every rank must pass the same number of rows.
     """
     per_step = MetricMeans()
     for epoch in range(epochs):
@@ -128,6 +133,9 @@ def run_ppo_epochs(
             token_means, loss_sums = MetricMeans(), {}
             engine.set_loss_fn(make_loss_fn(token_means, loss_sums))
             normalizer = rank_normalizer(engine, mini["response_mask"], loss_agg_mode, loss_scale_factor)
+            if replay is not None:
+                # padding only: the attention mask keeps every pad id out of the model's outputs
+                mini, replay = concat_padded([mini, replay], pad_token_id=0, fill_missing=True), None
             engine.optimizer_zero_grad()
             engine.forward_backward_step(mini, StepContext(loss_normalizer=normalizer, **(ctx_kwargs or {})))
             grad_norm = engine.optimizer_step()  # the engine skips a step on a NaN/Inf norm

@@ -3,7 +3,8 @@
 - log-probs: the old policy's (the PPO ratio's denominator), the reference's (KL) and the critic's values, each only
   where the config uses it;
 - advantages: the KL penalty in the reward (`algorithm.use_kl_in_reward`, adaptive coefficient), then the estimator;
-- updates: the critic's, then the actor's once `trainer.critic_warmup` steps are past.
+- updates: the critic's, then the actor's once `trainer.critic_warmup` steps are past, with earlier good answers
+  replayed (`actor.self_imitation`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import Any
 
 from algos.advantages import compute_advantages
 from algos.kl import apply_kl_penalty_to_rewards
+from app.batch import TensorBatch
 from app.config.schema import TrainerRunConfig
 from app.trainer.collectives import RankGroup
 from app.trainer.rollout_batch import RolloutGroup
+from app.trainer.self_imitation import ReplayBuffer
 from app.trainer.step_metrics import PhaseTimer
 
 
@@ -26,6 +29,10 @@ class Learner:
         self.cfg, self.algo = cfg, cfg.algorithm
         self.actor, self.reference, self.critic = actor, reference, critic
         self.kl_ctrl, self.ranks = kl_ctrl, ranks
+        imitation = cfg.actor_rollout_ref.actor.self_imitation
+        self.rows_per_step = imitation.rows_per_step
+        # None: self-imitation is off
+        self.replay_buffer = ReplayBuffer(imitation.buffer_size, imitation.min_score) if imitation.coef else None
 
     def log_probs(self, group: RolloutGroup, timer: PhaseTimer) -> None:
         """Old policy of the PPO ratio: the sampler's (bypass_mode), none on-policy (the update's own), else a pass;
@@ -85,6 +92,22 @@ class Learner:
             with timer.phase("update_critic"):
                 metrics |= self.critic.update_critic(group.batch)
         if self.updates_actor(step):
+            replay, replay_metrics = self.replay(group, step)
             with timer.phase("update_actor"):
-                metrics |= self.actor.update_policy(group.batch)
+                metrics |= self.actor.update_policy(group.batch, replay=replay)
+            metrics |= replay_metrics
         return metrics
+
+    def replay(self, group: RolloutGroup, step: int) -> tuple[TensorBatch | None, dict[str, float]]:
+        """The earlier answers this update imitates, drawn before `group`'s own good ones join the buffer (they train
+        now as samples); and the `actor/self_imitation_*` metrics (collective)."""
+        if self.replay_buffer is None:
+            return None, {}
+        # every rank replays as many rows: the engines' micro-batch counts must agree
+        count = self.ranks.min_int(min(self.rows_per_step, len(self.replay_buffer)))
+        replay = self.replay_buffer.sample(count, step)
+        added = self.replay_buffer.add(group.batch, group.extras["task_score"])
+        metrics = self.ranks.reduce(
+            {"actor/self_imitation_added": added, "actor/self_imitation_kept": len(self.replay_buffer)}
+        )
+        return replay, metrics | {"actor/self_imitation_rows": float(count)}

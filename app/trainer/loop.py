@@ -80,7 +80,13 @@ class RLTrainer:
             cfg, actor=actor, reference=reference, critic=critic, kl_ctrl=self.state.kl_ctrl, ranks=self.ranks
         )
         self.store = RunStore(
-            cfg, self.ranks, self.engine, critic.engine if critic is not None else None, tokenizer, train_loader
+            cfg,
+            self.ranks,
+            self.engine,
+            critic.engine if critic is not None else None,
+            tokenizer,
+            train_loader,
+            replay_buffer=self.learner.replay_buffer,
         )
         self.total_steps = cfg.trainer.total_training_steps
         self.bad_steps = BadStepGuard(cfg.trainer.max_bad_steps)

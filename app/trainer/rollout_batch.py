@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from app.batch import TensorBatch
+from app.batch import TensorBatch, concat_padded
 from app.data import PromptBatch
 
 
@@ -186,27 +186,12 @@ def concat_groups(groups: Sequence[RolloutGroup], pad_token_id: int) -> RolloutG
     versions = {g.policy_version for g in groups}
     if len(versions) != 1:
         raise ValueError(f"concat_groups: samples of policy versions {sorted(versions)} must not share a batch")
-    widths = [
-        (g.batch["input_ids"].shape[1] - g.batch["responses"].shape[1], g.batch["responses"].shape[1]) for g in groups
-    ]
-    p_max, r_max = max(p for p, _ in widths), max(r for _, r in widths)
-    batches = []
-    for g, (p, r) in zip(groups, widths):
-        padded = {}
-        for key, t in g.batch.tensors.items():
-            value = pad_token_id if key in ("input_ids", "responses") else 0
-            if t.dim() >= 2 and t.shape[1] == p + r:
-                t = torch.nn.functional.pad(t, (p_max - p, r_max - r), value=value)
-            elif t.dim() >= 2 and t.shape[1] == r:
-                t = torch.nn.functional.pad(t, (0, r_max - r), value=value)
-            padded[key] = t
-        batches.append(TensorBatch(padded, dict(g.batch.meta)))
     extras = {}
     for key in groups[0].extras:
         parts = [g.extras[key] for g in groups]
         extras[key] = torch.cat(parts) if torch.is_tensor(parts[0]) else [v for part in parts for v in part]
     return RolloutGroup(
-        batch=TensorBatch.concat(batches),
+        batch=concat_padded([g.batch for g in groups], pad_token_id),
         uid=[u for g in groups for u in g.uid],
         dataset_index=[i for g in groups for i in g.dataset_index],
         data_source=[d for g in groups for d in g.data_source],

@@ -1,8 +1,8 @@
 """A run's state (`RunState`, which the trainer holds) and its life on disk (`RunStore`): saving, resuming, exporting.
 
-A checkpoint holds every engine's sharded state, each rank's RNG, and rank 0's trainer state (step, policy version,
-KL coefficient, data-loader position); it is written into a staging folder and renamed into place
-(`app.trainer.checkpoints`), so a crash never leaves a half-written `global_step_<N>`.
+A checkpoint holds every engine's sharded state, each rank's RNG and self-imitation answers, and rank 0's trainer
+state (step, policy version, KL coefficient, data-loader position); it is written into a staging folder and renamed
+into place (`app.trainer.checkpoints`), so a crash never leaves a half-written `global_step_<N>`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ import torch
 from app.config.schema import TrainerRunConfig
 from app.trainer import checkpoints
 from app.trainer.collectives import RankGroup
+from app.trainer.self_imitation import ReplayBuffer
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,19 @@ class RunState:
 class RunStore:
     """Saving, resuming and exporting one run on disk; every rank calls each method together (they hold barriers).
 
-    `critic_engine`: None without a critic."""
+    `critic_engine`: None without a critic; `replay_buffer`: None without self-imitation."""
 
-    def __init__(self, cfg: TrainerRunConfig, ranks: RankGroup, engine, critic_engine, tokenizer, train_loader) -> None:
-        self.cfg, self.ranks = cfg, ranks
+    def __init__(
+        self,
+        cfg: TrainerRunConfig,
+        ranks: RankGroup,
+        engine,
+        critic_engine,
+        tokenizer,
+        train_loader,
+        replay_buffer: Optional[ReplayBuffer] = None,
+    ) -> None:
+        self.cfg, self.ranks, self.replay_buffer = cfg, ranks, replay_buffer
         self.engine, self.critic_engine = engine, critic_engine
         self.tokenizer, self.train_loader = tokenizer, train_loader
         self.root = Path(cfg.trainer.default_local_dir)
@@ -80,6 +90,8 @@ class RunStore:
         if self.critic_engine is not None:
             self.critic_engine.save_checkpoint(str(staging / "critic"))
         torch.save(_rng_state(), staging / f"rng_rank{rank}.pt")
+        if self.replay_buffer is not None:
+            torch.save(self.replay_buffer.state_dict(), staging / f"self_imitation_rank{rank}.pt")
         self.ranks.barrier()
         final = checkpoints.step_dir(self.root, state.step)
         if rank == 0:
@@ -108,8 +120,12 @@ class RunStore:
         self.train_loader.load_state_dict(saved["data"])
         state.kl_ctrl.value = saved["kl_coef"]
         rng_file = ckpt / f"rng_rank{self.ranks.rank}.pt"
-        if rng_file.is_file() and saved.get("world_size") == self.ranks.world:
+        same_ranks = saved.get("world_size") == self.ranks.world
+        if rng_file.is_file() and same_ranks:
             _set_rng_state(rng_file)
+        replay_file = ckpt / f"self_imitation_rank{self.ranks.rank}.pt"
+        if self.replay_buffer is not None and replay_file.is_file() and same_ranks:
+            self.replay_buffer.load_state_dict(torch.load(replay_file, weights_only=True))
         state.step = int(saved["global_step"])
         if self.ranks.rank == 0:
             print(f"resumed from {ckpt} at step {state.step}", flush=True)

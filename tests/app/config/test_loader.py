@@ -332,3 +332,16 @@ def test_each_enum_names_the_key_and_the_allowed_values(key, value, message):
         overrides["actor_rollout_ref.actor.use_kl_loss"] = True
     with pytest.raises(ConfigError, match=message):
         load_config(with_(**overrides))
+
+
+def test_self_imitation_settings_are_checked_before_anything_starts():
+    on = {"actor_rollout_ref.actor.self_imitation.coef": 0.5}
+    assert load_config(with_(**on)).actor_rollout_ref.actor.self_imitation.rows_per_step == 4  # the schema's
+    with pytest.raises(ConfigError, match=r"self_imitation\.coef=-0\.5 must be >= 0"):
+        load_config(with_(**{"actor_rollout_ref.actor.self_imitation.coef": -0.5}))
+    with pytest.raises(ConfigError, match=r"self_imitation\.buffer_size=2 must be >= rows_per_step=4"):
+        load_config(with_(**on, **{"actor_rollout_ref.actor.self_imitation.buffer_size": 2}))
+    with pytest.raises(ConfigError, match=r"self_imitation\.rows_per_step=0 must be a positive integer"):
+        load_config(with_(**on, **{"actor_rollout_ref.actor.self_imitation.rows_per_step": 0}))
+    # off, its other settings are not read
+    assert load_config(with_(**{"actor_rollout_ref.actor.self_imitation.buffer_size": 0}))

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from app.batch import TensorBatch
+from app.batch import TensorBatch, concat_padded
 
 
 def _batch():
@@ -34,3 +34,31 @@ def test_mismatched_batch_sizes_and_missing_keys_are_reported():
         _batch().select(["a", "c"])
     with pytest.raises(ValueError, match="batch size 2"):
         _batch()["c"] = torch.zeros(2)
+
+
+def _rows(prompt_width: int, response_width: int, rows: int, value: int) -> TensorBatch:
+    full, response = prompt_width + response_width, response_width
+    return TensorBatch(
+        {
+            "input_ids": torch.full((rows, full), value),
+            "attention_mask": torch.ones(rows, full, dtype=torch.long),
+            "responses": torch.full((rows, response), value),
+            "response_mask": torch.ones(rows, response, dtype=torch.long),
+            "advantages": torch.full((rows, response), float(value)),
+        }
+    )
+
+
+def test_concat_padded_pads_prompts_left_responses_right_and_fills_missing_keys():
+    short = _rows(1, 2, 1, value=7)  # prompt 1 token, response 2
+    long = _rows(3, 1, 1, value=8).select(["input_ids", "attention_mask", "responses", "response_mask"])
+    long["replayed"] = torch.ones(1)
+    both = concat_padded([short, long], pad_token_id=5, fill_missing=True)
+    # P = 3, R = 2: the short row gains 2 pad columns on the left, the long one 1 on the right
+    assert both["input_ids"].tolist() == [[5, 5, 7, 7, 7], [8, 8, 8, 8, 5]]
+    assert both["attention_mask"].tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]]
+    assert both["response_mask"].tolist() == [[1, 1], [1, 0]]
+    assert both["advantages"].tolist() == [[7.0, 7.0], [0.0, 0.0]]  # missing from the long row: zeros
+    assert both["replayed"].tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="a batch has keys"):
+        concat_padded([short, long], pad_token_id=5)

@@ -59,6 +59,40 @@ def test_seq_mean_token_sum_norm_divides_by_loss_scale_factor_not_the_padded_wid
     assert norms[12.0] == pytest.approx(norms[None] / 3, rel=1e-5)
 
 
+def test_a_replayed_answer_weighs_what_a_fresh_sample_with_advantage_coef_weighs(tiny_llama_dir, make_rl_batch):
+    # self-imitation: the fresh samples carry no advantage, so the whole gradient is the two replayed answers'. Each is
+    # a sample with advantage coef, normalised by the fresh mini-batch's 8 rows (not the 10 with the replay): the
+    # gradient is that of the same two answers trained alone as samples with advantage coef, times 2 / 8
+    def actor_for(mini_batch):
+        cfg = _config(tiny_llama_dir, ppo_mini_batch_size=mini_batch, loss_agg_mode="seq-mean-token-sum-norm")
+        cfg.actor.loss_scale_factor = 4.0
+        cfg.actor.self_imitation.coef = 0.5
+        cfg.actor.fsdp_config.mixed_precision.param_dtype = "fp32"  # the ratio exact to float rounding
+        return build_actor(cfg, device="cpu", seed=0)
+
+    def answers():
+        batch = make_rl_batch([4, 2], [3, 4], seed=1)  # other lengths than the fresh rows': re-padded to join them
+        batch.meta["temperature"] = 1.0
+        return batch
+
+    fresh = make_rl_batch(PROMPTS, RESPONSES)
+    fresh.meta["temperature"] = 1.0
+    fresh["advantages"] = torch.zeros_like(fresh["response_mask"], dtype=torch.float32)
+    replay = answers()
+    replay["replayed"] = torch.ones(2)
+    actor = actor_for(8)
+    before = actor.compute_log_prob(answers())["old_log_probs"]
+    metrics = actor.update_policy(fresh, replay=replay)
+
+    alone = answers()
+    alone["advantages"] = 0.5 * alone["response_mask"].float()
+    alone_norm = actor_for(2).update_policy(alone)["actor/grad_norm"]
+    assert metrics["actor/grad_norm"] == pytest.approx(alone_norm * 2 / 8, rel=1e-5)
+    mask = alone["response_mask"]
+    assert metrics["actor/self_imitation_nll"] == pytest.approx(float(-(before * mask).sum() / mask.sum()), rel=1e-5)
+    assert metrics["actor/pg_loss"] == 0.0  # the replayed answers are not in the policy loss
+
+
 def test_update_raises_log_probs_of_positive_advantage_samples(tiny_llama_dir, make_rl_batch):
     cfg = _config(tiny_llama_dir, ppo_epochs=2, shuffle=True)
     actor = build_actor(cfg, device="cpu", seed=0)

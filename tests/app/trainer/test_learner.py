@@ -9,7 +9,7 @@ from app.batch import TensorBatch
 from app.config.schema import TrainerRunConfig
 from app.trainer.collectives import RankGroup
 from app.trainer.learner import Learner
-from app.trainer.rollout_batch import RolloutGroup
+from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch
 from app.trainer.step_metrics import PhaseTimer
 
 
@@ -31,8 +31,9 @@ class RecordingActor:
         self.calls.append("log_prob")
         return {"old_log_probs": torch.zeros_like(batch["rollout_log_probs"])}
 
-    def update_policy(self, batch):
+    def update_policy(self, batch, replay=None):
         self.calls.append("update")
+        self.replayed = replay
         return {"actor/pg_loss": 0.5}
 
 
@@ -93,3 +94,35 @@ def test_bypass_mode_takes_the_samplers_log_probs_and_a_warmup_step_leaves_the_a
     assert steps.update(group, step=1, timer=timer) == {} and actor.calls == []  # step 1 is within the warm-up
     assert steps.update(group, step=2, timer=timer) == {"actor/pg_loss": 0.5} and actor.calls == ["update"]
     assert set(timer.seconds) == {"update_actor"}
+
+
+def scored_group(task_scores: list[float]) -> RolloutGroup:
+    """`group_of`'s two prompts of two samples, with token ids (response i is token 20 + i) and task scores."""
+    group = group_of(task_scores)
+    tokens = build_rollout_batch([[1, 2], [1, 2], [3], [3]], [[20], [21], [22], [23]], [[0.0]] * 4, pad_token_id=0)
+    group.batch.update(tokens)
+    group.extras["task_score"] = list(task_scores)
+    return group
+
+
+def test_self_imitation_replays_the_earlier_good_answers_not_the_current_ones():
+    cfg = TrainerRunConfig()
+    imitation = cfg.actor_rollout_ref.actor.self_imitation
+    imitation.coef, imitation.rows_per_step = 0.5, 2
+    actor, timer = RecordingActor(), PhaseTimer()
+    steps = learner(cfg, actor)
+    metrics = steps.update(scored_group([1.0, 0.0, 0.0, 1.0]), step=1, timer=timer)
+    assert actor.replayed is None  # nothing earlier to replay; this step's good answers train as samples
+    assert metrics["actor/self_imitation_added"] == 2 and metrics["actor/self_imitation_rows"] == 0
+    metrics = steps.update(scored_group([0.0, 1.0, 0.0, 0.0]), step=2, timer=timer)
+    replayed = {
+        tuple(r[m.bool()].tolist()) for r, m in zip(actor.replayed["responses"], actor.replayed["response_mask"])
+    }
+    assert replayed == {(20,), (23,)} and actor.replayed["replayed"].tolist() == [1.0, 1.0]  # step 1's, not 21
+    assert metrics["actor/self_imitation_rows"] == 2 and metrics["actor/self_imitation_kept"] == 3
+
+
+def test_without_self_imitation_the_actor_gets_no_replay():
+    actor = RecordingActor()
+    metrics = learner(TrainerRunConfig(), actor).update(scored_group([1.0] * 4), step=1, timer=PhaseTimer())
+    assert actor.replayed is None and not any("self_imitation" in k for k in metrics)
