@@ -11,6 +11,7 @@ import socket
 import struct
 import sys
 from pathlib import Path
+from typing import Sequence
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
 
@@ -125,6 +126,30 @@ def in_process_run_overrides(model_dir, data_dir) -> list[str]:
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.rollout.n=2",
     ]
+
+
+def saving_in_process_trainer(compose, model_dir, data_dir, out, steps: int, extra: Sequence[str] = ()):
+    """The real trainer of `in_process_run_overrides` on one rank, `steps` steps saving a checkpoint after each into
+    `out`, its metrics in `out`/metrics.jsonl, with a recording stand-in for the rollout service (2 samples of 8
+    tokens a prompt); `extra`: more overrides."""
+    from recording_rollout import RecordingRollout
+
+    from app.trainer.setup import build_trainer
+
+    cfg = compose(
+        [
+            *in_process_run_overrides(model_dir, data_dir),
+            "trainer.num_workers=1",
+            f"trainer.total_training_steps={steps}",
+            "trainer.val_before_train=false",
+            "trainer.save_freq=1",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={out}",
+            "reward_model.num_workers=0",
+            *extra,
+        ]
+    )
+    return build_trainer(cfg, RecordingRollout(vocab_size=1000, n=2, response_len=8), device="cpu")
 
 
 # The specs below restate no default (app/config/schema.py holds them): tests that want "the defaults" build them from

@@ -11,33 +11,14 @@ import errno
 from pathlib import Path
 
 import pytest
-from recording_rollout import RecordingRollout
-from support import in_process_run_overrides
+from support import saving_in_process_trainer
 
 from app.trainer.checkpoints import CheckpointError, check_checkpoint
 
 
-def _trainer(compose, tiny_model_dir, data: Path, out: Path, steps: int):
-    from app.trainer.setup import build_trainer
-
-    cfg = compose(
-        [
-            *in_process_run_overrides(tiny_model_dir, data),
-            "trainer.num_workers=1",
-            f"trainer.total_training_steps={steps}",
-            "trainer.val_before_train=false",
-            "trainer.save_freq=1",
-            "trainer.logger=[jsonl]",
-            f"trainer.default_local_dir={out}",
-            "reward_model.num_workers=0",
-        ]
-    )
-    return build_trainer(cfg, RecordingRollout(vocab_size=1000, n=2, response_len=8), device="cpu")
-
-
 def test_a_full_disk_at_step_2_keeps_step_1_and_says_so(compose, tiny_model_dir, small_arith_data, tmp_path):
     out = tmp_path / "run"
-    trainer = _trainer(compose, tiny_model_dir, small_arith_data, out, steps=3)
+    trainer = saving_in_process_trainer(compose, tiny_model_dir, small_arith_data, out, steps=3)
     real_save = trainer.engine.save_checkpoint
 
     def save_then_fill_the_disk(path):
@@ -59,7 +40,9 @@ def test_a_full_disk_at_step_2_keeps_step_1_and_says_so(compose, tiny_model_dir,
     assert (out / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
     check_checkpoint(out / "global_step_1")  # a real checkpoint has every file the pre-flight check asks for
 
-    resumed = _trainer(compose, tiny_model_dir, small_arith_data, out, steps=3)  # the disk has room again
+    resumed = saving_in_process_trainer(
+        compose, tiny_model_dir, small_arith_data, out, steps=3
+    )  # the disk has room again
     resumed.fit()
     assert (out / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
 

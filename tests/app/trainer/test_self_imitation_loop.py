@@ -3,40 +3,22 @@ service): earlier answers are replayed from the second step on, and a checkpoint
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
-from recording_rollout import RecordingRollout
-from support import in_process_run_overrides
+from support import saving_in_process_trainer
 
 from app.trainer.tracking import read_metrics
 
-
-def _trainer(compose, tiny_model_dir, data: Path, out: Path, steps: int):
-    from app.trainer.setup import build_trainer
-
-    cfg = compose(
-        [
-            *in_process_run_overrides(tiny_model_dir, data),
-            "trainer.num_workers=1",
-            f"trainer.total_training_steps={steps}",
-            "trainer.val_before_train=false",
-            "trainer.save_freq=1",
-            "trainer.logger=[jsonl]",
-            f"trainer.default_local_dir={out}",
-            "reward_model.num_workers=0",
-            "actor_rollout_ref.actor.self_imitation.coef=0.5",
-            "actor_rollout_ref.actor.self_imitation.min_score=0.0",  # every answer: random tokens score 0
-            "actor_rollout_ref.actor.self_imitation.buffer_size=4",
-            "actor_rollout_ref.actor.self_imitation.rows_per_step=3",
-        ]
-    )
-    return build_trainer(cfg, RecordingRollout(vocab_size=1000, n=2, response_len=8), device="cpu")
+SELF_IMITATION = [
+    "actor_rollout_ref.actor.self_imitation.coef=0.5",
+    "actor_rollout_ref.actor.self_imitation.min_score=0.0",  # every answer: random tokens score 0
+    "actor_rollout_ref.actor.self_imitation.buffer_size=4",
+    "actor_rollout_ref.actor.self_imitation.rows_per_step=3",
+]
 
 
 def test_answers_are_replayed_from_step_2_and_survive_a_resume(compose, tiny_model_dir, small_arith_data, tmp_path):
     out = tmp_path / "run"
-    _trainer(compose, tiny_model_dir, small_arith_data, out, steps=2).fit()
+    saving_in_process_trainer(compose, tiny_model_dir, small_arith_data, out, 2, SELF_IMITATION).fit()
     steps = [m for m in read_metrics(out / "metrics.jsonl") if "actor/self_imitation_rows" in m]
     # 2 prompts x 2 samples a step, all kept: step 1 has nothing earlier to replay, step 2 replays 3 of step 1's 4
     assert [m["actor/self_imitation_rows"] for m in steps] == [0.0, 3.0]
@@ -45,6 +27,6 @@ def test_answers_are_replayed_from_step_2_and_survive_a_resume(compose, tiny_mod
     saved = torch.load(out / "global_step_2" / "self_imitation_rank0.pt", weights_only=True)
     assert len(saved["input_ids"]) == 4
 
-    _trainer(compose, tiny_model_dir, small_arith_data, out, steps=3).fit()  # resumes at step 2
+    saving_in_process_trainer(compose, tiny_model_dir, small_arith_data, out, 3, SELF_IMITATION).fit()  # from step 2
     resumed = [m for m in read_metrics(out / "metrics.jsonl") if "actor/self_imitation_rows" in m][-1]
     assert resumed["actor/self_imitation_rows"] == 3.0  # an empty buffer would have replayed nothing
