@@ -71,16 +71,7 @@ def trimmed_row(batch: TensorBatch, row: int) -> TensorBatch:
     prompt_len = int(attention[:prompt_width].sum())
     response_real = attention[prompt_width:].nonzero()
     response_len = int(response_real[-1]) + 1 if len(response_real) else 0
-    full = slice(prompt_width - prompt_len, prompt_width + response_len)
-    return TensorBatch(
-        {
-            key: (
-                batch[key][row, full]
-                if key in ("input_ids", "attention_mask", "position_ids")
-                else batch[key][row, :response_len]
-            )
-            .unsqueeze(0)
-            .clone()
-            for key in ROW_KEYS
-        }
-    )
+    full, response = slice(prompt_width - prompt_len, prompt_width + response_len), slice(0, response_len)
+    columns = dict.fromkeys(("input_ids", "attention_mask", "position_ids"), full)
+    columns |= dict.fromkeys(("responses", "response_mask"), response)
+    return TensorBatch({key: batch[key][row, columns[key]].unsqueeze(0).clone() for key in ROW_KEYS})
