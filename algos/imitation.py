@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from algos.aggregation import agg_loss
-from algos.masked import masked_count
+from algos.masked import masked_mean
 
 
 def self_imitation_loss(
@@ -40,6 +40,4 @@ def self_imitation_loss(
         raise ValueError(f"self-imitation coef must be >= 0, got {coef}")
     nll = -log_prob
     loss = coef * agg_loss(nll, replay_mask, loss_agg_mode, normalizer)
-    tokens = float(masked_count(replay_mask))
-    mean_nll = float((nll.detach() * replay_mask).sum()) / tokens if tokens else 0.0
-    return loss, {"self_imitation_nll": mean_nll}
+    return loss, {"self_imitation_nll": float(masked_mean(nll.detach(), replay_mask))}
