@@ -29,8 +29,7 @@ class Learner:
         self.cfg, self.algo = cfg, cfg.algorithm
         self.actor, self.reference, self.critic = actor, reference, critic
         self.kl_ctrl, self.ranks = kl_ctrl, ranks
-        imitation = cfg.actor_rollout_ref.actor.self_imitation
-        self.rows_per_step = imitation.rows_per_step
+        self.imitation = imitation = cfg.actor_rollout_ref.actor.self_imitation
         # None: self-imitation is off
         self.replay_buffer = ReplayBuffer(imitation.buffer_size, imitation.min_score) if imitation.coef else None
 
@@ -104,7 +103,7 @@ class Learner:
         if self.replay_buffer is None:
             return None, {}
         # every rank replays as many rows: the engines' micro-batch counts must agree
-        count = self.ranks.min_int(min(self.rows_per_step, len(self.replay_buffer)))
+        count = self.ranks.min_int(min(self.imitation.rows_per_step, len(self.replay_buffer)))
         replay = self.replay_buffer.sample(count, step)
         added = self.replay_buffer.add(group.batch, group.extras["task_score"])
         metrics = self.ranks.reduce(
