@@ -68,6 +68,7 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
         runtime_env=local_runtime_env(runtime_env),
         include_dashboard=True,
         log_to_driver=True,
+        _system_config=LOCAL_CLUSTER_SYSTEM_CONFIG,
         **gpus,
     )
     _exit_on_sigterm_again()
@@ -91,6 +92,9 @@ def check_cluster_fits(plan) -> None:
 # Ray Train's PreemptionWatcher actor (~0.1 GiB) only waits for the cluster to drain a worker's node, which a
 # cluster that lives and dies with this process never does; a value the user exports wins.
 LOCAL_CLUSTER_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+# Ray prestarts workers for the first driver, with the job's runtime env, so that its first tasks start fast. A run
+# starts no tasks, only actors, and in `make run` two prestarted workers idled from start to end (docs/results.md).
+LOCAL_CLUSTER_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 
 
 def local_runtime_env(runtime_env: dict) -> dict:

@@ -38,6 +38,7 @@ def test_a_local_cluster_turns_the_preemption_watcher_off_and_keeps_the_tokenize
 
     assert kwargs["runtime_env"]["env_vars"] == {WATCHER: "0", "TOKENIZERS_PARALLELISM": "false", **quiet_env()}
     assert kwargs["address"] == "local"  # a new cluster, whatever Ray's temp folder names (test_ensure_ray_address)
+    assert kwargs["_system_config"] == {"prestart_worker_first_driver": False}
 
 
 def test_a_watcher_setting_the_user_exports_wins(monkeypatch, init_calls):
@@ -64,6 +65,7 @@ def test_a_joined_cluster_keeps_its_watcher(monkeypatch, init_calls):
         ensure_ray(load_config(with_dotted(BASE)))
     (kwargs,) = init_calls
     assert kwargs["address"] == address
+    assert "_system_config" not in kwargs  # a joined cluster's raylets were configured by whoever started them
     from app.logs import quiet_env
 
     assert kwargs["runtime_env"]["env_vars"] == {"TOKENIZERS_PARALLELISM": "false", **quiet_env()}
@@ -119,3 +121,39 @@ def test_the_workers_get_the_drivers_typed_config_with_absolute_paths_and_nothin
     assert sent.reward_model.model.path == "hub-org/reward"  # not a folder here: a hub id, left as it is
     assert sent.trainer.default_local_dir == str(tmp_path / "out")
     assert cfg.trainer.default_local_dir == "out"  # the caller's config is not changed
+
+
+IDLE_WORKERS_SCRIPT = """
+import psutil, ray
+from app.trainer.launch import LOCAL_CLUSTER_SYSTEM_CONFIG, local_runtime_env
+config = LOCAL_CLUSTER_SYSTEM_CONFIG if PRESTART_OFF else {}
+# the run's job-wide runtime env: workers prestarted for it are the ones no actor takes
+runtime_env = local_runtime_env({"env_vars": {"TOKENIZERS_PARALLELISM": "false"}})
+ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env,
+         _system_config=config)
+
+@ray.remote(num_cpus=0)
+class Actor:
+    def ready(self):
+        return True
+
+actors = [Actor.remote() for _ in range(3)]
+ray.get([a.ready.remote() for a in actors])
+[raylet] = [p for p in psutil.Process().children(recursive=True) if p.name() == "raylet"]
+print(sum("ray::IDLE" in " ".join(p.cmdline()) for p in raylet.children()))
+"""
+
+
+@pytest.mark.parametrize("prestart_off", [False, True])
+def test_a_local_cluster_keeps_no_idle_prestarted_workers(prestart_off):
+    """Ray prestarts workers for the first driver; a run starts only actors, so those would idle through it. Run with
+    Ray's default as well, so that a Ray that stops prestarting shows here as a setting that no longer does anything.
+    A subprocess: the session's cluster of conftest lives in this one."""
+    import subprocess
+    import sys
+
+    script = f"PRESTART_OFF = {prestart_off}\n" + IDLE_WORKERS_SCRIPT
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    idle = int(done.stdout.strip().splitlines()[-1])
+    assert (idle == 0) if prestart_off else (idle > 0)
