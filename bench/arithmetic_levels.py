@@ -1,0 +1,103 @@
+"""Greedy accuracy of exported models on the arithmetic task, per difficulty level.
+
+Validation logs one figure per data source. Two runs of the quickstart can end at the same accuracy through different
+levels, or at different accuracies through one level; this splits the figure by the level each problem was generated
+at (`extra_info.level`, 1-4: app/data/arithmetic_task.py) and prints, per model, how many problems of each level it
+answered right (`acc`), right with the `#### N` line (`strict`) and with the line at all (`formatted`).
+
+    python bench/arithmetic_levels.py MODEL_DIR [MODEL_DIR ...] [--data data/arithmetic/test.parquet]
+        [--max-samples 128] [--max-tokens 48]
+
+MODEL_DIR is a Hugging Face folder: the imported base model or a run's `hf_model`. The defaults are the quickstart's
+validation: its first 128 problems, 48 new tokens. Generation is greedy with transformers (bf16 where the CPU has
+native bf16, else fp32), not vLLM, so a total can differ from the run's logged validation by an answer or two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from algos.rewards.arithmetic import compute_score  # noqa: E402
+
+FIELDS = ("acc", "strict", "formatted")
+
+
+@dataclass(frozen=True)
+class Problem:
+    messages: list[dict]
+    ground_truth: str
+    level: int
+
+
+def load_problems(path: Path, max_samples: int) -> list[Problem]:
+    """The first `max_samples` rows of a prepared arithmetic parquet (app.prepare arithmetic)."""
+    import pandas as pd
+
+    frame = pd.read_parquet(path).iloc[:max_samples]
+    return [
+        Problem(list(row.prompt), str(row.reward_model["ground_truth"]), int(row.extra_info["level"]))
+        for row in frame.itertuples()
+    ]
+
+
+def greedy_answers(model_dir: Path, problems: Sequence[Problem], max_tokens: int, batch_size: int = 32) -> list[str]:
+    """Each problem's greedy response (special tokens dropped), through the model's chat template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from app.engine.precision import cpu_has_native_bf16
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"  # generated tokens follow every prompt's last token
+    dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+    texts = [tokenizer.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True) for p in problems]
+    answers = []
+    for start in range(0, len(texts), batch_size):
+        encoded = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(
+                **encoded, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            )
+        new_tokens = out[:, encoded["input_ids"].shape[1] :]
+        answers.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    return answers
+
+
+def level_table(problems: Sequence[Problem], answers: Sequence[str]) -> str:
+    """A markdown table: per level and in all, the problem count and the share of answers with each of FIELDS."""
+    if len(problems) != len(answers):
+        raise ValueError(f"{len(answers)} answers for {len(problems)} problems")
+    by_level: dict[int, list[dict[str, float]]] = {}
+    for problem, answer in zip(problems, answers):
+        by_level.setdefault(problem.level, []).append(compute_score(answer, problem.ground_truth))
+    rows = [(f"level {level}", by_level[level]) for level in sorted(by_level)]
+    rows.append(("all", [score for scores in by_level.values() for score in scores]))
+    lines = ["| level | problems | " + " | ".join(FIELDS) + " |", "|---|---|" + "---|" * len(FIELDS)]
+    for name, scores in rows:
+        shares = " | ".join(f"{sum(s[field] for s in scores) / len(scores):.2f}" for field in FIELDS)
+        lines.append(f"| {name} | {len(scores)} | {shares} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="+", type=Path, help="Hugging Face model folders")
+    parser.add_argument("--data", type=Path, default=REPO / "data/arithmetic/test.parquet")
+    parser.add_argument("--max-samples", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args(argv)
+    problems = load_problems(args.data, args.max_samples)
+    for model_dir in args.models:
+        print(f"{model_dir}\n\n{level_table(problems, greedy_answers(model_dir, problems, args.max_tokens))}\n")
+
+
+if __name__ == "__main__":
+    main()

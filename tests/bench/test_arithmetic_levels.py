@@ -1,0 +1,55 @@
+"""bench/arithmetic_levels.py: greedy answers of a model on the arithmetic task, scored per difficulty level."""
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from arithmetic_levels import Problem, level_table, main  # noqa: E402
+
+
+def problem(ground_truth: str, level: int) -> Problem:
+    return Problem([{"role": "user", "content": "?"}], ground_truth, level)
+
+
+def test_the_table_scores_each_level_and_all_problems():
+    problems = [problem("3", 1), problem("5", 1), problem("12", 2)]
+    answers = [
+        "2 + 1 = 3\n#### 3",  # right, marked
+        "4 + 1 = 5",  # right, unmarked: acc without strict
+        "#### 11",  # marked, wrong: formatted only
+    ]
+    lines = level_table(problems, answers).splitlines()
+    assert lines[0] == "| level | problems | acc | strict | formatted |"
+    assert lines[2:] == [
+        "| level 1 | 2 | 1.00 | 0.50 | 0.50 |",
+        "| level 2 | 1 | 0.00 | 0.00 | 1.00 |",
+        "| all | 3 | 0.67 | 0.33 | 0.67 |",  # 2, 1 and 2 of 3
+    ]
+
+
+def test_answers_must_match_problems_one_to_one():
+    with pytest.raises(ValueError, match="1 answers for 2 problems"):
+        level_table([problem("1", 1), problem("2", 1)], ["1"])
+
+
+def test_a_model_folder_is_answered_greedily_and_counted_by_the_levels_of_the_data(tiny_model_dir, tmp_path, capsys):
+    from app.prepare import prepare_arithmetic
+
+    prepare_arithmetic(str(tmp_path), train_size=4, test_size=12, seed=3)
+    data = tmp_path / "test.parquet"
+    main([str(tiny_model_dir), "--data", str(data), "--max-samples", "10", "--max-tokens", "3"])
+    out = capsys.readouterr().out
+    levels = pd.Series([row["level"] for row in pd.read_parquet(data).extra_info[:10]]).value_counts()
+    counted = {
+        cells[0]: int(cells[1])
+        for cells in (line.strip("| ").split(" | ") for line in out.splitlines())
+        if cells[0].startswith("level ")
+    }
+    assert counted == {f"level {level}": count for level, count in levels.items()}
+    [all_row] = [line for line in out.splitlines() if line.startswith("| all |")]
+    # ten problems; a random tiny model writes no "#### N" line in 3 tokens
+    assert all_row.startswith("| all | 10 |") and all_row.endswith("| 0.00 |")
