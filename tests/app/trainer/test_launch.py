@@ -124,6 +124,7 @@ def test_the_workers_get_the_drivers_typed_config_with_absolute_paths_and_nothin
 
 
 IDLE_WORKERS_SCRIPT = """
+import time
 import psutil, ray
 from app.trainer.launch import LOCAL_CLUSTER_SYSTEM_CONFIG, local_runtime_env
 config = LOCAL_CLUSTER_SYSTEM_CONFIG if PRESTART_OFF else {}
@@ -140,7 +141,15 @@ class Actor:
 actors = [Actor.remote() for _ in range(3)]
 ray.get([a.ready.remote() for a in actors])
 [raylet] = [p for p in psutil.Process().children(recursive=True) if p.name() == "raylet"]
-print(sum("ray::IDLE" in " ".join(p.cmdline()) for p in raylet.children()))
+
+def idle_workers():
+    return sum("ray::IDLE" in " ".join(p.cmdline()) for p in raylet.children())
+
+# a prestarted worker takes its name once it has imported Ray: wait up to 5 s for one to show
+deadline = time.monotonic() + 5
+while idle_workers() == 0 and time.monotonic() < deadline:
+    time.sleep(0.2)
+print(idle_workers())
 """
 
 
