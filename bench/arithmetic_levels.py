@@ -52,16 +52,20 @@ def greedy_answers(model_dir: Path, problems: Sequence[Problem], max_tokens: int
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from app.data.prompts import render_prompts
     from app.engine.precision import cpu_has_native_bf16
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"  # generated tokens follow every prompt's last token
     dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
-    texts = [tokenizer.apply_chat_template(p.messages, tokenize=False, add_generation_prompt=True) for p in problems]
+    texts = render_prompts(tokenizer, [p.messages for p in problems])  # the trainer's templating
     answers = []
     for start in range(0, len(texts), batch_size):
-        encoded = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True)
+        # the template carries any BOS, as in app.data.prompts.tokenize_prompts
+        encoded = tokenizer(
+            texts[start : start + batch_size], add_special_tokens=False, return_tensors="pt", padding=True
+        )
         with torch.no_grad():
             out = model.generate(
                 **encoded, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
