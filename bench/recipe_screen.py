@@ -1,0 +1,548 @@
+"""Compare settings of the quickstart's recipe over many seeds, in one process per worker on one device, without Ray.
+
+`make run` samples with vLLM in a Ray Serve replica and trains in a Ray Train worker: about five minutes a run on a
+2-core bf16 CPU, so a setting meets five seeds in half an hour, and five seeds cannot tell a change of the mean gain by
++0.03 from the luck of which seeds were drawn. This bench runs the same step with the same math (`algos/`: the
+rewards and overlong shaping, GRPO advantages, the loss aggregation, self-imitation, the KL and entropy terms) on one
+device with transformers' sampling, in several worker processes, so that one GPU gives each setting many seeds
+(the throughput measured so far is in docs/results.md, "Screening settings on a GPU").
+
+Its runs are not `make run`'s to the digit (another sampler, another device): compare settings by their means and
+pass rates over many seeds, then confirm a winner with `bench/quickstart_repeat.py` on the real stack.
+
+Three steps, so that the GPU machine needs only torch, transformers and peft:
+
+    # here: compose each setting from the Hydra config (verl keys), with the train and validation prompts
+    python bench/recipe_screen.py plan --config-name quickstart --out plan.json \\
+        --setting base= --setting "kl=actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.1"
+    # on the device: each setting x seeds 1..N, workers sharing the GPU, starting no run that would end after --budget-s
+    python bench/recipe_screen.py run --plan plan.json --model MODEL_DIR_OR.gguf --seeds 16 --workers 4 --out results/
+    # anywhere: mean gain, spread and pass rate per setting
+    python bench/recipe_screen.py summary results/
+
+The step (as `app/trainer/loop.py` with one mini-batch and one PPO epoch, the quickstart's shape): sample
+`train_batch_size` prompts x `rollout.n` answers; score them; add the overlong penalty; Dr. GRPO or GRPO advantages;
+one optimiser step on the policy loss at ratio 1 (on-policy: PPO's clip is inactive), plus the replayed answers, the
+KL-to-reference term (the base model, LoRA off) and the entropy bonus, each aggregated over the response budget as the
+actor does. Validation: greedy answers to the first `val_max_samples` prompts, as the trainer's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from algos.advantages import compute_advantages  # noqa: E402
+from algos.aggregation import agg_loss, loss_normalizer  # noqa: E402
+from algos.imitation import self_imitation_loss  # noqa: E402
+from algos.kl import kl_penalty  # noqa: E402
+from algos.logprobs import entropy_from_logits, log_probs_from_logits  # noqa: E402
+from algos.rewards.arithmetic import compute_score  # noqa: E402
+from algos.rewards.overlong import overlong_penalty  # noqa: E402
+
+RESULTS = "results.jsonl"  # in the --out folder: one line per finished run
+PASS_GAIN = 0.30  # issue 49's bar: a run passes when its greedy validation reward rose by this much
+ADVANTAGES = ("grpo",)  # the estimators this bench's step computes (both with and without the std)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What one run of the step needs, read from the validated trainer config (`recipe_from_config`)."""
+
+    prompts_per_step: int  # data.train_batch_size
+    n: int  # actor_rollout_ref.rollout.n
+    temperature: float
+    top_p: float
+    top_k: int  # -1: off
+    max_response_length: int
+    steps: int  # trainer.total_training_steps
+    test_freq: int
+    val_max_samples: int
+    lr: float
+    weight_decay: float
+    betas: tuple[float, float]
+    grad_clip: float
+    lora_rank: int
+    lora_alpha: int
+    target_modules: Any
+    norm_adv_by_std: bool
+    loss_agg_mode: str
+    loss_scale_factor: Optional[float]
+    overlong: bool
+    overlong_len: int
+    overlong_penalty_factor: float
+    imitation_coef: float
+    imitation_min_score: float
+    imitation_buffer: int
+    imitation_rows: int
+    use_kl_loss: bool
+    kl_loss_coef: float
+    kl_loss_type: str
+    entropy_coeff: float
+
+
+def recipe_from_json(values: dict) -> Recipe:
+    return Recipe(**{**values, "betas": tuple(values["betas"])})
+
+
+def _refuse_unless(condition: bool, what: str) -> None:
+    if not condition:
+        raise SystemExit(f"recipe_screen: {what}; this bench runs only the quickstart's shape of step")
+
+
+def recipe_from_config(cfg: Any) -> Recipe:
+    """The validated `TrainerRunConfig`'s values for the step; SystemExit naming the key for what the bench does not
+    run (several mini-batches or epochs, another estimator or loss, an lr schedule, dynamic sampling, a reward
+    model)."""
+    arr, actor, rollout = cfg.actor_rollout_ref, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    optim = actor.optim
+    _refuse_unless(cfg.algorithm.adv_estimator in ADVANTAGES, f"algorithm.adv_estimator={cfg.algorithm.adv_estimator}")
+    _refuse_unless(actor.policy_loss.loss_mode == "vanilla", f"policy_loss.loss_mode={actor.policy_loss.loss_mode}")
+    _refuse_unless(actor.ppo_epochs == 1, f"actor.ppo_epochs={actor.ppo_epochs}")
+    _refuse_unless(
+        actor.ppo_mini_batch_size == cfg.data.train_batch_size,
+        f"actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} is not data.train_batch_size (one mini-batch)",
+    )
+    _refuse_unless(
+        optim.warmup_style == "constant" and optim.lr_warmup_steps <= 0 and optim.lr_warmup_steps_ratio == 0,
+        "actor.optim has a warm-up or a decay",
+    )
+    _refuse_unless(not cfg.algorithm.filter_groups.enable, "algorithm.filter_groups.enable=true")
+    _refuse_unless(not cfg.algorithm.use_kl_in_reward, "algorithm.use_kl_in_reward=true")
+    _refuse_unless(not cfg.reward_model.enable, "reward_model.enable=true")
+    return Recipe(
+        prompts_per_step=cfg.data.train_batch_size,
+        n=rollout.n,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        max_response_length=cfg.data.max_response_length,
+        steps=cfg.trainer.total_training_steps,
+        test_freq=cfg.trainer.test_freq,
+        val_max_samples=cfg.data.val_max_samples,
+        lr=optim.lr,
+        weight_decay=optim.weight_decay,
+        betas=tuple(optim.betas),
+        grad_clip=actor.grad_clip,
+        lora_rank=arr.model.lora_rank,
+        lora_alpha=arr.model.lora_alpha,
+        target_modules=arr.model.target_modules,
+        norm_adv_by_std=cfg.algorithm.norm_adv_by_std_in_grpo,
+        loss_agg_mode=actor.loss_agg_mode,
+        loss_scale_factor=actor.loss_scale_factor,
+        overlong=cfg.reward_model.overlong_buffer.enable,
+        overlong_len=cfg.reward_model.overlong_buffer.len,
+        overlong_penalty_factor=cfg.reward_model.overlong_buffer.penalty_factor,
+        imitation_coef=actor.self_imitation.coef,
+        imitation_min_score=actor.self_imitation.min_score,
+        imitation_buffer=actor.self_imitation.buffer_size,
+        imitation_rows=actor.self_imitation.rows_per_step,
+        use_kl_loss=actor.use_kl_loss,
+        kl_loss_coef=actor.kl_loss_coef,
+        kl_loss_type=actor.kl_loss_type,
+        entropy_coeff=actor.entropy_coeff,
+    )
+
+
+# ---------------------------------------------------------------- plan (here, with the project's config stack)
+def _rows(paths: Any, limit: Optional[int] = None) -> list[dict]:
+    """The prompt, ground truth and level of each row of verl-style parquet files (a path or a list), in file order."""
+    import pandas as pd
+
+    def read(path: str):
+        return pd.read_json(path, lines=True) if str(path).endswith(".jsonl") else pd.read_parquet(path)
+
+    frame = pd.concat([read(p) for p in ([paths] if isinstance(paths, str) else paths)])
+    if limit is not None:
+        frame = frame.iloc[:limit]
+    out = []
+    for _, row in frame.iterrows():
+        extra = row.get("extra_info") or {}
+        out.append(
+            {
+                "prompt": [dict(m) for m in row["prompt"]],
+                "ground_truth": str(row["reward_model"]["ground_truth"]),
+                "level": int(extra.get("level", 0)) if isinstance(extra, dict) else 0,
+            }
+        )
+    return out
+
+
+def compose_setting(config_name: str, overrides: Sequence[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from app.config.loader import load_config
+
+    with initialize_config_dir(str(REPO / "configs"), version_base=None):
+        return load_config(compose(config_name=config_name, overrides=list(overrides)))
+
+
+def parse_setting(text: str) -> tuple[str, list[str]]:
+    """`NAME=override override ...` (Hydra overrides, space-separated; none after `=`: the config as it is)."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name or "." in name:
+        raise SystemExit(f"--setting {text!r}: write NAME=OVERRIDES, e.g. kl=actor_rollout_ref.actor.use_kl_loss=true")
+    return name, rest.split()
+
+
+def make_plan(config_name: str, settings: Sequence[str]) -> dict:
+    """Every setting's recipe and, from the first setting's config, the train prompts and the validation prompts."""
+    recipes, data = {}, None
+    for text in settings:
+        name, overrides = parse_setting(text)
+        if name in recipes:
+            raise SystemExit(f"--setting {name} is given twice")
+        cfg = compose_setting(config_name, overrides)
+        recipes[name] = {"overrides": overrides, "recipe": asdict(recipe_from_config(cfg))}
+        if data is None:
+            data = {
+                "train": _rows(cfg.data.train_files),
+                "val": _rows(cfg.data.val_files, cfg.data.val_max_samples),
+            }
+    return {"config_name": config_name, "settings": recipes, **(data or {"train": [], "val": []})}
+
+
+# ---------------------------------------------------------------- one run (the device: torch, transformers, peft)
+@dataclass
+class Prompt:
+    ids: list[int]
+    ground_truth: str
+    level: int
+
+
+class Runner:
+    """Holds the base model and the tokenizer; `run(recipe, seed)` trains a fresh LoRA adapter and validates it."""
+
+    def __init__(self, model_dir: str, device: str, train: list[dict], val: list[dict]):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from app.data.prompts import render_prompts, tokenize_prompts
+
+        self.device = torch.device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        # fp32 weights, bf16 compute where the device has it: the trainer's mixed precision
+        self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.base.to(self.device).eval()
+        self.autocast_dtype = torch.bfloat16 if self.device.type == "cuda" else None
+        self.eos = self.tokenizer.eos_token_id
+        self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos
+
+        def prompts(rows: list[dict]) -> list[Prompt]:
+            ids = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, [r["prompt"] for r in rows]))
+            return [Prompt(i, r["ground_truth"], r["level"]) for i, r in zip(ids, rows)]
+
+        self.train, self.val = prompts(train), prompts(val)
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return torch.autocast("cpu", enabled=False)
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def _policy(self, recipe: Recipe, seed: int):
+        import copy
+
+        from peft import LoraConfig, get_peft_model
+
+        torch.manual_seed(seed)  # the adapter's initial A
+        target = (
+            list(recipe.target_modules) if isinstance(recipe.target_modules, (list, tuple)) else recipe.target_modules
+        )
+        config = LoraConfig(
+            r=recipe.lora_rank, lora_alpha=recipe.lora_alpha, target_modules=target, lora_dropout=0.0, bias="none"
+        )
+        return get_peft_model(copy.deepcopy(self.base), config)
+
+    @torch.no_grad()
+    def generate(self, model, prompts: list[list[int]], recipe: Recipe, greedy: bool) -> list[list[int]]:
+        """Each prompt's answer: its tokens up to and including the end-of-sequence token, at most the budget."""
+        from transformers import GenerationConfig
+
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        for row, p in enumerate(prompts):  # left padding
+            ids[row, width - len(p) :] = torch.tensor(p)
+            attention[row, width - len(p) :] = 1
+        config = GenerationConfig(
+            max_new_tokens=recipe.max_response_length,
+            do_sample=not greedy,
+            temperature=recipe.temperature if not greedy else None,
+            top_p=recipe.top_p if not greedy else None,
+            top_k=(recipe.top_k if recipe.top_k > 0 else 0) if not greedy else None,
+            eos_token_id=self.eos,
+            pad_token_id=self.pad,
+        )
+        model.eval()
+        with self._autocast():
+            out = model.generate(
+                input_ids=ids.to(self.device), attention_mask=attention.to(self.device), generation_config=config
+            )
+        answers = []
+        for row in out[:, width:].tolist():
+            end = row.index(self.eos) + 1 if self.eos in row else len(row)
+            answers.append(row[:end])
+        return answers
+
+    def score(self, answers: list[list[int]], prompts: list[Prompt]) -> list[dict[str, float]]:
+        texts = self.tokenizer.batch_decode(answers, skip_special_tokens=True)
+        return [compute_score(t, p.ground_truth) for t, p in zip(texts, prompts)]
+
+    def validate(self, model, recipe: Recipe) -> dict[str, float]:
+        scores = self.score(self.generate(model, [p.ids for p in self.val], recipe, greedy=True), self.val)
+        out = {key: statistics.fmean(s[key] for s in scores) for key in ("score", "acc", "formatted", "strict")}
+        for level in sorted({p.level for p in self.val}):
+            accs = [s["acc"] for s, p in zip(scores, self.val) if p.level == level]
+            out[f"acc_level{level}"] = statistics.fmean(accs)
+        return out
+
+    def log_probs(self, model, rows: list[tuple[list[int], list[int]]], temperature: float, entropy: bool):
+        """`(rows, R)` log-probs (and entropies) of each answer's tokens at `temperature`, 0 past its end; R the
+        longest answer. Each row is its prompt left-padded and its answer right-padded, so that every answer starts
+        at one column and only the last R + 1 positions need logits (the trainer's layout, `app/engine/forward.py`)."""
+        prompt_width = max(len(p) for p, _ in rows)
+        answer_width = max(len(a) for _, a in rows)
+        ids = torch.full((len(rows), prompt_width + answer_width), self.pad, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        for r, (p, a) in enumerate(rows):
+            ids[r, prompt_width - len(p) : prompt_width + len(a)] = torch.tensor(p + a)
+            attention[r, prompt_width - len(p) : prompt_width + len(a)] = 1
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+        labels = ids[:, prompt_width:]
+        mask = attention[:, prompt_width:].float()
+        ids, attention, positions, labels, mask = (t.to(self.device) for t in (ids, attention, positions, labels, mask))
+        with self._autocast():
+            logits = model(
+                input_ids=ids,
+                attention_mask=attention,
+                position_ids=positions,
+                logits_to_keep=answer_width + 1,
+                use_cache=False,
+            ).logits[:, :-1]
+        logits = logits.float() / temperature
+        out = {"log_probs": log_probs_from_logits(logits, labels) * mask, "mask": mask}
+        if entropy:
+            out["entropy"] = entropy_from_logits(logits) * mask
+        return out
+
+    def run(self, recipe: Recipe, seed: int) -> dict[str, Any]:
+        started = time.perf_counter()
+        model = self._policy(recipe, seed)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=recipe.lr, betas=recipe.betas, weight_decay=recipe.weight_decay)
+        order = torch.randperm(len(self.train), generator=torch.Generator().manual_seed(seed)).tolist()
+        buffer: list[tuple[list[int], list[int]]] = []
+        curve = {0: self.validate(model, recipe)}
+        steps_log = []
+        for step in range(1, recipe.steps + 1):
+            first = ((step - 1) * recipe.prompts_per_step) % len(order)
+            picked = [self.train[order[(first + i) % len(order)]] for i in range(recipe.prompts_per_step)]
+            group = [p for p in picked for _ in range(recipe.n)]
+            torch.manual_seed(seed * 100_003 + step)
+            answers = self.generate(model, [p.ids for p in group], recipe, greedy=False)
+            scores = self.score(answers, group)
+            task = torch.tensor([s["score"] for s in scores])
+            rewards = task.clone()
+            if recipe.overlong:
+                lengths = [len(a) for a in answers]
+                rewards += overlong_penalty(
+                    lengths, recipe.max_response_length, recipe.overlong_len, recipe.overlong_penalty_factor
+                )
+            width = max(len(a) for a in answers)
+            mask = torch.zeros((len(answers), width))
+            token_rewards = torch.zeros((len(answers), width))
+            for r, a in enumerate(answers):
+                mask[r, : len(a)] = 1
+                token_rewards[r, len(a) - 1] = rewards[r]
+            advantages, _ = compute_advantages(
+                "grpo",
+                token_level_rewards=token_rewards,
+                response_mask=mask,
+                index=[i // recipe.n for i in range(len(group))],
+                norm_adv_by_std_in_grpo=recipe.norm_adv_by_std,
+            )
+            # replay drawn before this step's good answers join the buffer, as app/trainer/learner.py does
+            replay = (
+                random.Random(step).sample(buffer, min(recipe.imitation_rows, len(buffer)))
+                if recipe.imitation_coef
+                else []
+            )
+            if recipe.imitation_coef:
+                buffer += [(p.ids, a) for p, a, s in zip(group, answers, task) if s >= recipe.imitation_min_score]
+                del buffer[: max(0, len(buffer) - recipe.imitation_buffer)]
+            metrics = self.update(model, optimizer, recipe, group, answers, advantages, replay)
+            metrics |= {"step": step, "reward": float(task.mean()), "length": float(mask.sum(1).mean())}
+            steps_log.append(metrics)
+            if step % recipe.test_freq == 0 or step == recipe.steps:
+                curve[step] = self.validate(model, recipe)
+        seconds = time.perf_counter() - started
+        return {"seed": seed, "curve": curve, "steps": steps_log, "seconds": seconds}
+
+    def update(self, model, optimizer, recipe: Recipe, group, answers, advantages, replay) -> dict[str, float]:
+        model.train()
+        rows = [(p.ids, a) for p, a in zip(group, answers)] + list(replay)
+        out = self.log_probs(model, rows, recipe.temperature, entropy=True)
+        log_prob, mask = out["log_probs"], out["mask"]
+        fresh = torch.zeros_like(mask)
+        fresh[: len(answers)] = mask[: len(answers)]
+        replayed = mask - fresh
+        adv = torch.zeros_like(mask)
+        adv[: len(answers), : advantages.shape[1]] = advantages.to(mask.device)
+        # the fresh samples' normaliser: a replayed answer weighs what one of them weighs (app/roles/common.py)
+        normalizer = loss_normalizer(
+            fresh[: len(answers)], recipe.loss_agg_mode, loss_scale_factor=recipe.loss_scale_factor
+        )
+        ratio = torch.exp(log_prob - log_prob.detach())  # 1, with the policy gradient's derivative
+        loss = agg_loss(-adv * ratio, fresh, recipe.loss_agg_mode, normalizer)
+        metrics = {"entropy": float((out["entropy"].detach() * fresh).sum() / fresh.sum())}
+        if recipe.entropy_coeff:
+            loss = loss - recipe.entropy_coeff * agg_loss(out["entropy"], fresh, recipe.loss_agg_mode, normalizer)
+        if recipe.use_kl_loss:
+            with torch.no_grad(), model.disable_adapter():
+                ref = self.log_probs(model, rows, recipe.temperature, entropy=False)["log_probs"]
+            kl = agg_loss(kl_penalty(log_prob, ref, recipe.kl_loss_type), fresh, recipe.loss_agg_mode, normalizer)
+            loss = loss + recipe.kl_loss_coef * kl
+            metrics["kl_loss"] = float(kl.detach())
+        if replay:
+            imitation, _ = self_imitation_loss(
+                log_prob, replayed, recipe.imitation_coef, recipe.loss_agg_mode, normalizer
+            )
+            loss = loss + imitation
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], recipe.grad_clip)
+        if torch.isfinite(grad_norm):  # the engine skips a step on a NaN/Inf norm
+            optimizer.step()
+        metrics |= {"grad_norm": float(grad_norm), "replayed": float(len(replay))}
+        return metrics
+
+
+def _worker(rank: int, args: argparse.Namespace, jobs: list[tuple[str, int]], deadline: float) -> None:
+    plan = json.loads(Path(args.plan).read_text())
+    runner = Runner(args.model, args.device, plan["train"], plan["val"])
+    out = Path(args.out) / RESULTS
+    durations: list[float] = []
+    for name, seed in jobs[rank :: args.workers]:
+        estimate = max(durations) if durations else 0.0
+        if time.time() + estimate > deadline:
+            break
+        recipe = recipe_from_json(plan["settings"][name]["recipe"])
+        result = runner.run(recipe, seed)
+        durations.append(result["seconds"])
+        with out.open("a") as f:  # one file for all workers (the device returns few files): a line each, locked
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.write(json.dumps({"setting": name, **result}) + "\n")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    plan = json.loads(Path(args.plan).read_text())
+    names = args.only or list(plan["settings"])
+    unknown = [n for n in names if n not in plan["settings"]]
+    if unknown:
+        raise SystemExit(f"--only {unknown}: the plan's settings are {list(plan['settings'])}")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    jobs = [(name, seed) for seed in seeds for name in names]  # seed-major: a budget cut leaves every setting as many
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.model.endswith(".gguf"):  # imported once, as `make run` imports it, not by every worker
+        from app.import_model import import_model
+
+        args.model = str(import_model(args.model, args.import_to))
+    deadline = time.time() + args.budget_s
+    if args.workers == 1:
+        _worker(0, args, jobs, deadline)
+        return 0
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_worker, args=(args, jobs, deadline), nprocs=args.workers, start_method="spawn")
+    return 0
+
+
+# ---------------------------------------------------------------- summary
+def load_results(folder: str) -> list[dict]:
+    return [json.loads(line) for line in (Path(folder) / RESULTS).read_text().splitlines() if line.strip()]
+
+
+def summary_table(rows: list[dict]) -> str:
+    """Per setting: seeds, mean gain (its standard error), the runs passing +0.30, the runs that kept the `#### N`
+    line (at least half the final validation answers marked), the mean final acc and format, the mean seconds a run.
+    Only the seeds every setting finished count, so that a budget cut compares like with like."""
+    by_setting: dict[str, dict[int, dict]] = {}
+    for row in rows:
+        by_setting.setdefault(row["setting"], {})[row["seed"]] = row
+    seeds = sorted(set.intersection(*(set(v) for v in by_setting.values()))) if by_setting else []
+    lines = [
+        "| setting | seeds | reward at 0 | mean at the end | mean gain (s.e.) | passing +0.30 | kept the format | acc "
+        "| formatted | s a run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in by_setting.items():
+        picked = [runs[s] for s in seeds]
+        if not picked:
+            continue
+        first = [r["curve"][min(r["curve"], key=int)] for r in picked]
+        last = [r["curve"][max(r["curve"], key=int)] for r in picked]
+        gains = [b["score"] - a["score"] for a, b in zip(first, last)]
+        se = statistics.stdev(gains) / math.sqrt(len(gains)) if len(gains) > 1 else float("nan")
+        count = len(picked)
+        cells = [
+            name,
+            str(count),
+            f"{statistics.fmean(a['score'] for a in first):.3f}",
+            f"{statistics.fmean(b['score'] for b in last):.3f}",
+            f"{statistics.fmean(gains):+.3f} ({se:.3f})",
+            f"{sum(g >= PASS_GAIN - 1e-9 for g in gains)} of {count}",
+            f"{sum(b['formatted'] >= 0.5 for b in last)} of {count}",
+            f"{statistics.fmean(b['acc'] for b in last):.3f}",
+            f"{statistics.fmean(b['formatted'] for b in last):.3f}",
+            f"{statistics.fmean(r['seconds'] for r in picked):.0f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- command line
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="compose each setting and write the plan (needs the project's config stack)")
+    p.add_argument("--config-name", default="quickstart")
+    p.add_argument("--setting", action="append", required=True, help="NAME=Hydra overrides, space-separated")
+    p.add_argument("--out", required=True)
+    r = sub.add_parser("run", help="run every setting of a plan over seeds (torch, transformers, peft)")
+    r.add_argument("--plan", required=True)
+    r.add_argument("--model", required=True, help="a Hugging Face model folder, or a .gguf file to import first")
+    r.add_argument("--import-to", default="outputs/recipe_screen/model", help="where a .gguf --model is imported")
+    r.add_argument("--seeds", type=int, default=8)
+    r.add_argument("--first-seed", type=int, default=1)
+    r.add_argument("--only", action="append", help="run only these settings of the plan")
+    r.add_argument("--workers", type=int, default=1, help="processes sharing the device")
+    r.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    r.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
+    r.add_argument("--out", required=True, help=f"folder for {RESULTS}, a line per run")
+    s = sub.add_parser("summary", help="print the table of a results folder")
+    s.add_argument("results")
+    args = parser.parse_args(argv)
+    if args.command == "plan":
+        Path(args.out).write_text(json.dumps(make_plan(args.config_name, args.setting)))
+        return 0
+    if args.command == "run":
+        return run_plan(args)
+    print(summary_table(load_results(args.results)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

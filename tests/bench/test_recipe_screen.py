@@ -1,0 +1,120 @@
+"""bench/recipe_screen.py: the quickstart's step in one process, over settings and seeds."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import recipe_screen  # noqa: E402
+from recipe_screen import compose_setting, main, parse_setting, recipe_from_config, summary_table  # noqa: E402
+
+
+def test_the_recipe_is_read_from_the_config_with_a_settings_overrides():
+    base = recipe_from_config(compose_setting("quickstart", []))
+    assert (base.prompts_per_step, base.n, base.temperature, base.max_response_length) == (4, 8, 0.7, 48)
+    assert base.loss_agg_mode == "seq-mean-token-sum-norm" and base.loss_scale_factor == 48  # the response budget
+    assert base.imitation_coef == 0.5 and not base.use_kl_loss and not base.norm_adv_by_std
+    kl = recipe_from_config(
+        compose_setting("quickstart", parse_setting("kl=actor_rollout_ref.actor.use_kl_loss=true")[1])
+    )
+    assert kl.use_kl_loss and kl.kl_loss_coef == 0.01  # configs/grpo_trainer.yaml's coefficient
+
+
+def test_a_step_the_bench_does_not_run_is_refused_by_its_key():
+    cfg = compose_setting("quickstart", ["actor_rollout_ref.actor.ppo_mini_batch_size=2"])
+    with pytest.raises(SystemExit, match="ppo_mini_batch_size=2 is not data.train_batch_size"):
+        recipe_from_config(cfg)
+    with pytest.raises(SystemExit, match="NAME=OVERRIDES"):
+        parse_setting("no-equals-sign")
+
+
+def test_the_summary_counts_the_seeds_every_setting_finished():
+    def run(setting, seed, before, after, formatted=1.0):
+        final = {"score": after, "acc": after, "formatted": formatted}
+        return {"setting": setting, "seed": seed, "curve": {"0": {"score": before}, "20": final}, "seconds": 10.0}
+
+    rows = [run("a", 1, 0.2, 0.55), run("a", 2, 0.2, 0.45), run("b", 1, 0.2, 0.6), run("b", 2, 0.2, 0.5, formatted=0.4)]
+    rows.append(run("a", 3, 0.2, 0.9))
+    lines = summary_table(rows).splitlines()
+    # seed 3 of "a" is left out: "b" did not reach it. "a" gains +0.35 and +0.25 (one passes; the gains' sd is
+    # 0.0707, over sqrt(2): s.e. 0.050); "b" +0.40 and +0.30 (a gain of exactly +0.30 passes), and its second run
+    # marked fewer than half of its answers
+    assert lines[2] == "| a | 2 | 0.200 | 0.500 | +0.300 (0.050) | 1 of 2 | 2 of 2 | 0.500 | 1.000 | 10 |"
+    assert lines[3] == "| b | 2 | 0.200 | 0.550 | +0.350 (0.050) | 2 of 2 | 1 of 2 | 0.550 | 0.700 | 10 |"
+
+
+def test_a_plan_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from app.prepare import prepare_arithmetic
+
+    prepare_arithmetic(str(tmp_path / "data"), train_size=16, test_size=6, seed=3)
+    data = [f"data.train_files={tmp_path}/data/train.parquet", f"data.val_files={tmp_path}/data/test.parquet"]
+    shape = ["trainer.total_training_steps=2", "trainer.test_freq=1", "data.val_max_samples=4"]
+    shape += ["data.max_response_length=8", "reward_model.overlong_buffer.len=4", "actor_rollout_ref.rollout.n=2"]
+    plan = tmp_path / "plan.json"
+    overrides = " ".join(data + shape)
+    kl = "actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.1"
+    main(["plan", "--out", str(plan), "--setting", f"base={overrides}", "--setting", f"kl={overrides} {kl}"])
+    written = json.loads(plan.read_text())
+    assert len(written["train"]) == 16 and len(written["val"]) == 4 and set(written["settings"]) == {"base", "kl"}
+
+    # every update goes through the bench's loss: record what it computed
+    losses = []
+    update = recipe_screen.Runner.update
+
+    def recorded(self, *args):
+        metrics = update(self, *args)
+        losses.append(metrics)
+        return metrics
+
+    monkeypatch.setattr(recipe_screen.Runner, "update", recorded)
+    out = tmp_path / "results"
+    main(
+        [
+            "run",
+            "--plan",
+            str(plan),
+            "--model",
+            str(tiny_model_dir),
+            "--seeds",
+            "1",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
+    )
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["setting"] for r in rows] == ["base", "kl"]
+    for row in rows:
+        assert sorted(row["curve"], key=int) == ["0", "1", "2"]  # validated before training and after each step
+        assert all(0.0 <= v["score"] <= 1.0 for v in row["curve"].values())
+        assert [s["step"] for s in row["steps"]] == [1, 2]
+    # only the KL setting computes the KL term; the adapter starts at B = 0, so the policy is the base model at step 1
+    assert [("kl_loss" in m) for m in losses] == [False, False, True, True]
+    assert losses[2]["kl_loss"] == pytest.approx(0.0, abs=1e-6)
+    assert all(torch.isfinite(torch.tensor(m["grad_norm"])) for m in losses)
+    main(["summary", str(out)])
+    table = capsys.readouterr().out
+    assert "| base | 1 |" in table and "| kl | 1 |" in table
+
+
+def test_log_probs_of_a_padded_batch_equal_each_row_alone(tiny_model_dir):
+    """Rows of different prompt and answer lengths share a batch (prompts left-padded, answers right-padded); each
+    answer token's log-prob must be what the model gives that row without any padding."""
+    runner = recipe_screen.Runner(str(tiny_model_dir), "cpu", train=[], val=[])
+    model = runner.base
+    rows = [([5, 6, 7, 8], [9, 10, 11]), ([12, 13], [14]), ([15, 16, 17], [18, 19, 20, 21, 22])]
+    temperature = 0.7
+    out = runner.log_probs(model, rows, temperature, entropy=True)
+    assert out["log_probs"].shape == (3, 5)
+    for r, (prompt, answer) in enumerate(rows):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + answer])).logits[0] / temperature
+        alone = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1).gather(1, torch.tensor(answer)[:, None])[:, 0]
+        torch.testing.assert_close(out["log_probs"][r, : len(answer)], alone, atol=1e-5, rtol=1e-5)
+        assert out["mask"][r].tolist() == [1.0] * len(answer) + [0.0] * (5 - len(answer))
+        assert torch.all(out["log_probs"][r, len(answer) :] == 0) and torch.all(out["entropy"][r, len(answer) :] == 0)
