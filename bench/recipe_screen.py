@@ -30,6 +30,7 @@ actor does. Validation: greedy answers to the first `val_max_samples` prompts, a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import math
@@ -224,6 +225,20 @@ class Prompt:
     level: int
 
 
+@contextlib.contextmanager
+def merged(model):
+    """A LoRA model's adapter folded into its weights for the duration, as the quickstart's rollout serves it
+    (`rollout.lora_sync: merged`): decoding then runs no adapter kernels. A model without an adapter is left alone."""
+    if not hasattr(model, "merge_adapter"):
+        yield
+        return
+    model.merge_adapter()
+    try:
+        yield
+    finally:
+        model.unmerge_adapter()
+
+
 class Runner:
     """Holds the base model and the tokenizer; `run(recipe, seed)` trains a fresh LoRA adapter and validates it."""
 
@@ -287,7 +302,7 @@ class Runner:
             pad_token_id=self.pad,
         )
         model.eval()
-        with self._autocast():
+        with self._autocast(), merged(model):
             out = model.generate(
                 input_ids=ids.to(self.device), attention_mask=attention.to(self.device), generation_config=config
             )

@@ -118,3 +118,26 @@ def test_log_probs_of_a_padded_batch_equal_each_row_alone(tiny_model_dir):
         torch.testing.assert_close(out["log_probs"][r, : len(answer)], alone, atol=1e-5, rtol=1e-5)
         assert out["mask"][r].tolist() == [1.0] * len(answer) + [0.0] * (5 - len(answer))
         assert torch.all(out["log_probs"][r, len(answer) :] == 0) and torch.all(out["entropy"][r, len(answer) :] == 0)
+
+
+def test_sampling_folds_the_adapter_in_and_restores_the_weights(tiny_model_dir):
+    """Greedy answers of the folded model are those of the adapter applied on the fly, and the adapter's weights are
+    back apart afterwards (the next update trains them)."""
+    from peft import LoraConfig, get_peft_model
+
+    runner = recipe_screen.Runner(str(tiny_model_dir), "cpu", train=[], val=[])
+    torch.manual_seed(0)
+    model = get_peft_model(
+        runner.base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False)
+    )
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    prompt = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        unfolded = model.generate(input_ids=prompt, max_new_tokens=6, do_sample=False, pad_token_id=runner.pad)
+        with recipe_screen.merged(model):
+            assert model.base_model.model.model.layers[0].self_attn.q_proj.merged
+            folded = model.generate(input_ids=prompt, max_new_tokens=6, do_sample=False, pad_token_id=runner.pad)
+    assert folded.tolist() == unfolded.tolist()
+    assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], atol=1e-6, rtol=0)
