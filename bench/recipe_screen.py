@@ -39,6 +39,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -62,15 +63,15 @@ ADVANTAGES = ("grpo",)  # the estimators this bench's step computes (both with a
 
 @dataclass(frozen=True)
 class Recipe:
-    """What one run of the step needs, read from the validated trainer config (`recipe_from_config`)."""
+    """What one run of the step needs, read from the validated trainer config (`RECIPE_KEYS`)."""
 
-    prompts_per_step: int  # data.train_batch_size
-    n: int  # actor_rollout_ref.rollout.n
+    prompts_per_step: int
+    n: int
     temperature: float
     top_p: float
     top_k: int  # -1: off
     max_response_length: int
-    steps: int  # trainer.total_training_steps
+    steps: int
     test_freq: int
     val_max_samples: int
     lr: float
@@ -96,6 +97,41 @@ class Recipe:
     entropy_coeff: float
 
 
+# where each Recipe field comes from in the trainer config (verl's keys)
+RECIPE_KEYS = {
+    "prompts_per_step": "data.train_batch_size",
+    "n": "actor_rollout_ref.rollout.n",
+    "temperature": "actor_rollout_ref.rollout.temperature",
+    "top_p": "actor_rollout_ref.rollout.top_p",
+    "top_k": "actor_rollout_ref.rollout.top_k",
+    "max_response_length": "data.max_response_length",
+    "steps": "trainer.total_training_steps",
+    "test_freq": "trainer.test_freq",
+    "val_max_samples": "data.val_max_samples",
+    "lr": "actor_rollout_ref.actor.optim.lr",
+    "weight_decay": "actor_rollout_ref.actor.optim.weight_decay",
+    "betas": "actor_rollout_ref.actor.optim.betas",
+    "grad_clip": "actor_rollout_ref.actor.grad_clip",
+    "lora_rank": "actor_rollout_ref.model.lora_rank",
+    "lora_alpha": "actor_rollout_ref.model.lora_alpha",
+    "target_modules": "actor_rollout_ref.model.target_modules",
+    "norm_adv_by_std": "algorithm.norm_adv_by_std_in_grpo",
+    "loss_agg_mode": "actor_rollout_ref.actor.loss_agg_mode",
+    "loss_scale_factor": "actor_rollout_ref.actor.loss_scale_factor",
+    "overlong": "reward_model.overlong_buffer.enable",
+    "overlong_len": "reward_model.overlong_buffer.len",
+    "overlong_penalty_factor": "reward_model.overlong_buffer.penalty_factor",
+    "imitation_coef": "actor_rollout_ref.actor.self_imitation.coef",
+    "imitation_min_score": "actor_rollout_ref.actor.self_imitation.min_score",
+    "imitation_buffer": "actor_rollout_ref.actor.self_imitation.buffer_size",
+    "imitation_rows": "actor_rollout_ref.actor.self_imitation.rows_per_step",
+    "use_kl_loss": "actor_rollout_ref.actor.use_kl_loss",
+    "kl_loss_coef": "actor_rollout_ref.actor.kl_loss_coef",
+    "kl_loss_type": "actor_rollout_ref.actor.kl_loss_type",
+    "entropy_coeff": "actor_rollout_ref.actor.entropy_coeff",
+}
+
+
 def recipe_from_json(values: dict) -> Recipe:
     return Recipe(**{**values, "betas": tuple(values["betas"])})
 
@@ -109,7 +145,7 @@ def recipe_from_config(cfg: Any) -> Recipe:
     """The validated `TrainerRunConfig`'s values for the step; SystemExit naming the key for what the bench does not
     run (several mini-batches or epochs, another estimator or loss, an lr schedule, dynamic sampling, a reward
     model)."""
-    arr, actor, rollout = cfg.actor_rollout_ref, cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    actor = cfg.actor_rollout_ref.actor
     optim = actor.optim
     _refuse_unless(cfg.algorithm.adv_estimator in ADVANTAGES, f"algorithm.adv_estimator={cfg.algorithm.adv_estimator}")
     _refuse_unless(actor.policy_loss.loss_mode == "vanilla", f"policy_loss.loss_mode={actor.policy_loss.loss_mode}")
@@ -119,44 +155,21 @@ def recipe_from_config(cfg: Any) -> Recipe:
         f"actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} is not data.train_batch_size (one mini-batch)",
     )
     _refuse_unless(
-        optim.warmup_style == "constant" and optim.lr_warmup_steps <= 0 and optim.lr_warmup_steps_ratio == 0,
+        optim.warmup_style == "constant"
+        and optim.lr_scheduler_type in (None, "constant")
+        and optim.lr_warmup_steps <= 0
+        and optim.lr_warmup_steps_ratio == 0,
         "actor.optim has a warm-up or a decay",
     )
     _refuse_unless(not cfg.algorithm.filter_groups.enable, "algorithm.filter_groups.enable=true")
     _refuse_unless(not cfg.algorithm.use_kl_in_reward, "algorithm.use_kl_in_reward=true")
     _refuse_unless(not cfg.reward_model.enable, "reward_model.enable=true")
-    return Recipe(
-        prompts_per_step=cfg.data.train_batch_size,
-        n=rollout.n,
-        temperature=rollout.temperature,
-        top_p=rollout.top_p,
-        top_k=rollout.top_k,
-        max_response_length=cfg.data.max_response_length,
-        steps=cfg.trainer.total_training_steps,
-        test_freq=cfg.trainer.test_freq,
-        val_max_samples=cfg.data.val_max_samples,
-        lr=optim.lr,
-        weight_decay=optim.weight_decay,
-        betas=tuple(optim.betas),
-        grad_clip=actor.grad_clip,
-        lora_rank=arr.model.lora_rank,
-        lora_alpha=arr.model.lora_alpha,
-        target_modules=arr.model.target_modules,
-        norm_adv_by_std=cfg.algorithm.norm_adv_by_std_in_grpo,
-        loss_agg_mode=actor.loss_agg_mode,
-        loss_scale_factor=actor.loss_scale_factor,
-        overlong=cfg.reward_model.overlong_buffer.enable,
-        overlong_len=cfg.reward_model.overlong_buffer.len,
-        overlong_penalty_factor=cfg.reward_model.overlong_buffer.penalty_factor,
-        imitation_coef=actor.self_imitation.coef,
-        imitation_min_score=actor.self_imitation.min_score,
-        imitation_buffer=actor.self_imitation.buffer_size,
-        imitation_rows=actor.self_imitation.rows_per_step,
-        use_kl_loss=actor.use_kl_loss,
-        kl_loss_coef=actor.kl_loss_coef,
-        kl_loss_type=actor.kl_loss_type,
-        entropy_coeff=actor.entropy_coeff,
+    _refuse_unless(
+        cfg.custom_reward_function.path is None,
+        "custom_reward_function.path is set (the bench scores the built-in arithmetic task)",
     )
+    values = {name: attrgetter(key)(cfg) for name, key in RECIPE_KEYS.items()}
+    return Recipe(**values | {"betas": tuple(values["betas"])})
 
 
 # ---------------------------------------------------------------- plan (here, with the project's config stack)
@@ -172,6 +185,8 @@ def _rows(paths: Any, limit: Optional[int] = None) -> list[dict]:
         frame = frame.iloc[:limit]
     out = []
     for _, row in frame.iterrows():
+        if row["data_source"] != "arithmetic":
+            raise SystemExit(f"{paths}: data_source {row['data_source']!r}; the bench scores the arithmetic task only")
         extra = row.get("extra_info") or {}
         out.append(
             {

@@ -24,10 +24,18 @@ def test_the_recipe_is_read_from_the_config_with_a_settings_overrides():
     assert kl.use_kl_loss and kl.kl_loss_coef == 0.01  # configs/grpo_trainer.yaml's coefficient
 
 
-def test_a_step_the_bench_does_not_run_is_refused_by_its_key():
+def test_a_step_the_bench_does_not_run_is_refused_by_its_key(tmp_path):
     cfg = compose_setting("quickstart", ["actor_rollout_ref.actor.ppo_mini_batch_size=2"])
     with pytest.raises(SystemExit, match="ppo_mini_batch_size=2 is not data.train_batch_size"):
         recipe_from_config(cfg)
+    cosine = compose_setting("quickstart", ["actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"])
+    with pytest.raises(SystemExit, match="warm-up or a decay"):
+        recipe_from_config(cosine)
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    custom = compose_setting("quickstart", [f"custom_reward_function.path={reward}"])
+    with pytest.raises(SystemExit, match="custom_reward_function.path is set"):
+        recipe_from_config(custom)
     with pytest.raises(SystemExit, match="NAME=OVERRIDES"):
         parse_setting("no-equals-sign")
 
@@ -141,3 +149,13 @@ def test_sampling_folds_the_adapter_in_and_restores_the_weights(tiny_model_dir):
     assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, before[key], atol=1e-6, rtol=0)
+
+
+def test_prompts_of_another_task_are_refused_naming_the_file(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "gsm8k.parquet"
+    row = {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "?"}]}
+    pd.DataFrame([row | {"reward_model": {"ground_truth": "1"}, "extra_info": {"level": 1}}]).to_parquet(path)
+    with pytest.raises(SystemExit, match=f"{path}: data_source 'openai/gsm8k'"):
+        recipe_screen._rows(str(path))
