@@ -36,15 +36,20 @@ class Problem:
     level: int
 
 
-def load_problems(path: Path, max_samples: int) -> list[Problem]:
-    """The first `max_samples` rows of a prepared arithmetic parquet (app.prepare arithmetic)."""
+def load_problems(paths: str | Path | Sequence[str | Path], max_samples: int | None = None) -> list[Problem]:
+    """The first `max_samples` rows (None: all) of prepared arithmetic files (app.prepare arithmetic; parquet or
+    JSONL, one path or several, read in order). SystemExit naming the file for a row of another task."""
     import pandas as pd
 
-    frame = pd.read_parquet(path).iloc[:max_samples]
-    return [
-        Problem(list(row.prompt), str(row.reward_model["ground_truth"]), int(row.extra_info["level"]))
-        for row in frame.itertuples()
-    ]
+    problems = []
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        frame = pd.read_json(path, lines=True) if str(path).endswith(".jsonl") else pd.read_parquet(path)
+        for row in frame.itertuples():
+            if row.data_source != "arithmetic":
+                raise SystemExit(f"{path}: data_source {row.data_source!r}; only the arithmetic task has levels")
+            messages = [dict(m) for m in row.prompt]
+            problems.append(Problem(messages, str(row.reward_model["ground_truth"]), int(row.extra_info["level"])))
+    return problems[:max_samples]
 
 
 def greedy_answers(model_dir: Path, problems: Sequence[Problem], max_tokens: int, batch_size: int = 32) -> list[str]:

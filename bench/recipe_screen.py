@@ -47,6 +47,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # bench/arithmetic_levels.py
+
+from arithmetic_levels import load_problems  # noqa: E402
 
 from algos.advantages import compute_advantages  # noqa: E402
 from algos.aggregation import agg_loss, loss_normalizer  # noqa: E402
@@ -173,31 +176,6 @@ def recipe_from_config(cfg: Any) -> Recipe:
 
 
 # ---------------------------------------------------------------- plan (here, with the project's config stack)
-def _rows(paths: Any, limit: Optional[int] = None) -> list[dict]:
-    """The prompt, ground truth and level of each row of verl-style parquet files (a path or a list), in file order."""
-    import pandas as pd
-
-    def read(path: str):
-        return pd.read_json(path, lines=True) if str(path).endswith(".jsonl") else pd.read_parquet(path)
-
-    frame = pd.concat([read(p) for p in ([paths] if isinstance(paths, str) else paths)])
-    if limit is not None:
-        frame = frame.iloc[:limit]
-    out = []
-    for _, row in frame.iterrows():
-        if row["data_source"] != "arithmetic":
-            raise SystemExit(f"{paths}: data_source {row['data_source']!r}; the bench scores the arithmetic task only")
-        extra = row.get("extra_info") or {}
-        out.append(
-            {
-                "prompt": [dict(m) for m in row["prompt"]],
-                "ground_truth": str(row["reward_model"]["ground_truth"]),
-                "level": int(extra.get("level", 0)) if isinstance(extra, dict) else 0,
-            }
-        )
-    return out
-
-
 def compose_setting(config_name: str, overrides: Sequence[str]) -> Any:
     from hydra import compose, initialize_config_dir
 
@@ -226,8 +204,8 @@ def make_plan(config_name: str, settings: Sequence[str]) -> dict:
         recipes[name] = {"overrides": overrides, "recipe": asdict(recipe_from_config(cfg))}
         if data is None:
             data = {
-                "train": _rows(cfg.data.train_files),
-                "val": _rows(cfg.data.val_files, cfg.data.val_max_samples),
+                "train": [asdict(p) for p in load_problems(cfg.data.train_files)],
+                "val": [asdict(p) for p in load_problems(cfg.data.val_files, cfg.data.val_max_samples)],
             }
     return {"config_name": config_name, "settings": recipes, **(data or {"train": [], "val": []})}
 
@@ -272,7 +250,7 @@ class Runner:
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos
 
         def prompts(rows: list[dict]) -> list[Prompt]:
-            ids = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, [r["prompt"] for r in rows]))
+            ids = tokenize_prompts(self.tokenizer, render_prompts(self.tokenizer, [r["messages"] for r in rows]))
             return [Prompt(i, r["ground_truth"], r["level"]) for i, r in zip(ids, rows)]
 
         self.train, self.val = prompts(train), prompts(val)
@@ -405,12 +383,9 @@ class Runner:
                 norm_adv_by_std_in_grpo=recipe.norm_adv_by_std,
             )
             # replay drawn before this step's good answers join the buffer, as app/trainer/learner.py does
-            replay = (
-                random.Random(step).sample(buffer, min(recipe.imitation_rows, len(buffer)))
-                if recipe.imitation_coef
-                else []
-            )
+            replay = []
             if recipe.imitation_coef:
+                replay = random.Random(step).sample(buffer, min(recipe.imitation_rows, len(buffer)))
                 buffer += [(p.ids, a) for p, a, s in zip(group, answers, task) if s >= recipe.imitation_min_score]
                 del buffer[: max(0, len(buffer) - recipe.imitation_buffer)]
             metrics = self.update(model, optimizer, recipe, group, answers, advantages, replay)

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from arithmetic_levels import Problem, level_table, main  # noqa: E402
+from arithmetic_levels import Problem, level_table, load_problems, main  # noqa: E402
 
 
 def problem(ground_truth: str, level: int) -> Problem:
@@ -53,3 +53,13 @@ def test_a_model_folder_is_answered_greedily_and_counted_by_the_levels_of_the_da
     [all_row] = [line for line in out.splitlines() if line.startswith("| all |")]
     # ten problems; a random tiny model writes no "#### N" line in 3 tokens
     assert all_row.startswith("| all | 10 |") and all_row.endswith("| 0.00 |")
+
+
+def test_prompts_of_another_task_are_refused_naming_the_file(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "gsm8k.parquet"
+    row = {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "?"}]}
+    pd.DataFrame([row | {"reward_model": {"ground_truth": "1"}, "extra_info": {"level": 1}}]).to_parquet(path)
+    with pytest.raises(SystemExit, match=f"{path}: data_source 'openai/gsm8k'"):
+        load_problems(str(path))

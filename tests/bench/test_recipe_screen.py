@@ -149,13 +149,3 @@ def test_sampling_folds_the_adapter_in_and_restores_the_weights(tiny_model_dir):
     assert not model.base_model.model.model.layers[0].self_attn.q_proj.merged
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, before[key], atol=1e-6, rtol=0)
-
-
-def test_prompts_of_another_task_are_refused_naming_the_file(tmp_path):
-    import pandas as pd
-
-    path = tmp_path / "gsm8k.parquet"
-    row = {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "?"}]}
-    pd.DataFrame([row | {"reward_model": {"ground_truth": "1"}, "extra_info": {"level": 1}}]).to_parquet(path)
-    with pytest.raises(SystemExit, match=f"{path}: data_source 'openai/gsm8k'"):
-        recipe_screen._rows(str(path))
