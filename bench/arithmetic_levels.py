@@ -52,32 +52,47 @@ def load_problems(paths: str | Path | Sequence[str | Path], max_samples: int | N
     return problems[:max_samples]
 
 
+def generate_batch(model, prompts: Sequence[list[int]], config, pad: int, eos: int) -> list[list[int]]:
+    """Each token-id prompt's answer from one left-padded `model.generate` call with a transformers `GenerationConfig`:
+    its tokens up to and including the first `eos`, at most the config's budget. Left padding puts every prompt's
+    last token where generation starts."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        attention[row, width - len(prompt) :] = 1
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        out = model.generate(input_ids=ids.to(device), attention_mask=attention.to(device), generation_config=config)
+    answers = []
+    for row in out[:, width:].tolist():
+        answers.append(row[: row.index(eos) + 1] if eos in row else row)
+    return answers
+
+
 def greedy_answers(model_dir: Path, problems: Sequence[Problem], max_tokens: int, batch_size: int = 32) -> list[str]:
     """Each problem's greedy response (special tokens dropped), through the model's chat template."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from app.data.prompts import render_prompts
+    from app.data.prompts import render_prompts, tokenize_prompts
     from app.engine.precision import cpu_has_native_bf16
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.padding_side = "left"  # generated tokens follow every prompt's last token
     dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
-    texts = render_prompts(tokenizer, [p.messages for p in problems])  # the trainer's templating
+    # the trainer's templating and tokenization
+    prompts = tokenize_prompts(tokenizer, render_prompts(tokenizer, [p.messages for p in problems]))
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False, eos_token_id=eos, pad_token_id=pad)
     answers = []
-    for start in range(0, len(texts), batch_size):
-        # the template carries any BOS, as in app.data.prompts.tokenize_prompts
-        encoded = tokenizer(
-            texts[start : start + batch_size], add_special_tokens=False, return_tensors="pt", padding=True
-        )
-        with torch.no_grad():
-            out = model.generate(
-                **encoded, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-            )
-        new_tokens = out[:, encoded["input_ids"].shape[1] :]
-        answers.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
-    return answers
+    for start in range(0, len(prompts), batch_size):
+        answers.extend(generate_batch(model, prompts[start : start + batch_size], config, pad, eos))
+    return tokenizer.batch_decode(answers, skip_special_tokens=True)
 
 
 def level_table(problems: Sequence[Problem], answers: Sequence[str]) -> str:

@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))  # bench/arithmetic_levels.py
 
-from arithmetic_levels import load_problems  # noqa: E402
+from arithmetic_levels import generate_batch, load_problems  # noqa: E402
 
 from algos.advantages import compute_advantages  # noqa: E402
 from algos.aggregation import agg_loss, loss_normalizer  # noqa: E402
@@ -279,12 +279,6 @@ class Runner:
         """Each prompt's answer: its tokens up to and including the end-of-sequence token, at most the budget."""
         from transformers import GenerationConfig
 
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad, dtype=torch.long)
-        attention = torch.zeros_like(ids)
-        for row, p in enumerate(prompts):  # left padding
-            ids[row, width - len(p) :] = torch.tensor(p)
-            attention[row, width - len(p) :] = 1
         config = GenerationConfig(
             max_new_tokens=recipe.max_response_length,
             do_sample=not greedy,
@@ -296,14 +290,7 @@ class Runner:
         )
         model.eval()
         with self._autocast(), merged(model):
-            out = model.generate(
-                input_ids=ids.to(self.device), attention_mask=attention.to(self.device), generation_config=config
-            )
-        answers = []
-        for row in out[:, width:].tolist():
-            end = row.index(self.eos) + 1 if self.eos in row else len(row)
-            answers.append(row[:end])
-        return answers
+            return generate_batch(model, prompts, config, self.pad, self.eos)
 
     def score(self, answers: list[list[int]], prompts: list[Prompt]) -> list[dict[str, float]]:
         texts = self.tokenizer.batch_decode(answers, skip_special_tokens=True)

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from arithmetic_levels import Problem, level_table, load_problems, main  # noqa: E402
+from arithmetic_levels import Problem, generate_batch, level_table, load_problems, main  # noqa: E402
 
 
 def problem(ground_truth: str, level: int) -> Problem:
@@ -63,3 +63,25 @@ def test_prompts_of_another_task_are_refused_naming_the_file(tmp_path):
     pd.DataFrame([row | {"reward_model": {"ground_truth": "1"}, "extra_info": {"level": 1}}]).to_parquet(path)
     with pytest.raises(SystemExit, match=f"{path}: data_source 'openai/gsm8k'"):
         load_problems(str(path))
+
+
+def test_a_left_padded_batch_answers_as_each_prompt_alone_and_stops_after_the_end_token(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    prompts = [[5, 17, 230, 41, 9], [301, 12, 7], [1, 2, 3, 4]]  # unequal lengths: two rows are padded
+    pad, unused = 0, 3  # token 3 ends nothing below: the tiny model never writes it after these prompts
+
+    def greedy(eos: int) -> GenerationConfig:
+        return GenerationConfig(max_new_tokens=6, do_sample=False, eos_token_id=eos, pad_token_id=pad)
+
+    alone = [generate_batch(model, [p], greedy(unused), pad, unused)[0] for p in prompts]
+    assert all(len(a) == 6 and unused not in a for a in alone)  # no end token: the whole budget
+    assert generate_batch(model, prompts, greedy(unused), pad, unused) == alone
+    # a token the second prompt's answer first writes after its first token, taken as the end token: that answer
+    # ends there, with the token; the others are cut at their own first one, if any
+    eos = next(token for token in alone[1][1:] if token != alone[1][0])
+    cut = [a[: a.index(eos) + 1] if eos in a else a for a in alone]
+    assert 1 < len(cut[1]) < 6
+    assert generate_batch(model, prompts, greedy(eos), pad, eos) == cut
