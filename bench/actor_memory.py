@@ -1,7 +1,9 @@
 """The train worker's resident memory over `make run`'s updates, without Ray: oneDNN's default cache against the
-bounded one the worker sets (`app.engine.onednn_cache`), each with and without the per-step heap trim.
+bounded one the worker sets (`app.engine.onednn_cache`), with and without the per-step heap trim, and packed
+micro-batches rounded to `app.engine.forward.PACKED_MULTIPLE` tokens (as the worker packs them) against unrounded.
 
-    python bench/actor_memory.py [--steps 14] [--settings default,bounded,bounded+trim] [key=value overrides ...]
+    python bench/actor_memory.py [--steps 14] [--settings default,bounded,bounded+trim,bounded+unrounded]
+                                 [key=value overrides ...]
 
 Each setting runs in a fresh process: the quickstart's actor (SmolLM2-135M-Instruct, LoRA r16, bf16 where the CPU
 has it) takes `--steps` updates on synthetic rollouts of make run's shape (4 prompts of 60-79 tokens x 8 responses of
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SETTINGS = ("default", "bounded", "bounded+trim")
+SETTINGS = ("default", "bounded", "bounded+trim", "bounded+unrounded")
 
 
 def _rollout(rng: random.Random):
@@ -50,6 +52,11 @@ def child(setting: str, steps: int, overrides: list[str]) -> dict:
     import psutil
     import torch
     from hydra import compose, initialize_config_dir
+
+    if setting.endswith("+unrounded"):
+        from app.engine import forward
+
+        forward.PACKED_MULTIPLE = 1  # each micro-batch packed to its own length, as before the rounding
 
     import app.config  # noqa: F401  registers the schema
     from app.config import load_config

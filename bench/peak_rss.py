@@ -52,6 +52,9 @@ def by_name(per_process: list[tuple[int, int, str]]) -> list[tuple[str, int, int
 
 def main(argv: list[str]) -> int:
     interval = 2.0
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     if "--" in argv:
         options, argv = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
         if options[:1] == ["--interval"] and len(options) == 2:

@@ -32,6 +32,12 @@ def position_ids_of(micro: TensorBatch) -> torch.Tensor:
 CPU_CHUNK_BYTES = 16 << 20
 GPU_CHUNK_TOKENS = 1024  # torch's caching allocator reuses GPU blocks; larger chunks mean fewer kernel launches
 
+# A packed micro-batch's length and its count of kept outputs are rounded up to a multiple of this. Each micro-batch
+# packs another number of tokens, and on a CPU every new matmul shape costs oneDNN a new primitive and kernel and the
+# heap blocks of a new size, which the train worker kept for the rest of the run (bench/actor_memory.py,
+# docs/performance.md). A filler of fewer than 32 tokens is little beside a micro-batch of hundreds.
+PACKED_MULTIPLE = 32
+
 
 def logits_chunk_size(vocab_size: int, device: torch.device) -> int:
     """Tokens per chunk of the log-prob and entropy passes: on a CPU the largest power of two whose float32 chunk
@@ -102,7 +108,9 @@ def response_outputs(
         chunk_size=chunk_size,
     )
     if remove_padding:
-        p = pack_inputs(input_ids, attention_mask, position_ids, response_len, share_prompts=share_prompts)
+        p = pack_inputs(
+            input_ids, attention_mask, position_ids, response_len, share_prompts=share_prompts, multiple=PACKED_MULTIPLE
+        )
         if p.prompt_layout is not None:
             varlen = {SHARED_PROMPT_LAYOUT: p.prompt_layout}
         else:

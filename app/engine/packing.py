@@ -13,6 +13,11 @@ prompt followed by each row's response, ``[prompt][response 1]..[response n]``; 
 attention (``app.engine.packed_attention``) where they are. The first response token of every row is predicted at
 the shared last prompt token.
 
+Rounded (``multiple``): the packed row ends in a filler sequence that brings its length to a multiple of
+``multiple`` tokens, and ``output_index`` repeats its last position to bring the kept outputs to a multiple too; the
+filler attends only to itself and its outputs, like the repeated ones, are dropped by ``scatter``. Few distinct
+shapes let the kernels and the heap reuse what earlier micro-batches built (``app.engine.forward``).
+
 Padded: columns that are padding in every row are trimmed (leading prompt padding, trailing response padding).
 """
 
@@ -29,10 +34,12 @@ class PackedInputs:
     position_ids: torch.Tensor  # (1, T) restarting at 0 for each row
     cu_seqlens: torch.Tensor  # (b+1,) int32 sequence boundaries in the packed row
     max_seqlen: int
-    output_index: torch.Tensor  # (K,) packed positions whose output predicts a real response token
+    # (K',) packed positions whose output predicts a real response token: the first K (K = len(rows)); the rest,
+    # with ``multiple``, repeat the last one
+    output_index: torch.Tensor
     rows: torch.Tensor  # (K,) row of each kept output in the (b, R) response grid
     cols: torch.Tensor  # (K,) response column of each kept output
-    labels: torch.Tensor  # (K,) the response token each kept output predicts
+    labels: torch.Tensor  # (K',) the response token each position of output_index predicts
     batch_size: int
     response_len: int
     # shared prompts: (prompt length, (response lengths...)) per distinct prompt, in packed order; None: one
@@ -40,9 +47,10 @@ class PackedInputs:
     prompt_layout: tuple[tuple[int, tuple[int, ...]], ...] | None = None
 
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
-        """``(K,)`` per-output values -> ``(b, R)`` grid, 0 where there is no real response token."""
+        """``(K',)`` (or ``(K,)``) per-output values -> ``(b, R)`` grid, 0 where there is no real response token;
+        the values of the repeated outputs are dropped."""
         out = values.new_zeros(self.batch_size, self.response_len)
-        out[self.rows, self.cols] = values
+        out[self.rows, self.cols] = values[: self.rows.numel()]
         return out
 
 
@@ -52,9 +60,13 @@ def pack_inputs(
     position_ids: torch.Tensor,
     response_len: int,
     share_prompts: bool = False,
+    multiple: int = 1,
 ) -> PackedInputs:
     """Pack the real tokens (``attention_mask == 1``) of ``(b, P+R)`` rows into one row; with ``share_prompts``,
-    rows with the same prompt share one copy of it."""
+    rows with the same prompt share one copy of it. ``multiple``: round the packed length and the count of kept
+    outputs up to a multiple of it (the module's docstring)."""
+    if multiple < 1:
+        raise ValueError(f"multiple must be at least 1, got {multiple}")
     b, total = input_ids.shape
     prompt_len = total - response_len
     if prompt_len < 1:
@@ -80,6 +92,18 @@ def pack_inputs(
     response_real = keep[:, prompt_len:]  # (b, R)
     rows, cols = torch.nonzero(response_real, as_tuple=True)
     source = packed_index[:, prompt_len - 1 : total - 1]  # (b, R): position whose output predicts column P+j
+    output_index, labels = source[rows, cols], input_ids[:, prompt_len:][rows, cols]
+    filler = -packed_ids.shape[1] % multiple
+    if filler:  # a sequence of its own at the end of the row (a prompt without responses in a shared layout)
+        packed_ids = torch.cat([packed_ids, packed_ids[:, -1:].expand(1, filler)], dim=1)
+        packed_pos = torch.cat([packed_pos, torch.arange(filler, device=packed_pos.device).view(1, filler)], dim=1)
+        seg_lens = torch.cat([seg_lens, seg_lens.new_tensor([filler])])
+        if layout is not None:
+            layout = (*layout, (filler, ()))
+    repeats = -len(output_index) % multiple if len(output_index) else 0
+    if repeats:
+        output_index = torch.cat([output_index, output_index[-1:].expand(repeats)])
+        labels = torch.cat([labels, labels[-1:].expand(repeats)])
     cu = torch.zeros(len(seg_lens) + 1, dtype=torch.int32, device=input_ids.device)
     cu[1:] = torch.cumsum(seg_lens, 0)
     return PackedInputs(
@@ -87,10 +111,10 @@ def pack_inputs(
         position_ids=packed_pos,
         cu_seqlens=cu,
         max_seqlen=int(seg_lens.max()),
-        output_index=source[rows, cols],
+        output_index=output_index,
         rows=rows,
         cols=cols,
-        labels=input_ids[:, prompt_len:][rows, cols],
+        labels=labels,
         batch_size=b,
         response_len=response_len,
         prompt_layout=layout,

@@ -24,3 +24,10 @@ def test_processes_of_one_name_are_counted_and_summed_largest_sum_first():
 def test_equal_sums_are_listed_by_name():
     peak_rss = load_bench_script("peak_rss")
     assert [name for name, _, _ in peak_rss.by_name([(0, 5, "b"), (0, 5, "a")])] == ["a", "b"]
+
+
+def test_help_prints_the_usage_and_runs_nothing(capsys):
+    peak_rss = load_bench_script("peak_rss")
+    # before, "--help" was taken for the command to run and failed with FileNotFoundError
+    assert peak_rss.main(["--help"]) == 0
+    assert "python bench/peak_rss.py [--interval S] -- CMD" in capsys.readouterr().out

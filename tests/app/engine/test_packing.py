@@ -3,6 +3,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaForTokenClassification
 
 from app.batch import TensorBatch
+from app.engine import forward
 from app.engine.forward import response_outputs
 from app.engine.packed_attention import register_packed_attention
 from app.engine.packing import pack_inputs, trim_padding
@@ -21,6 +22,39 @@ def test_pack_inputs_indices_by_hand():
     assert p.output_index.tolist() == [2, 3, 6]
     assert p.labels.tolist() == [14, 15, 18]
     assert p.scatter(torch.tensor([1.0, 2.0, 3.0])).tolist() == [[1.0, 2.0], [3.0, 0.0]]
+
+
+def test_pack_inputs_rounds_the_row_and_the_kept_outputs_up_to_a_multiple_by_hand():
+    # the rows above: 8 packed tokens and 3 kept outputs, rounded to multiples of 5 -> 10 tokens and 5 outputs
+    ids = torch.tensor([[11, 12, 13, 14, 15], [0, 16, 17, 18, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 1, 1, 0]])
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    p = pack_inputs(ids, mask, pos, response_len=2, multiple=5)
+    # a filler sequence of 2 tokens of its own (positions from 0, a boundary before it) ends the row
+    assert p.input_ids.tolist() == [[11, 12, 13, 14, 15, 16, 17, 18, 18, 18]]
+    assert p.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 0, 1]]
+    assert p.cu_seqlens.tolist() == [0, 5, 8, 10]
+    assert p.max_seqlen == 5
+    # the last kept output repeated twice; scatter keeps the first 3 values and drops the repeats' 9s
+    assert p.output_index.tolist() == [2, 3, 6, 6, 6]
+    assert p.labels.tolist() == [14, 15, 18, 18, 18]
+    assert p.scatter(torch.tensor([1.0, 2.0, 3.0, 9.0, 9.0])).tolist() == [[1.0, 2.0], [3.0, 0.0]]
+    # already a multiple: nothing added
+    assert pack_inputs(ids, mask, pos, response_len=2, multiple=1).input_ids.shape == (1, 8)
+    with pytest.raises(ValueError, match="multiple must be at least 1"):
+        pack_inputs(ids, mask, pos, response_len=2, multiple=0)
+
+
+def test_shared_prompt_packing_rounds_with_a_prompt_of_no_responses():
+    # the shared rows below: 8 packed tokens, 5 kept outputs; to multiples of 3 -> 9 tokens, 6 outputs
+    ids = torch.tensor([[11, 12, 21, 22], [0, 13, 23, 0], [11, 12, 24, 25]])
+    mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 0], [1, 1, 1, 1]])
+    p = pack_inputs(ids, mask, (mask.cumsum(1) - 1).clamp(min=0), response_len=2, share_prompts=True, multiple=3)
+    assert p.input_ids.tolist() == [[11, 12, 21, 22, 24, 25, 13, 23, 23]]
+    assert p.prompt_layout == ((2, (2, 2)), (1, (1,)), (1, ()))
+    assert p.cu_seqlens.tolist() == [0, 2, 4, 6, 7, 8, 9]
+    assert p.output_index.tolist() == [1, 2, 6, 1, 4, 4]
+    assert p.labels.tolist() == [21, 22, 23, 24, 25, 25]
 
 
 def test_trim_padding_drops_all_padding_columns():
@@ -155,3 +189,33 @@ def test_shared_prompt_packing_needs_a_prompt_token():
     mask = torch.tensor([[0, 1, 1]])
     with pytest.raises(ValueError, match="row 0 has no prompt token"):
         pack_inputs(ids, mask, (mask.cumsum(1) - 1).clamp(min=0), response_len=2, share_prompts=True)
+
+
+@pytest.mark.parametrize("share_prompts", [False, True])
+def test_rounded_packing_gives_the_outputs_and_gradients_of_exact_packing(monkeypatch, share_prompts):
+    # The filler sequence must not reach a real token, and the repeated outputs must not add to the loss: the
+    # log-probs, entropies and every gradient equal those of packing without rounding. Computed in float64, so a
+    # repeat counted twice (its gradient doubled) or a filler attended to is off by far more than the tolerance.
+    model = _tiny_llama()
+    ids, mask, prompt_len = _grouped_rows(seed=2)
+    batch = TensorBatch({"input_ids": ids, "attention_mask": mask, "responses": ids[:, prompt_len:]})
+    kwargs = dict(remove_padding=True, share_prompts=share_prompts, compute_entropy=True, entropy_requires_grad=True)
+    packed_lengths = []
+
+    def recording(*args, **kw):
+        p = pack_inputs(*args, **kw)
+        packed_lengths.append((p.input_ids.shape[1], len(p.output_index)))
+        return p
+
+    monkeypatch.setattr(forward, "pack_inputs", recording)
+    rounded, rounded_grads = _outputs_and_grads(model, batch, "causal_lm", **kwargs)
+    monkeypatch.setattr(forward, "PACKED_MULTIPLE", 1)
+    exact, exact_grads = _outputs_and_grads(model, batch, "causal_lm", **kwargs)
+    # the forward rounds (to 32: 64 tokens, 32 outputs here), and the exact packing does not
+    (rounded_len, rounded_outputs), (exact_len, exact_outputs) = packed_lengths
+    assert (rounded_len % 32, rounded_outputs % 32) == (0, 0)
+    assert rounded_len > exact_len and rounded_outputs > exact_outputs
+    for key in ("log_probs", "entropy"):
+        torch.testing.assert_close(rounded[key], exact[key], rtol=1e-12, atol=1e-12)
+    for got, want in zip(rounded_grads, exact_grads):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
