@@ -131,10 +131,10 @@ def main() -> int:
         )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"train worker resident set over {args.steps} updates of make run's shape (GiB)")
-    print(f"{'setting':<14}{'after 1':>9}{'after ' + str(args.steps):>10}{'peak':>8}{'update s':>10}")
+    print(f"{'setting':<19}{'after 1':>9}{'after ' + str(args.steps):>10}{'peak':>8}{'update s':>10}")
     for r in rows:
         print(
-            f"{r['setting']:<14}{r['first'] / 2**30:>9.2f}{r['last'] / 2**30:>10.2f}{r['peak'] / 2**30:>8.2f}"
+            f"{r['setting']:<19}{r['first'] / 2**30:>9.2f}{r['last'] / 2**30:>10.2f}{r['peak'] / 2**30:>8.2f}"
             f"{r['update_s']:>10.2f}"
         )
     return 0

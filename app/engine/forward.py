@@ -109,7 +109,13 @@ def response_outputs(
     )
     if remove_padding:
         p = pack_inputs(
-            input_ids, attention_mask, position_ids, response_len, share_prompts=share_prompts, multiple=PACKED_MULTIPLE
+            input_ids,
+            attention_mask,
+            position_ids,
+            response_len,
+            share_prompts=share_prompts,
+            length_multiple=PACKED_MULTIPLE,
+            outputs_multiple=PACKED_MULTIPLE,
         )
         if p.prompt_layout is not None:
             varlen = {SHARED_PROMPT_LAYOUT: p.prompt_layout}

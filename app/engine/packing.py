@@ -13,10 +13,11 @@ prompt followed by each row's response, ``[prompt][response 1]..[response n]``; 
 attention (``app.engine.packed_attention``) where they are. The first response token of every row is predicted at
 the shared last prompt token.
 
-Rounded (``multiple``): the packed row ends in a filler sequence that brings its length to a multiple of
-``multiple`` tokens, and ``output_index`` repeats its last position to bring the kept outputs to a multiple too; the
-filler attends only to itself and its outputs, like the repeated ones, are dropped by ``scatter``. Few distinct
-shapes let the kernels and the heap reuse what earlier micro-batches built (``app.engine.forward``).
+Rounded: with ``length_multiple`` the packed row ends in a filler sequence that brings its length to a multiple of
+it (a prompt without responses in a shared layout); the filler attends only to itself and no kept output reads it.
+With ``outputs_multiple``, ``output_index`` repeats its last position to bring the kept outputs to a multiple of it,
+and ``scatter`` drops the repeats' values. Few distinct shapes let the kernels and the heap reuse what earlier
+micro-batches built (``app.engine.forward``); sequence parallelism splits a row of a multiple of its ranks.
 
 Padded: columns that are padding in every row are trimmed (leading prompt padding, trailing response padding).
 """
@@ -35,7 +36,7 @@ class PackedInputs:
     cu_seqlens: torch.Tensor  # (b+1,) int32 sequence boundaries in the packed row
     max_seqlen: int
     # (K',) packed positions whose output predicts a real response token: the first K (K = len(rows)); the rest,
-    # with ``multiple``, repeat the last one
+    # with ``outputs_multiple``, repeat the last one
     output_index: torch.Tensor
     rows: torch.Tensor  # (K,) row of each kept output in the (b, R) response grid
     cols: torch.Tensor  # (K,) response column of each kept output
@@ -60,13 +61,15 @@ def pack_inputs(
     position_ids: torch.Tensor,
     response_len: int,
     share_prompts: bool = False,
-    multiple: int = 1,
+    length_multiple: int = 1,
+    outputs_multiple: int = 1,
 ) -> PackedInputs:
     """Pack the real tokens (``attention_mask == 1``) of ``(b, P+R)`` rows into one row; with ``share_prompts``,
-    rows with the same prompt share one copy of it. ``multiple``: round the packed length and the count of kept
-    outputs up to a multiple of it (the module's docstring)."""
-    if multiple < 1:
-        raise ValueError(f"multiple must be at least 1, got {multiple}")
+    rows with the same prompt share one copy of it. ``length_multiple`` / ``outputs_multiple``: round the packed
+    length / the count of kept outputs up to a multiple of it (the module's docstring)."""
+    for name, value in (("length_multiple", length_multiple), ("outputs_multiple", outputs_multiple)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
     b, total = input_ids.shape
     prompt_len = total - response_len
     if prompt_len < 1:
@@ -93,14 +96,14 @@ def pack_inputs(
     rows, cols = torch.nonzero(response_real, as_tuple=True)
     source = packed_index[:, prompt_len - 1 : total - 1]  # (b, R): position whose output predicts column P+j
     output_index, labels = source[rows, cols], input_ids[:, prompt_len:][rows, cols]
-    filler = -packed_ids.shape[1] % multiple
+    filler = -packed_ids.shape[1] % length_multiple
     if filler:  # a sequence of its own at the end of the row (a prompt without responses in a shared layout)
         packed_ids = torch.cat([packed_ids, packed_ids[:, -1:].expand(1, filler)], dim=1)
         packed_pos = torch.cat([packed_pos, torch.arange(filler, device=packed_pos.device).view(1, filler)], dim=1)
         seg_lens = torch.cat([seg_lens, seg_lens.new_tensor([filler])])
         if layout is not None:
             layout = (*layout, (filler, ()))
-    repeats = -len(output_index) % multiple if len(output_index) else 0
+    repeats = -len(output_index) % outputs_multiple if len(output_index) else 0
     if repeats:
         output_index = torch.cat([output_index, output_index[-1:].expand(repeats)])
         labels = torch.cat([labels, labels[-1:].expand(repeats)])

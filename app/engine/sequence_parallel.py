@@ -25,7 +25,6 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -83,21 +82,22 @@ class SequenceParallel:
         if not remove_padding:
             raise ValueError(f"{KEY}={self.size} splits the packed row: it needs model.use_remove_padding=true")
         input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
+        # the row's length a multiple of the group, so that each rank takes an equal contiguous chunk
         p = pack_inputs(
-            input_ids, attention_mask, position_ids_of(micro), micro["responses"].shape[1], share_prompts=share_prompts
+            input_ids,
+            attention_mask,
+            position_ids_of(micro),
+            micro["responses"].shape[1],
+            share_prompts=share_prompts,
+            length_multiple=self.size,
         )
-        total = p.input_ids.shape[1]
-        pad = -total % self.size
-        # the padding is one more sequence at the end of the row: it attends only to itself
-        ids = F.pad(p.input_ids, (0, pad))
-        positions = torch.cat([p.position_ids, torch.arange(pad, device=ids.device).unsqueeze(0)], dim=1)
+        ids, positions = p.input_ids, p.position_ids
         if p.prompt_layout is not None:
-            varlen = {SHARED_PROMPT_LAYOUT: p.prompt_layout + (((pad, ()),) if pad else ())}
+            varlen = {SHARED_PROMPT_LAYOUT: p.prompt_layout}
         else:
-            cu = torch.cat([p.cu_seqlens, p.cu_seqlens.new_tensor([total + pad])]) if pad else p.cu_seqlens
-            longest = max(p.max_seqlen, pad)
+            cu, longest = p.cu_seqlens, p.max_seqlen
             varlen = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
-        chunk = (total + pad) // self.size
+        chunk = ids.shape[1] // self.size
         lo = self.rank * chunk
         # outputs in packed order, so each chunk's are contiguous: counts[r] of them in rank r's chunk
         order = torch.argsort(p.output_index, stable=True)

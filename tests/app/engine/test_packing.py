@@ -29,7 +29,7 @@ def test_pack_inputs_rounds_the_row_and_the_kept_outputs_up_to_a_multiple_by_han
     ids = torch.tensor([[11, 12, 13, 14, 15], [0, 16, 17, 18, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 1, 1, 0]])
     pos = (mask.cumsum(1) - 1).clamp(min=0)
-    p = pack_inputs(ids, mask, pos, response_len=2, multiple=5)
+    p = pack_inputs(ids, mask, pos, response_len=2, length_multiple=5, outputs_multiple=5)
     # a filler sequence of 2 tokens of its own (positions from 0, a boundary before it) ends the row
     assert p.input_ids.tolist() == [[11, 12, 13, 14, 15, 16, 17, 18, 18, 18]]
     assert p.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 0, 1]]
@@ -39,17 +39,21 @@ def test_pack_inputs_rounds_the_row_and_the_kept_outputs_up_to_a_multiple_by_han
     assert p.output_index.tolist() == [2, 3, 6, 6, 6]
     assert p.labels.tolist() == [14, 15, 18, 18, 18]
     assert p.scatter(torch.tensor([1.0, 2.0, 3.0, 9.0, 9.0])).tolist() == [[1.0, 2.0], [3.0, 0.0]]
-    # already a multiple: nothing added
-    assert pack_inputs(ids, mask, pos, response_len=2, multiple=1).input_ids.shape == (1, 8)
-    with pytest.raises(ValueError, match="multiple must be at least 1"):
-        pack_inputs(ids, mask, pos, response_len=2, multiple=0)
+    # each rounding on its own: the row to 4 (already 8: no filler) and the outputs to 2; the row alone to 3
+    p = pack_inputs(ids, mask, pos, response_len=2, length_multiple=4, outputs_multiple=2)
+    assert (p.input_ids.shape, p.output_index.tolist()) == ((1, 8), [2, 3, 6, 6])
+    p = pack_inputs(ids, mask, pos, response_len=2, length_multiple=3)
+    assert (p.cu_seqlens.tolist(), p.output_index.tolist()) == ([0, 5, 8, 9], [2, 3, 6])
+    with pytest.raises(ValueError, match="outputs_multiple must be at least 1, got 0"):
+        pack_inputs(ids, mask, pos, response_len=2, outputs_multiple=0)
 
 
 def test_shared_prompt_packing_rounds_with_a_prompt_of_no_responses():
     # the shared rows below: 8 packed tokens, 5 kept outputs; to multiples of 3 -> 9 tokens, 6 outputs
     ids = torch.tensor([[11, 12, 21, 22], [0, 13, 23, 0], [11, 12, 24, 25]])
     mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 0], [1, 1, 1, 1]])
-    p = pack_inputs(ids, mask, (mask.cumsum(1) - 1).clamp(min=0), response_len=2, share_prompts=True, multiple=3)
+    pos = (mask.cumsum(1) - 1).clamp(min=0)
+    p = pack_inputs(ids, mask, pos, response_len=2, share_prompts=True, length_multiple=3, outputs_multiple=3)
     assert p.input_ids.tolist() == [[11, 12, 21, 22, 24, 25, 13, 23, 23]]
     assert p.prompt_layout == ((2, (2, 2)), (1, (1,)), (1, ()))
     assert p.cu_seqlens.tolist() == [0, 2, 4, 6, 7, 8, 9]
