@@ -17,6 +17,7 @@ from support import engine_spec
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from app.engine import StepContext, make_engine
+from app.engine.forward import PACKED_MULTIPLE
 
 FLOATS = {torch.float32, torch.bfloat16, torch.float16, torch.float64}
 
@@ -49,8 +50,9 @@ def test_forward_and_log_prob_pass_casts_only_what_it_must(tiny_llama_dir, make_
             engine.forward_backward_step(batch, StepContext(), forward_only=True)
     casts = dict(counter.casts)
     config = engine.model.config
-    tokens = int(batch["attention_mask"].sum())  # packed: one row of all real tokens
-    response_tokens = int(batch["response_mask"].sum())
+    # packed: one row of all real tokens and a filler, and the response positions' outputs, each rounded up
+    tokens = -(-int(batch["attention_mask"].sum()) // PACKED_MULTIPLE) * PACKED_MULTIPLE
+    response_tokens = -(-int(batch["response_mask"].sum()) // PACKED_MULTIPLE) * PACKED_MULTIPLE
     params = list(engine.model.parameters())
 
     def take(src, dst, shape):
