@@ -103,7 +103,7 @@ def pack_inputs(
         seg_lens = torch.cat([seg_lens, seg_lens.new_tensor([filler])])
         if layout is not None:
             layout = (*layout, (filler, ()))
-    repeats = -len(output_index) % outputs_multiple if len(output_index) else 0
+    repeats = -len(output_index) % outputs_multiple  # 0 for no outputs: nothing to repeat
     if repeats:
         output_index = torch.cat([output_index, output_index[-1:].expand(repeats)])
         labels = torch.cat([labels, labels[-1:].expand(repeats)])
