@@ -156,7 +156,8 @@ def _write_model(source: str, out: Path, dtype: str) -> None:
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
         # Dequantise in fp32 (the fast path for GGUF kernels), then copy into a plain model built from the config so
         # that what we save is an ordinary safetensors checkpoint with no GGUF metadata attached.
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        # the config is passed so that transformers does not parse the GGUF file again for it (some 10 s)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config, dtype=torch.float32)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
         real_missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]

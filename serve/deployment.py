@@ -358,6 +358,7 @@ def engine_spec_from_config(
         enforce_eager=bool(rollout.enforce_eager),
         enable_chunked_prefill=bool(rollout.enable_chunked_prefill),
         cpu_kv_cache_bytes=int(kv_gib * (1 << 30)) if kv_gib else None,
+        cpu_block_size=int(rollout.cpu_block_size),
         cpu_threads=int(threads),
         max_lora_rank=max_lora_rank,
         seed=seed,

@@ -175,6 +175,7 @@ class RolloutEngineSpec:
     enforce_eager: bool
     enable_chunked_prefill: bool
     cpu_kv_cache_bytes: Optional[int]  # cpu_kv_cache_gib; vLLM CPU backend only, GPU uses gpu_memory_utilization
+    cpu_block_size: int  # tokens per KV-cache block, vLLM CPU backend only; GPUs keep vLLM's default
     # omp_threads (None: cpus_per_replica): OMP threads of the CPU worker, bound to distinct cores per replica
     cpu_threads: int
     max_lora_rank: Optional[int]  # model.lora_rank when adapters are synced (rollout.lora_sync); None: LoRA off

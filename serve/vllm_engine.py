@@ -74,6 +74,41 @@ def engine_build_env(spec: RolloutEngineSpec, replica_rank: int) -> dict[str, st
     }
 
 
+def engine_args(spec: RolloutEngineSpec, on_cpu: bool) -> dict[str, Any]:
+    """vLLM's `EngineArgs` for `spec`; `on_cpu`: the vLLM CPU backend (its KV cache sized in bytes and blocks),
+    else a GPU (sleep mode where the spec asks for it)."""
+    kwargs: dict[str, Any] = dict(
+        model=spec.model_path,
+        dtype=spec.dtype,
+        tensor_parallel_size=spec.tensor_parallel_size,
+        gpu_memory_utilization=spec.gpu_memory_utilization,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        max_num_seqs=spec.max_num_seqs,
+        enforce_eager=spec.enforce_eager,
+        enable_chunked_prefill=spec.enable_chunked_prefill,
+        enable_prefix_caching=spec.enable_prefix_caching,
+        # The sampled token's log-prob after temperature and top-k/top-p, as the actor computes it from
+        # logits / temperature (see RolloutSample.logprobs).
+        logprobs_mode="processed_logprobs",
+        worker_extension_cls=WORKER_EXTENSION,
+        seed=spec.seed,
+        trust_remote_code=spec.trust_remote_code,
+        disable_log_stats=True,
+        use_tqdm_on_load=verbose(),  # a bar drawn inside a replica reaches the console as separate lines
+    )
+    if spec.max_model_len:
+        kwargs["max_model_len"] = spec.max_model_len
+    if spec.max_lora_rank:
+        kwargs.update(enable_lora=True, max_lora_rank=spec.max_lora_rank, max_loras=1)
+    if on_cpu:
+        if spec.cpu_kv_cache_bytes:
+            kwargs["kv_cache_memory_bytes"] = int(spec.cpu_kv_cache_bytes)
+        kwargs["block_size"] = spec.cpu_block_size
+    elif spec.enable_sleep_mode:
+        kwargs["enable_sleep_mode"] = True
+    return kwargs
+
+
 @contextlib.contextmanager
 def environment(values: dict[str, str]) -> Iterator[None]:
     """`values` set in os.environ inside the block, the previous values (or their absence) restored after it."""
@@ -103,37 +138,12 @@ class VLLMRolloutEngine:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         spec = self.spec
-        kwargs: dict[str, Any] = dict(
-            model=spec.model_path,
-            dtype=spec.dtype,
-            tensor_parallel_size=spec.tensor_parallel_size,
-            gpu_memory_utilization=spec.gpu_memory_utilization,
-            max_num_batched_tokens=spec.max_num_batched_tokens,
-            max_num_seqs=spec.max_num_seqs,
-            enforce_eager=spec.enforce_eager,
-            enable_chunked_prefill=spec.enable_chunked_prefill,
-            enable_prefix_caching=spec.enable_prefix_caching,
-            # The sampled token's log-prob after temperature and top-k/top-p, as the actor computes it from
-            # logits / temperature (see RolloutSample.logprobs).
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls=WORKER_EXTENSION,
-            seed=spec.seed,
-            trust_remote_code=spec.trust_remote_code,
-            disable_log_stats=True,
-            use_tqdm_on_load=verbose(),  # a bar drawn inside a replica reaches the console as separate lines
-        )
-        if spec.max_model_len:
-            kwargs["max_model_len"] = spec.max_model_len
-        if spec.max_lora_rank:
-            kwargs.update(enable_lora=True, max_lora_rank=spec.max_lora_rank, max_loras=1)
+        on_cpu = on_cpu_platform()
+        kwargs = engine_args(spec, on_cpu)
         env: dict[str, str] = {}
-        if on_cpu_platform():
-            if spec.cpu_kv_cache_bytes:
-                kwargs["kv_cache_memory_bytes"] = int(spec.cpu_kv_cache_bytes)
+        if on_cpu:
             env = engine_build_env(spec, self.replica_rank)
             _drop_in_process_seed_warning()
-        elif spec.enable_sleep_mode:
-            kwargs["enable_sleep_mode"] = True
 
         def build():
             # on the engine thread: torch's OpenMP runtime, loaded by the first import, reads the thread variables

@@ -39,6 +39,7 @@ OURS = frozenset(
         "actor_rollout_ref.rollout.lora_sync",
         "actor_rollout_ref.rollout.replicas",
         "actor_rollout_ref.rollout.cpu_kv_cache_gib",
+        "actor_rollout_ref.rollout.cpu_block_size",
         "actor_rollout_ref.rollout.cpus_per_replica",
         "actor_rollout_ref.rollout.replica_resources",
         "actor_rollout_ref.rollout.omp_threads",

@@ -311,6 +311,11 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
     if not 0 < rollout.top_p <= 1:
         raise ConfigError(f"actor_rollout_ref.rollout.top_p={rollout.top_p} must be in (0, 1]")
     _positive("actor_rollout_ref.rollout.response_length", rollout.response_length)
+    if rollout.cpu_block_size <= 0 or rollout.cpu_block_size % 32:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.cpu_block_size={rollout.cpu_block_size} must be a positive multiple of 32 "
+            "(vLLM's CPU attention works on blocks of 32 tokens)"
+        )
     _positive("data.max_prompt_length", cfg.data.max_prompt_length)
     if model.lora_rank < 0:
         raise ConfigError(f"actor_rollout_ref.model.lora_rank={model.lora_rank} must be >= 0 (0 = full fine-tuning)")

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from serve.types import RolloutEngineSpec
-from serve.vllm_engine import _ARG_UTILS_LOGGER, InProcessSeedWarning, engine_build_env, environment
+from serve.vllm_engine import _ARG_UTILS_LOGGER, InProcessSeedWarning, engine_args, engine_build_env, environment
 
 
 def _spec(threads: int, tensor_parallel_size: int = 1) -> RolloutEngineSpec:
@@ -23,6 +23,7 @@ def _spec(threads: int, tensor_parallel_size: int = 1) -> RolloutEngineSpec:
         enforce_eager=True,
         enable_chunked_prefill=True,
         cpu_kv_cache_bytes=1 << 28,
+        cpu_block_size=64,
         cpu_threads=threads,
         max_lora_rank=None,
         trust_remote_code=False,
@@ -48,6 +49,15 @@ def test_tensor_parallel_workers_keep_vllms_own_processes_and_binding(four_cores
     assert engine_build_env(_spec(threads=2, tensor_parallel_size=2), replica_rank=0) == {
         "VLLM_CPU_OMP_THREADS_BIND": "0,1"
     }
+
+
+def test_the_kv_cache_is_sized_in_bytes_and_blocks_on_a_cpu_only():
+    cpu = engine_args(_spec(threads=1), on_cpu=True)
+    assert (cpu["kv_cache_memory_bytes"], cpu["block_size"]) == (1 << 28, 64)
+    # a GPU sizes the cache by gpu_memory_utilization, in vLLM's own blocks
+    gpu = engine_args(_spec(threads=1), on_cpu=False)
+    assert "kv_cache_memory_bytes" not in gpu and "block_size" not in gpu
+    assert gpu["gpu_memory_utilization"] == 0.5
 
 
 def test_environment_restores_previous_values_and_absences(monkeypatch):

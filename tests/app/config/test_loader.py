@@ -345,3 +345,10 @@ def test_self_imitation_settings_are_checked_before_anything_starts():
         load_config(with_(**on, **{"actor_rollout_ref.actor.self_imitation.rows_per_step": 0}))
     # off, its other settings are not read
     assert load_config(with_(**{"actor_rollout_ref.actor.self_imitation.buffer_size": 0}))
+
+
+@pytest.mark.parametrize("size", [0, 48])
+def test_cpu_block_size_must_be_a_positive_multiple_of_32(size):
+    assert load_config(BASE).actor_rollout_ref.rollout.cpu_block_size == 32
+    with pytest.raises(ConfigError, match=rf"rollout\.cpu_block_size={size} must be a positive multiple of 32"):
+        load_config(with_(**{"actor_rollout_ref.rollout.cpu_block_size": size}))

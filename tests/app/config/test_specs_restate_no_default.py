@@ -90,6 +90,7 @@ ROLLOUT_ENGINE = {
         "max_num_seqs",
         "enforce_eager",
         "enable_chunked_prefill",
+        "cpu_block_size",
     ),
 }
 # rollout keys the builder converts (or derives from model.lora_rank): checked one by one below
