@@ -391,9 +391,9 @@ class RolloutConfig:
     replica_retry_max: int = 3  # resends of one rollout call whose replica died
     replica_retry_timeout_s: float = 600.0  # seconds from a call's first replica death to its last resend
     cpu_kv_cache_gib: float = 1.0  # KV cache on the vLLM CPU backend
-    # tokens per KV-cache block on the vLLM CPU backend, a multiple of 32 (its attention kernel's
-    # unit). The prefix cache keeps whole blocks only: at vLLM's CPU default of 128 a prompt shorter than that is never
-    # cached, and each of its n samples computes it again (docs/performance.md)
+    # tokens per KV-cache block on the vLLM CPU backend, a multiple of 32 (its attention kernel's unit). The prefix
+    # cache keeps whole blocks only: at vLLM's CPU default of 128 a prompt shorter than that is never cached, and each
+    # of its n samples computes it again (docs/performance.md)
     cpu_block_size: int = 32
     cpus_per_replica: float = 1.0  # Ray CPU resources held by each replica
     # ours, not verl's: Ray custom resources each replica also holds ({name: amount}, as `ray start --resources`
