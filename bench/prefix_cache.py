@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO))
 def _config(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    import app.config  # noqa: F401  registers the schema
     from app.config import load_config
 
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
