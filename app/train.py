@@ -53,13 +53,20 @@ def run(cfg: DictConfig, preflight_skip: tuple[str, ...] = ()) -> int:
             return 0
     except (ConfigError, DataError, CheckpointError, FileNotFoundError) as exc:
         return print_error(exc)
+    import ray
+
     from app.trainer.launch import train, validation_history
 
+    connects_ray = not ray.is_initialized()  # False where a caller (a test, a pipeline stage) shares its cluster
     try:
         train(run_cfg)
     except ConfigError as exc:  # joining the cluster: its address or its resources
         return print_error(exc)
     except Exception as exc:  # noqa: BLE001  the run failed in a worker: its own message, not Ray's wrappers
+        if connects_ray:
+            # Ray Train's and Serve's actors log their own end (tracebacks on a loaded box) to this console until
+            # the driver disconnects: disconnect first, so the worker's error is the last line
+            ray.shutdown()
         return report_run_failure(exc, run_cfg.trainer.max_failures)
     history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
     if history:

@@ -20,8 +20,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from support import free_port, kill_ray_under, tiny_run_overrides
@@ -80,6 +81,10 @@ def head_node():
         str(free_port()),
         "--metrics-export-port",
         str(metrics_port),
+        # workers export their metrics every second (Ray's default: 10 s), so a step's values reach the endpoint
+        # before the worker that published them ends
+        "--system-config",
+        json.dumps({"metrics_report_interval_ms": 1000}),
     ]
     try:
         started = subprocess.run(cmd, env=cluster_env(), capture_output=True, text=True, timeout=180)
@@ -94,8 +99,27 @@ def head_node():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def submit(head: dict, entrypoint: list[str], timeout_s: float) -> subprocess.CompletedProcess:
-    """`ray job submit` as the README shows: it streams the job's logs and returns when the job has finished."""
+def submit(
+    head: dict, entrypoint: list[str], timeout_s: float, while_running: Callable[[], None] = lambda: None
+) -> subprocess.CompletedProcess:
+    """`ray job submit` as the README shows: it streams the job's logs and returns when the job has finished.
+    `while_running` is called every half second until then."""
+    finished = threading.Event()
+
+    def poll() -> None:
+        while not finished.wait(0.5):
+            while_running()
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        return _submit(head, entrypoint, timeout_s)
+    finally:
+        finished.set()
+        poller.join()
+
+
+def _submit(head: dict, entrypoint: list[str], timeout_s: float) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
             str(BIN / "ray"),
@@ -145,6 +169,12 @@ def scrape(url: str, experiment: str) -> dict[str, float]:
         for s in family.samples
         if s.labels.get("experiment") == experiment
     }
+
+
+def scrape_job_submit(head: dict) -> dict[str, float]:
+    """The endpoint's series of this file's run. Ray drops a gauge two report intervals after the worker that set it
+    last exported it, so a finished run's gauges are gone soon after its workers end: they are read while it runs."""
+    return scrape(head["metrics"], experiment="job-submit")
 
 
 def job_log(cli_stdout: str) -> list[str]:
@@ -206,7 +236,8 @@ def test_training_job_submitted_to_a_cluster_succeeds_with_a_quiet_console(head_
         "grpo_trainer",
         *tiny_overrides(tiny_model_dir, data_dir, out_dir),
     ]
-    done = submit(head_node, entry, timeout_s=420)
+    seen: dict[str, float] = {}  # the last value of each series while the job ran
+    done = submit(head_node, entry, timeout_s=420, while_running=lambda: seen.update(scrape_job_submit(head_node)))
     assert done.returncode == 0 and "succeeded" in done.stdout, (done.stdout + done.stderr)[-8000:]
     check_console(job_log(done.stdout))
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -216,14 +247,10 @@ def test_training_job_submitted_to_a_cluster_succeeds_with_a_quiet_console(head_
     assert (out_dir / "hf_model" / "config.json").is_file()
     assert any(p.name.endswith(".safetensors") for p in (out_dir / "hf_model").iterdir())
 
-    # the rank-0 worker published the run's dashboard metrics: the cluster's Prometheus endpoint has them
+    # the rank-0 worker published the run's dashboard metrics: the cluster's Prometheus endpoint had them
     want = {
         "ray_rayrl_training_step": 2.0,
         "ray_rayrl_steps_total": 2.0,
         "ray_rayrl_val_reward_mean": rows[-1]["val-core/reward/mean"],
     }
-    deadline, seen = time.monotonic() + 60, {}
-    while time.monotonic() < deadline and not all(name in seen for name in want):
-        seen = scrape(head_node["metrics"], experiment="job-submit")
-        time.sleep(1)  # bounded poll: the metrics agent exports every few seconds
     assert {name: seen.get(name) for name in want} == want
