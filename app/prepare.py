@@ -3,6 +3,7 @@
 python -m app.prepare gsm8k --input DIR --output DIR [--instruction TEXT]
     DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
 python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S] [--level-weights W,W,W,W]
+                                  [--train-levels L,L]
     generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
 python -m app.prepare calculator --output DIR [--train-size N] [--test-size M] [--seed S] [--demonstrations K]
     large-number arithmetic for tool use (multi_turn) -> train.parquet, test.parquet, tool_config.yaml
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import Optional, Sequence
 
 from app.data.arithmetic_task import LEVEL_WEIGHTS, arithmetic_rows, generate_splits
 from app.data.calculator_task import DEMONSTRATIONS, TOOL_CONFIG, calculator_rows
@@ -39,15 +40,19 @@ def prepare_arithmetic(
     test_size: int = 500,
     seed: int = 0,
     level_weights: Sequence[float] = LEVEL_WEIGHTS,
+    train_levels: Optional[Sequence[int]] = None,
 ) -> dict[str, int]:
-    """Generate and write the arithmetic task; returns rows written per split."""
+    """Generate and write the arithmetic task; returns rows written per split. `train_levels`: the levels the train
+    split draws from (default: every level)."""
     for split, size in (("train", train_size), ("test", test_size)):
         if size <= 0:
             raise DataError(f"--{split}-size must be positive, got {size}")
     try:
-        splits = generate_splits(train_size, test_size, seed, level_weights)  # all generated before anything is written
-    except ValueError as err:  # the sizes are checked above: only the weights are left to refuse
-        raise DataError(f"--level-weights: {err}") from None
+        # all generated before anything is written
+        splits = generate_splits(train_size, test_size, seed, level_weights, train_levels)
+    except ValueError as err:  # the sizes are checked above: only the weights and levels are left to refuse
+        option = "--train-levels" if str(err).startswith("train_levels") else "--level-weights"
+        raise DataError(f"{option}: {err}") from None
     counts = {}
     for split, problems in zip(("train", "test"), splits):
         rows = arithmetic_rows(problems, split)
@@ -100,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="W1,W2,W3,W4",
         help="share of problems per difficulty level 1-4 (default %(default)s)",
     )
+    a.add_argument(
+        "--train-levels",
+        type=_levels,
+        default=None,
+        metavar="L,L",
+        help="the levels the train split draws from, in --level-weights' shares (default: every level; the test "
+        "split always has every level)",
+    )
     c = sub.add_parser("calculator", help="generate the tool-use task (large-number arithmetic with a calculator tool)")
     c.add_argument("--output", required=True, help="folder for train.parquet, test.parquet and tool_config.yaml")
     c.add_argument("--train-size", type=int, default=2000)
@@ -122,6 +135,13 @@ def _weights(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.6,0.3,0.1,0, got {text!r}") from None
 
 
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(level) for level in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated levels like 1,2, got {text!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     from app.failure_report import print_error
 
@@ -132,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.task == "calculator":
             counts = prepare_calculator(args.output, args.train_size, args.test_size, args.seed, args.demonstrations)
         else:
-            counts = prepare_arithmetic(args.output, args.train_size, args.test_size, args.seed, args.level_weights)
+            counts = prepare_arithmetic(
+                args.output, args.train_size, args.test_size, args.seed, args.level_weights, args.train_levels
+            )
     except DataError as err:
         return print_error(err)
     except OSError as err:  # the output folder cannot be written

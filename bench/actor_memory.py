@@ -51,24 +51,19 @@ def child(setting: str, steps: int, overrides: list[str]) -> dict:
         bound_primitive_cache()  # as app.trainer.launch.worker_entry does, before the first matmul
     import psutil
     import torch
-    from hydra import compose, initialize_config_dir
 
     if setting.endswith("+unrounded"):
         from app.engine import forward
 
         forward.PACKED_MULTIPLE = 1  # each micro-batch packed to its own length, as before the rounding
 
-    import app.config  # noqa: F401  registers the schema
-    from app.config import load_config
+    from app.config import compose_run_config
     from app.import_model import import_model
     from app.roles.factory import build_actor
     from serve.memory import release_free_heap
 
     model = import_model("smollm2-135m-instruct", REPO / ".cache" / "bench" / "smollm2-135m-instruct")
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
-        cfg = load_config(
-            compose(config_name="quickstart", overrides=[f"actor_rollout_ref.model.path={model}", *overrides])
-        )
+    cfg = compose_run_config("quickstart", [f"actor_rollout_ref.model.path={model}", *overrides])
     torch.set_num_threads(int(cfg.trainer.cpus_per_worker))
     # what app.trainer.setup does: the LR schedule runs over the run's steps (the quickstart's warm-up needs a length)
     cfg.actor_rollout_ref.actor.optim.total_training_steps = cfg.trainer.total_training_steps

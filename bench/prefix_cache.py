@@ -31,12 +31,9 @@ sys.path.insert(0, str(REPO))
 
 
 def _config(overrides: list[str]):
-    from hydra import compose, initialize_config_dir
+    from app.config import compose_run_config
 
-    from app.config import load_config
-
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
-        return load_config(compose(config_name="quickstart", overrides=overrides))
+    return compose_run_config("quickstart", overrides)
 
 
 def child(block_size: int, rounds: int, overrides: list[str]) -> dict:

@@ -177,12 +177,9 @@ def recipe_from_config(cfg: Any) -> Recipe:
 
 # ---------------------------------------------------------------- plan (here, with the project's config stack)
 def compose_setting(config_name: str, overrides: Sequence[str]) -> Any:
-    from hydra import compose, initialize_config_dir
+    from app.config import compose_run_config
 
-    from app.config.loader import load_config
-
-    with initialize_config_dir(str(REPO / "configs"), version_base=None):
-        return load_config(compose(config_name=config_name, overrides=list(overrides)))
+    return compose_run_config(config_name, overrides)
 
 
 def parse_setting(text: str) -> tuple[str, list[str]]:

@@ -38,9 +38,7 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. trainer.num_workers=2")
     args = parser.parse_args()
 
-    from hydra import compose, initialize_config_dir
-
-    from app.config import load_config
+    from app.config import compose_run_config
     from app.import_model import import_model
     from app.prepare import main as prepare
     from app.trainer.launch import train
@@ -85,15 +83,10 @@ def main() -> int:
 
     def run(extra: list[str], name: str) -> list[dict]:
         shutil.rmtree(out / name, ignore_errors=True)
-        with initialize_config_dir(str(REPO / "configs"), version_base=None):
-            cfg = load_config(
-                compose(
-                    "grpo_trainer",
-                    overrides=overrides
-                    + extra
-                    + [f"trainer.default_local_dir={out / name}", f"trainer.experiment_name=bench-{name}"],
-                )
-            )
+        cfg = compose_run_config(
+            "grpo_trainer",
+            [*overrides, *extra, f"trainer.default_local_dir={out / name}", f"trainer.experiment_name=bench-{name}"],
+        )
         train(cfg)
         return [r for r in read_metrics(out / name / "metrics.jsonl") if r.get("step", 0) >= 1]
 

@@ -29,20 +29,14 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=4)
     args = parser.parse_args()
 
-    from hydra import compose, initialize_config_dir
-
-    from app.config import load_config
+    from app.config import compose_run_config
     from app.import_model import import_model
     from serve import deploy_rollout
 
     model = import_model("smollm2-135m-instruct", CACHE / "smollm2-135m-instruct")
-    with initialize_config_dir(str(REPO / "configs"), version_base=None):
-        cfg = load_config(
-            compose(
-                "quickstart",
-                overrides=[f"actor_rollout_ref.model.path={model}", "data.train_files=unused", "data.val_files=''"],
-            )
-        )
+    cfg = compose_run_config(
+        "quickstart", [f"actor_rollout_ref.model.path={model}", "data.train_files=unused", "data.val_files=''"]
+    )
     rollout = cfg.actor_rollout_ref.rollout
     threads = int(cfg.trainer.cpus_per_worker)  # the train worker's torch threads (app.trainer.launch)
     ray.init(num_cpus=threads + int(rollout.cpus_per_replica + 0.999), include_dashboard=False, log_to_driver=False)

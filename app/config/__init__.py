@@ -1,5 +1,6 @@
 """One typed configuration schema (verl key names), loaded from Hydra/OmegaConf and validated before Ray starts."""
 
+from app.config.compose import compose_config, compose_run_config
 from app.config.errors import ConfigError
 from app.config.hydra_defaults import register_schema_defaults
 from app.config.loader import load_config, to_container
@@ -7,4 +8,4 @@ from app.config.schema import TrainerRunConfig
 
 register_schema_defaults()  # Hydra's base config: the schema's defaults (configs/ppo_trainer.yaml starts from it)
 
-__all__ = ["ConfigError", "TrainerRunConfig", "load_config", "to_container"]
+__all__ = ["ConfigError", "TrainerRunConfig", "compose_config", "compose_run_config", "load_config", "to_container"]

@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-
 
 @dataclass
 class Plan:
@@ -25,17 +23,11 @@ class Plan:
 def compose_trainer_config(base_config: str, overrides: dict[str, Any]):
     """The DictConfig `python -m app.train --config-name <base_config>` would compose, with `overrides` set key by
     key (values stay typed: no quoting of Hydra override strings). Unknown keys are left for the schema to refuse."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    import app.config  # noqa: F401  registers the schema's defaults, the base of the configs
+    from app.config import compose_config
 
-    if GlobalHydra.instance().is_initialized():  # inside another Hydra app (a test, a notebook)
-        cfg = compose(config_name=base_config)
-    else:
-        with initialize_config_dir(str(CONFIGS), version_base=None):
-            cfg = compose(config_name=base_config)
+    cfg = compose_config(base_config)
     OmegaConf.set_struct(cfg, False)
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value, merge=False, force_add=True)

@@ -54,6 +54,18 @@ def test_level_weights_choose_the_mix():
             generate_problems(3, seed=0, level_weights=bad)
 
 
+def test_train_levels_narrow_the_train_split_and_leave_the_test_split_as_it_was():
+    train, test = generate_splits(300, 100, seed=1, train_levels=(1, 2))
+    assert {p.level for p in train} == {1, 2}
+    assert test == generate_splits(300, 100, seed=1)[1]  # validation measures the same problems either way
+    assert {p.level for p in test} == {1, 2, 3, 4}
+    assert not {p.question for p in train} & {p.question for p in test}
+    with pytest.raises(ValueError, match=r"train_levels: no level \[5\]"):
+        generate_splits(3, 3, seed=0, train_levels=(1, 5))
+    with pytest.raises(ValueError, match=r"train_levels \[1, 2\] have no weight"):
+        generate_splits(3, 3, seed=0, level_weights=(0, 0, 1, 1), train_levels=(1, 2))
+
+
 def test_rows_are_verl_schema_and_reward_accepts_the_right_answer():
     problems = generate_problems(20, seed=0, split="test")
     rows = arithmetic_rows(problems, "test")
