@@ -40,3 +40,52 @@ def test_the_command_builds_the_typed_config_once_and_launches_that_object(monke
     assert len(parses) == 1  # load_config, once: the launch and its workers get the typed object
     [cfg] = launched
     assert cfg is checked[0] and isinstance(cfg, TrainerRunConfig) and cfg.trainer.total_training_steps == 2
+
+
+def _launch_that_fails(monkeypatch, tmp_path, ray_was_initialized: bool) -> list[str]:
+    """app.train.run with a launch that fails as a worker would; returns what happened, in order: Ray's disconnect
+    and the printed error line."""
+    import sys
+
+    import ray
+
+    import app.job_paths
+    import app.preflight
+    import app.train
+    from app.trainer import checkpoints, launch, tracking
+
+    monkeypatch.chdir(tmp_path)
+    events: list[str] = []
+
+    def failing_train(cfg):
+        raise RuntimeError("a worker failed")
+
+    class Stderr:  # records each line when it is written, so its order against the disconnect is kept
+        def write(self, text):
+            events.extend(f"printed {line}" for line in text.splitlines() if line)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(app.job_paths, "check_job_paths", lambda cfg: None)
+    monkeypatch.setattr(tracking, "check_loggers", lambda loggers: None)
+    monkeypatch.setattr(app.preflight, "run_preflight", lambda cfg, skip=(): {"data": (8, 0)})
+    monkeypatch.setattr(checkpoints, "find_resume_dir", lambda root, mode: None)
+    monkeypatch.setattr(launch, "train", failing_train)
+    monkeypatch.setattr(ray, "is_initialized", lambda: ray_was_initialized)
+    monkeypatch.setattr(ray, "shutdown", lambda: events.append("ray.shutdown"))
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    assert app.train.run(OmegaConf.create(BASE)) == 1
+    return events
+
+
+def test_a_run_that_connected_ray_disconnects_before_it_prints_the_workers_error(monkeypatch, tmp_path):
+    # Ray Train's and Serve's actors log to the driver's console until it disconnects: the error must come after
+    events = _launch_that_fails(monkeypatch, tmp_path, ray_was_initialized=False)
+    assert [e.split(" (")[0] for e in events] == ["ray.shutdown", "printed error: the training run failed"]
+
+
+def test_a_run_on_its_callers_ray_leaves_it_connected(monkeypatch, tmp_path):
+    # a test session or a pipeline stage that shares its cluster keeps it after a failed run
+    events = _launch_that_fails(monkeypatch, tmp_path, ray_was_initialized=True)
+    assert [e.split(" (")[0] for e in events] == ["printed error: the training run failed"]
