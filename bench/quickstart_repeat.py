@@ -4,7 +4,8 @@ One run of the quickstart says little about the next. Since vLLM runs inside the
 each batch's requests in one call), a run is reproducible: the same `trainer.seed` gives the same curve, step for step.
 So this bench reruns the training of `make run` (`python -m app.train --config-name quickstart`) with a different
 seed each time (`trainer.seed` = --first-seed + the run's index), in fresh output folders, one after another, and
-prints a row per run, then the share of runs whose greedy validation reward rose by at least --target. The model and
+prints a row per run (with the first training step that drew a right, marked sample: until then self-imitation has
+nothing to replay), then the share of runs whose greedy validation reward rose by at least --target. The model and
 data must already be where `make run` puts them (run `make run` once first).
 
     .venv/bin/python bench/quickstart_repeat.py [--runs 3] [--first-seed N] [--output-root outputs/quickstart_repeat]
@@ -21,6 +22,7 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -32,6 +34,9 @@ VAL_KEY = "val-core/reward/mean"
 # the task's own validation fields beside the reward: the graded number is right; the answer uses the "#### N" line;
 # both (algos/rewards/arithmetic.py)
 ASPECTS = ("acc", "formatted", "strict")
+# the task's training field for samples both right and marked (reward/extra/<field>/mean, its share of a step's
+# samples): self-imitation replays the format only once a step has drawn such a sample (docs/results.md)
+STRICT_KEY = "reward/extra/strict/mean"
 # what `make run` itself must have prepared; the bench does not import or prepare anything
 NEEDED = ("models/smollm2-135m-instruct", "data/arithmetic/train.parquet", "data/arithmetic/test.parquet")
 
@@ -46,10 +51,16 @@ class RunSummary:
     train_minutes: float  # the steps' own time (timing_s/step, validation included), not Ray's start-up
     steps: list[int] = field(default_factory=list)  # the step of each validation in `curve`
     aspects: dict[str, tuple[float, float]] = field(default_factory=dict)  # e.g. "acc": (before, after)
+    strict: list[tuple[int, float]] = field(default_factory=list)  # (training step, STRICT_KEY), where logged
 
     @property
     def gain(self) -> float:
         return self.after - self.before
+
+    @property
+    def first_strict_step(self) -> Optional[int]:
+        """The first training step that drew a right, marked sample; None if none did (or none logged it)."""
+        return next((step for step, share in self.strict if share > 0), None)
 
 
 def summarize_run(metrics_path: Path) -> RunSummary:
@@ -74,6 +85,7 @@ def summarize_run(metrics_path: Path) -> RunSummary:
         train_minutes=minutes,
         steps=[r["step"] for r in validated],
         aspects=_aspects(validated[0], validated[-1]),
+        strict=[(r["step"], r[STRICT_KEY]) for r in rows if STRICT_KEY in r],
     )
 
 
@@ -100,6 +112,9 @@ def quickstart_seed() -> int:
 def describe(run: RunSummary) -> str:
     curve = ", ".join(f"{v:.3f} at {s}" for s, v in zip(run.steps, run.curve))
     aspects = "".join(f"; {name} {a:.3f} -> {b:.3f}" for name, (a, b) in run.aspects.items())
+    first = run.first_strict_step
+    if run.strict:
+        aspects += f"; first right marked sample at step {first}" if first is not None else "; no right marked sample"
     return f"validation reward {curve} ({run.gain:+.3f}){aspects}; {run.train_minutes:.1f} min of steps"
 
 

@@ -92,3 +92,17 @@ def test_the_row_names_each_validation_step_and_the_tasks_acc_and_format(tmp_pat
         "validation reward 0.200 at 0, 0.600 at 15 (+0.400); acc 0.250 -> 0.500; formatted 0.100 -> 0.950; "
         "strict 0.050 -> 0.450; 1.0 min of steps"
     )
+
+
+def test_the_row_names_the_first_step_that_drew_a_right_marked_sample(tmp_path):
+    bench = load_bench()
+    val = [{"step": 0, "val-core/reward/mean": 0.2}, {"step": 3, "timing_s/step": 60.0, "val-core/reward/mean": 0.3}]
+    # training rows of steps 1-3: the task's strict share is 0 until step 2 (1 of 32 samples)
+    strict = [{"step": s, "reward/extra/strict/mean": share} for s, share in ((1, 0.0), (2, 1 / 32))]
+    run = bench.summarize_run(write_metrics(tmp_path / "a.jsonl", [val[0], strict[1], strict[0], val[1]]))
+    assert run.first_strict_step == 2
+    assert bench.describe(run).endswith("; first right marked sample at step 2; 1.0 min of steps")
+    run = bench.summarize_run(write_metrics(tmp_path / "b.jsonl", [*val, strict[0]]))
+    assert run.first_strict_step is None and "; no right marked sample;" in bench.describe(run)
+    run = bench.summarize_run(write_metrics(tmp_path / "c.jsonl", val))  # a task that does not log it
+    assert "marked sample" not in bench.describe(run)
