@@ -3,7 +3,7 @@
 python -m app.prepare gsm8k --input DIR --output DIR [--instruction TEXT]
     DIR/train.jsonl and DIR/test.jsonl (GSM8K: question, answer ending "#### N") -> train.parquet, test.parquet
 python -m app.prepare arithmetic --output DIR [--train-size N] [--test-size M] [--seed S] [--level-weights W,W,W,W]
-                                  [--train-levels L,L]
+                                  [--train-level-weights W,W,W,W]
     generated arithmetic word problems (no download) -> train.parquet, test.parquet; no test question is in train
 python -m app.prepare calculator --output DIR [--train-size N] [--test-size M] [--seed S] [--demonstrations K]
     large-number arithmetic for tool use (multi_turn) -> train.parquet, test.parquet, tool_config.yaml
@@ -40,18 +40,18 @@ def prepare_arithmetic(
     test_size: int = 500,
     seed: int = 0,
     level_weights: Sequence[float] = LEVEL_WEIGHTS,
-    train_levels: Optional[Sequence[int]] = None,
+    train_level_weights: Optional[Sequence[float]] = None,
 ) -> dict[str, int]:
-    """Generate and write the arithmetic task; returns rows written per split. `train_levels`: the levels the train
-    split draws from (default: every level)."""
+    """Generate and write the arithmetic task; returns rows written per split. `train_level_weights`: the train
+    split's mix of levels (default: `level_weights`)."""
     for split, size in (("train", train_size), ("test", test_size)):
         if size <= 0:
             raise DataError(f"--{split}-size must be positive, got {size}")
     try:
         # all generated before anything is written
-        splits = generate_splits(train_size, test_size, seed, level_weights, train_levels)
-    except ValueError as err:  # the sizes are checked above: only the weights and levels are left to refuse
-        option = "--train-levels" if str(err).startswith("train_levels") else "--level-weights"
+        splits = generate_splits(train_size, test_size, seed, level_weights, train_level_weights)
+    except ValueError as err:  # the sizes are checked above: only the two mixes are left to refuse
+        option = "--train-level-weights" if str(err).startswith("train_level_weights") else "--level-weights"
         raise DataError(f"{option}: {err}") from None
     counts = {}
     for split, problems in zip(("train", "test"), splits):
@@ -106,12 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="share of problems per difficulty level 1-4 (default %(default)s)",
     )
     a.add_argument(
-        "--train-levels",
-        type=_levels,
+        "--train-level-weights",
+        type=_weights,
         default=None,
-        metavar="L,L",
-        help="the levels the train split draws from, in --level-weights' shares (default: every level; the test "
-        "split always has every level)",
+        metavar="W1,W2,W3,W4",
+        help="the train split's share per level, where it differs from the test split's (default: --level-weights)",
     )
     c = sub.add_parser("calculator", help="generate the tool-use task (large-number arithmetic with a calculator tool)")
     c.add_argument("--output", required=True, help="folder for train.parquet, test.parquet and tool_config.yaml")
@@ -135,13 +134,6 @@ def _weights(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 0.6,0.3,0.1,0, got {text!r}") from None
 
 
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(level) for level in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated levels like 1,2, got {text!r}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     from app.failure_report import print_error
 
@@ -153,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             counts = prepare_calculator(args.output, args.train_size, args.test_size, args.seed, args.demonstrations)
         else:
             counts = prepare_arithmetic(
-                args.output, args.train_size, args.test_size, args.seed, args.level_weights, args.train_levels
+                args.output, args.train_size, args.test_size, args.seed, args.level_weights, args.train_level_weights
             )
     except DataError as err:
         return print_error(err)

@@ -2,8 +2,8 @@
 
 Level 1 is one addition or subtraction of numbers up to 10, so a 135M-parameter instruct model already solves some of
 them and RL has signal from the first step; levels 2-4 add two-digit numbers, multiplication and multi-step problems.
-`python -m app.prepare arithmetic --level-weights` sets another mix of levels, and `--train-levels` the levels the
-training split draws from.
+`python -m app.prepare arithmetic --level-weights` sets another mix of levels, and `--train-level-weights` another mix
+for the training split alone.
 """
 
 from __future__ import annotations
@@ -188,15 +188,15 @@ def generate_problems(
     return [make_problem(rng, rng.choices(levels, weights=level_weights)[0]) for _ in range(count)]
 
 
-def _check_level_weights(level_weights: Sequence[float]) -> None:
-    """ValueError unless there is one non-negative weight per level and some level has weight."""
+def _check_level_weights(level_weights: Sequence[float], name: str = "level_weights") -> None:
+    """ValueError (starting with `name`) unless there is one non-negative weight per level and some level has
+    weight."""
     if len(level_weights) != len(_LEVELS):
         raise ValueError(
-            f"level_weights needs {len(_LEVELS)} entries (levels {min(_LEVELS)}-{max(_LEVELS)}), "
-            f"got {list(level_weights)}"
+            f"{name} needs {len(_LEVELS)} entries (levels {min(_LEVELS)}-{max(_LEVELS)}), got {list(level_weights)}"
         )
     if any(w < 0 for w in level_weights) or sum(level_weights) <= 0:
-        raise ValueError(f"level_weights must be >= 0 with a positive sum, got {list(level_weights)}")
+        raise ValueError(f"{name} must be >= 0 with a positive sum, got {list(level_weights)}")
 
 
 def generate_splits(
@@ -204,37 +204,24 @@ def generate_splits(
     test_size: int,
     seed: int,
     level_weights: Sequence[float] = LEVEL_WEIGHTS,
-    train_levels: Optional[Sequence[int]] = None,
+    train_level_weights: Optional[Sequence[float]] = None,
 ) -> tuple[list[ArithmeticProblem], list[ArithmeticProblem]]:
     """(train, test) problems with no question in both: the easiest levels have few distinct forms, so the train
     stream would otherwise repeat about a quarter of the test questions and validation would reward memory. The test
     split is exactly `generate_problems(test_size, seed, "test", level_weights)`; train draws from its own stream,
-    skipping test questions, until it has `train_size`: from the levels in `train_levels` (default: every level), in
-    the shares `level_weights` gives them."""
+    skipping test questions, until it has `train_size`, with `train_level_weights` (default: `level_weights`)."""
     test = generate_problems(test_size, seed, "test", level_weights)
     held_out = {p.question for p in test}
     rng = random.Random(f"arithmetic/train/{seed}")
     levels = sorted(_LEVELS)
-    train_weights = _train_weights(level_weights, levels if train_levels is None else train_levels)
+    train_weights = level_weights if train_level_weights is None else train_level_weights
+    _check_level_weights(train_weights, "train_level_weights")
     train: list[ArithmeticProblem] = []
     while len(train) < train_size:
         problem = make_problem(rng, rng.choices(levels, weights=train_weights)[0])
         if problem.question not in held_out:
             train.append(problem)
     return train, test
-
-
-def _train_weights(level_weights: Sequence[float], train_levels: Sequence[int]) -> list[float]:
-    """`level_weights` with every level outside `train_levels` at 0; ValueError naming a level that does not exist or
-    a choice that leaves no weight."""
-    unknown = sorted(set(train_levels) - set(_LEVELS))
-    if unknown:
-        raise ValueError(f"train_levels: no level {unknown} (levels {min(_LEVELS)}-{max(_LEVELS)})")
-    weights = [w if level in train_levels else 0.0 for level, w in zip(sorted(_LEVELS), level_weights)]
-    if sum(weights) <= 0:
-        chosen = sorted(set(train_levels))
-        raise ValueError(f"train_levels {chosen} have no weight in level_weights {list(level_weights)}")
-    return weights
 
 
 def arithmetic_rows(problems: Sequence[ArithmeticProblem], split: str) -> list[dict[str, Any]]:

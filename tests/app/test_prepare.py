@@ -155,19 +155,16 @@ def test_arithmetic_level_weights_option(tmp_path):
     assert not (tmp_path / "bad").exists()  # nothing written
 
 
-def test_arithmetic_train_levels_option(tmp_path, capsys):
+def test_arithmetic_train_level_weights_option(tmp_path, capsys):
     args = ["arithmetic", "--train-size", "30", "--test-size", "40"]
-    assert main([*args, "--output", str(tmp_path / "easy"), "--train-levels", "1,2"]) == 0
+    assert main([*args, "--output", str(tmp_path / "easy"), "--train-level-weights", "0.45,0.3,0,0"]) == 0
     train = pq.read_table(tmp_path / "easy" / "train.parquet").column("extra_info").to_pylist()
     assert {info["level"] for info in train} == {1, 2}
     assert main([*args, "--output", str(tmp_path / "all")]) == 0
     assert pq.read_table(tmp_path / "easy" / "test.parquet").equals(pq.read_table(tmp_path / "all" / "test.parquet"))
-    bad = [*args, "--output", str(tmp_path / "bad"), "--level-weights", "1,1,0,0", "--train-levels", "3,4"]
-    assert main(bad) == 2
-    assert capsys.readouterr().err.startswith("error: --train-levels: train_levels [3, 4] have no weight")
+    assert main([*args, "--output", str(tmp_path / "bad"), "--train-level-weights", "1,1,1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --train-level-weights: train_level_weights needs 4 entries")
     assert not (tmp_path / "bad").exists()  # nothing written
-    with pytest.raises(SystemExit):  # argparse: not a list of levels
-        main([*args, "--output", str(tmp_path / "bad"), "--train-levels", "1,x"])
 
 
 def test_cli_entry_point_reports_errors(tmp_path):

@@ -54,16 +54,18 @@ def test_level_weights_choose_the_mix():
             generate_problems(3, seed=0, level_weights=bad)
 
 
-def test_train_levels_narrow_the_train_split_and_leave_the_test_split_as_it_was():
-    train, test = generate_splits(300, 100, seed=1, train_levels=(1, 2))
+def test_a_train_mix_of_its_own_leaves_the_test_split_as_it_was():
+    train, test = generate_splits(300, 100, seed=1, train_level_weights=(0.45, 0.30, 0, 0))
     assert {p.level for p in train} == {1, 2}
     assert test == generate_splits(300, 100, seed=1)[1]  # validation measures the same problems either way
     assert {p.level for p in test} == {1, 2, 3, 4}
     assert not {p.question for p in train} & {p.question for p in test}
-    with pytest.raises(ValueError, match=r"train_levels: no level \[5\]"):
-        generate_splits(3, 3, seed=0, train_levels=(1, 5))
-    with pytest.raises(ValueError, match=r"train_levels \[1, 2\] have no weight"):
-        generate_splits(3, 3, seed=0, level_weights=(0, 0, 1, 1), train_levels=(1, 2))
+    # without a mix of its own, train draws with the test split's: the split as it always was
+    assert generate_splits(300, 100, seed=1, train_level_weights=LEVEL_WEIGHTS) == generate_splits(300, 100, seed=1)
+    with pytest.raises(ValueError, match=r"^train_level_weights needs 4 entries"):
+        generate_splits(3, 3, seed=0, train_level_weights=(1, 1))
+    with pytest.raises(ValueError, match=r"^train_level_weights must be >= 0 with a positive sum"):
+        generate_splits(3, 3, seed=0, train_level_weights=(0, 0, 0, 0))
 
 
 def test_rows_are_verl_schema_and_reward_accepts_the_right_answer():
