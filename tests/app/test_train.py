@@ -42,11 +42,9 @@ def test_the_command_builds_the_typed_config_once_and_launches_that_object(monke
     assert cfg is checked[0] and isinstance(cfg, TrainerRunConfig) and cfg.trainer.total_training_steps == 2
 
 
-def _launch_that_fails(monkeypatch, tmp_path, ray_was_initialized: bool) -> list[str]:
-    """app.train.run with a launch that fails as a worker would; returns what happened, in order: Ray's disconnect
-    and the printed error line."""
-    import sys
-
+def _launch_that_fails(monkeypatch, tmp_path, capsys, ray_was_initialized: bool) -> tuple[list[str], str]:
+    """app.train.run with a launch that fails as a worker would: (what stderr held when Ray was disconnected, for
+    each disconnect; stderr at the end)."""
     import ray
 
     import app.job_paths
@@ -55,17 +53,10 @@ def _launch_that_fails(monkeypatch, tmp_path, ray_was_initialized: bool) -> list
     from app.trainer import checkpoints, launch, tracking
 
     monkeypatch.chdir(tmp_path)
-    events: list[str] = []
+    at_shutdown: list[str] = []
 
     def failing_train(cfg):
         raise RuntimeError("a worker failed")
-
-    class Stderr:  # records each line when it is written, so its order against the disconnect is kept
-        def write(self, text):
-            events.extend(f"printed {line}" for line in text.splitlines() if line)
-
-        def flush(self):
-            pass
 
     monkeypatch.setattr(app.job_paths, "check_job_paths", lambda cfg: None)
     monkeypatch.setattr(tracking, "check_loggers", lambda loggers: None)
@@ -73,19 +64,22 @@ def _launch_that_fails(monkeypatch, tmp_path, ray_was_initialized: bool) -> list
     monkeypatch.setattr(checkpoints, "find_resume_dir", lambda root, mode: None)
     monkeypatch.setattr(launch, "train", failing_train)
     monkeypatch.setattr(ray, "is_initialized", lambda: ray_was_initialized)
-    monkeypatch.setattr(ray, "shutdown", lambda: events.append("ray.shutdown"))
-    monkeypatch.setattr(sys, "stderr", Stderr())
+    monkeypatch.setattr(ray, "shutdown", lambda: at_shutdown.append(capsys.readouterr().err))
+    capsys.readouterr()
     assert app.train.run(OmegaConf.create(BASE)) == 1
-    return events
+    return at_shutdown, capsys.readouterr().err
 
 
-def test_a_run_that_connected_ray_disconnects_before_it_prints_the_workers_error(monkeypatch, tmp_path):
+def test_a_run_that_connected_ray_disconnects_before_it_prints_the_workers_error(monkeypatch, tmp_path, capsys):
     # Ray Train's and Serve's actors log to the driver's console until it disconnects: the error must come after
-    events = _launch_that_fails(monkeypatch, tmp_path, ray_was_initialized=False)
-    assert [e.split(" (")[0] for e in events] == ["ray.shutdown", "printed error: the training run failed"]
+    at_shutdown, err = _launch_that_fails(monkeypatch, tmp_path, capsys, ray_was_initialized=False)
+    assert len(at_shutdown) == 1
+    assert not [line for line in at_shutdown[0].splitlines() if line.startswith("error:")]  # nothing printed yet
+    assert err.splitlines()[-1].startswith("error: the training run failed (RuntimeError: a worker failed)")
 
 
-def test_a_run_on_its_callers_ray_leaves_it_connected(monkeypatch, tmp_path):
+def test_a_run_on_its_callers_ray_leaves_it_connected(monkeypatch, tmp_path, capsys):
     # a test session or a pipeline stage that shares its cluster keeps it after a failed run
-    events = _launch_that_fails(monkeypatch, tmp_path, ray_was_initialized=True)
-    assert [e.split(" (")[0] for e in events] == ["printed error: the training run failed"]
+    at_shutdown, err = _launch_that_fails(monkeypatch, tmp_path, capsys, ray_was_initialized=True)
+    assert at_shutdown == []
+    assert err.splitlines()[-1].startswith("error: the training run failed (RuntimeError: a worker failed)")
