@@ -32,13 +32,13 @@ from app.config.schema import TrainerRunConfig
 def compose_base(config_name: str, overrides: list[str]) -> tuple[dict, TrainerRunConfig]:
     """The base trainer config, composed by Hydra: as a tree (interpolations kept, for best.yaml) and typed once
     (`app.tuning.trial.built_config`, not validated), both with local paths made absolute."""
-    from hydra import compose
     from omegaconf import OmegaConf
 
+    from app.config import compose_config
     from app.trainer.launch import PATH_KEYS, with_absolute_paths
     from app.tuning.trial import built_config, get_key, set_key
 
-    cfg = compose(config_name=config_name, overrides=list(overrides))
+    cfg = compose_config(config_name, overrides)
     tree = OmegaConf.to_container(cfg, resolve=False)
     tree.pop("hydra", None)
     built = with_absolute_paths(built_config(tree))

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
 FIELD, RECORD = "\x1f", "\x1e"
 
 # functions that stand in for the programs; `ray job submit ... -- CMD` records CMD
@@ -58,15 +57,12 @@ def hydra_config_args(args: list[str], default_name: str) -> tuple[str, list[str
 def load_train_config(args: list[str]):
     """What `python -m app.train ARGS` validates before anything starts; with --dry-run and a described cluster, the
     plan must fit it too."""
-    from hydra import compose, initialize_config_dir
-
-    from app.config import load_config
+    from app.config import compose_run_config
     from app.dry_run import run_dry, split_argv
 
     dry_run, args = split_argv(args)
     name, overrides = hydra_config_args(args, "ppo_trainer")
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        cfg = load_config(compose(config_name=name, overrides=overrides))
+    cfg = compose_run_config(name, overrides)
     if dry_run is not None and dry_run.describes_cluster:
         run_dry(cfg, dry_run)
     return cfg
@@ -74,18 +70,15 @@ def load_train_config(args: list[str]):
 
 def load_sweep(args: list[str]):
     """What `python -m app.sweep ARGS` validates before the data check: the sweep file and its base config."""
-    from hydra import compose, initialize_config_dir
-
     import app.tuning.spec  # noqa: F401  registers the sweep file's defaults
-    from app.config import to_container
+    from app.config import compose_config, to_container
     from app.sweep import compose_base
     from app.tuning.spec import parse_sweep, resolve_params
     from app.tuning.trial import validated
 
     name, overrides = hydra_config_args(args, "sweep/grpo_small")
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        spec = parse_sweep(to_container(compose(config_name=name, overrides=overrides)))
-        base = validated(compose_base(spec.base_config, list(spec.base_overrides))[1])
+    spec = parse_sweep(to_container(compose_config(name, overrides)))
+    base = validated(compose_base(spec.base_config, list(spec.base_overrides))[1])
     return resolve_params(spec, base)
 
 

@@ -227,10 +227,9 @@ def verl_script_args(script: Path, **paths: str) -> list[str]:
 
 def compose_verl(args: list[str]):
     """configs/ppo_trainer.yaml with `args` as Hydra overrides (what `python -m app.train args` composes)."""
-    from hydra import compose, initialize_config_dir
+    from app.config import compose_config
 
-    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "configs"), version_base=None):
-        return compose(config_name="ppo_trainer", overrides=args)
+    return compose_config("ppo_trainer", args)
 
 
 def verl_script_paths(tmp_path: Path, model_name: str = "model") -> dict[str, str]:

@@ -4,21 +4,15 @@ pass."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
-from app.config import ConfigError, load_config
+from app.config import ConfigError, compose_run_config
 from app.job_paths import JOB_CONFIG_ENV, check_job_paths
-
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def quickstart(*overrides: str):
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        return load_config(compose(config_name="quickstart", overrides=list(overrides)))
+    return compose_run_config("quickstart", overrides)
 
 
 def test_relative_paths_missing_from_the_jobs_working_dir_are_named(monkeypatch, tmp_path):

@@ -19,7 +19,6 @@ from support import tiny_run_overrides
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIGS = REPO / "configs"
 
 
 def test_sweep_of_two_real_trainings(ray_cluster, tiny_model_dir, tmp_path):
@@ -27,7 +26,7 @@ def test_sweep_of_two_real_trainings(ray_cluster, tiny_model_dir, tmp_path):
     from omegaconf import OmegaConf
     from ray import serve
 
-    from app.config import load_config
+    from app.config import compose_config, load_config
     from app.plot import find_runs, plot_runs
     from app.sweep import run
 
@@ -65,9 +64,8 @@ def test_sweep_of_two_real_trainings(ray_cluster, tiny_model_dir, tmp_path):
         "scheduler.type=asha",
         "scheduler.grace_period=1",
     ]
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        cfg = compose(config_name="sweep/grpo_small", overrides=overrides)
-        assert run(cfg) == 0
+    # outside any Hydra app, as from a notebook: the sweep composes its base config itself
+    assert run(compose_config("sweep/grpo_small", overrides)) == 0
 
     with (sweep_dir / "results.csv").open() as f:
         table = list(csv.DictReader(f))

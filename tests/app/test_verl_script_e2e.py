@@ -17,14 +17,12 @@ from support import free_port, verl_script_args, wandb_run_records
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parent / "config" / "verl_scripts" / "grpo_run_qwen2_5-3b_gsm8k_grpo_lora.txt"
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_verl_grpo_lora_script_trains_two_steps_logging_to_wandb_offline(
     ray_cluster, tiny_model_dir, small_arith_data, wandb_env, tmp_path
 ):
-    from hydra import compose, initialize_config_dir
-
+    from app.config import compose_config
     from app.train import run
 
     out = tmp_path / "run"
@@ -58,8 +56,7 @@ def test_verl_grpo_lora_script_trains_two_steps_logging_to_wandb_offline(
         "trainer.save_freq=-1",
         f"trainer.default_local_dir={out}",
     ]
-    with initialize_config_dir(str(CONFIGS), version_base=None):
-        cfg = compose("ppo_trainer", overrides=args + shrink)
+    cfg = compose_config("ppo_trainer", args + shrink)
     assert run(cfg) == 0
 
     assert (out / "hf_model" / "config.json").is_file()

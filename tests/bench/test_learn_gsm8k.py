@@ -80,9 +80,7 @@ def test_a_malformed_row_is_named_by_its_file_and_line_before_anything_is_writte
 def test_the_training_settings_load_as_app_train_reads_them_and_the_user_overrides_win(tmp_path):
     """The overrides the bench hands `python -m app.train --config-name grpo_trainer` compose with Hydra and pass the
     schema's checks (a mistyped key in TRAINING would stop the run only after the base model's evaluation)."""
-    from hydra import compose, initialize_config_dir
-
-    from app.config import load_config
+    from app.config import compose_run_config
 
     bench = load_bench()
     model = tmp_path / "model"
@@ -90,8 +88,7 @@ def test_the_training_settings_load_as_app_train_reads_them_and_the_user_overrid
     (model / "config.json").write_text("{}")
     train = [tmp_path / "train.parquet", tmp_path / "arithmetic.parquet"]
     args = bench.training_overrides(model, train, tmp_path / "run", 42, ["actor_rollout_ref.actor.kl_loss_coef=0.05"])
-    with initialize_config_dir(config_dir=str(bench.REPO / "configs"), version_base=None):
-        cfg = load_config(compose("grpo_trainer", overrides=args))
+    cfg = compose_run_config("grpo_trainer", args)
     actor = cfg.actor_rollout_ref.actor
     assert actor.use_kl_loss and actor.kl_loss_type == "low_var_kl"
     assert actor.kl_loss_coef == 0.05  # the user's override, given last, beats TRAINING's 0.1

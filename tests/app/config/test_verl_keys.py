@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import ConfigError, load_config
+from app.config import ConfigError, compose_config, load_config
 from app.config.schema import TrainerRunConfig
 from app.config.verl_compat import DEFAULT_ONLY, NO_EFFECT
 from app.config.verl_keys import (
@@ -33,7 +33,6 @@ from app.config.verl_keys import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
-CONFIGS = ROOT / "configs"
 VERL_COMMIT = "b2df6f8c8c9521fcc4742c40d437be40f48d8b42"
 KEY_LIST = Path(__file__).resolve().parent / f"verl_keys_{VERL_COMMIT[:7]}.txt"
 VERL_KEYS = read_key_list(KEY_LIST)
@@ -61,11 +60,7 @@ def hydra_override(key: str, value) -> str:
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
+    return compose_config("ppo_trainer", overrides)
 
 
 def lookup(node, key: str):

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import app.config  # noqa: F401  registers rayrl_schema
+from app.config import compose_config
 from app.config.schema import TrainerRunConfig
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -28,8 +27,7 @@ def flatten(tree, prefix=""):
 
 
 def composed(name: str) -> dict:
-    with initialize_config_dir(str(CONFIGS), version_base=None):
-        cfg = compose(config_name=name)
+    cfg = compose_config(name)
     tree = OmegaConf.to_container(cfg, resolve=False)
     tree.pop("hydra", None)
     return tree

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def _compose(overrides: list[str], config_name: str = "grpo_trainer"):
     """The typed config `python -m app.train --config-name <config_name> <overrides>` would run with."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from app.config import compose_run_config
 
-    from app.config import load_config
-
-    with initialize_config_dir(str(CONFIGS), version_base=None):
-        return load_config(hydra_compose(config_name, overrides=overrides))
+    return compose_run_config(config_name, overrides)
 
 
 @pytest.fixture(scope="session")

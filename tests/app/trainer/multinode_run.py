@@ -15,8 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-
 
 def overrides(model: str, data: Path, out: Path, http_port: int) -> list[str]:
     return [
@@ -54,17 +52,15 @@ def overrides(model: str, data: Path, out: Path, http_port: int) -> list[str]:
 
 def main(model: str, data: str, out: str, http_port: str) -> None:
     import ray
-    from hydra import compose, initialize_config_dir
     from ray.cluster_utils import Cluster
     from safetensors.torch import load_file
 
-    from app.config import load_config
+    from app.config import compose_run_config
     from app.trainer.launch import ensure_ray, rollout_app_name, train
     from serve import deploy_rollout, get_rollout_client
     from serve.payload import weights_sum
 
-    with initialize_config_dir(str(CONFIGS), version_base=None):
-        cfg = load_config(compose("grpo_trainer", overrides=overrides(model, Path(data), Path(out), int(http_port))))
+    cfg = compose_run_config("grpo_trainer", overrides(model, Path(data), Path(out), int(http_port)))
     # the head holds Serve's and Train's controllers; A and B only what is pinned to them
     started = time.monotonic()
     # no dashboard: nothing here reads it, and on a small machine its processes slow the run

@@ -50,29 +50,26 @@ def test_a_full_disk_at_step_2_keeps_step_1_and_says_so(compose, tiny_model_dir,
 def test_a_corrupt_checkpoint_stops_app_train_before_ray_starts(
     tiny_model_dir, small_arith_data, tmp_path, monkeypatch, capsys
 ):
-    from hydra import compose, initialize_config_dir
-
     import app.trainer.launch
+    from app.config import compose_config
     from app.train import run
 
     out = tmp_path / "run"
     (out / "global_step_4" / "actor").mkdir(parents=True)
     (out / "global_step_4" / "trainer_state.json").write_text('{"global_step": 4, "policy_')  # cut short
     monkeypatch.setattr(app.trainer.launch, "train", lambda *a, **k: pytest.fail("Ray must not start"))
-    configs = Path(__file__).resolve().parents[3] / "configs"
-    with initialize_config_dir(str(configs), version_base=None):
-        cfg = compose(
-            "grpo_trainer",
-            overrides=[
-                f"actor_rollout_ref.model.path={tiny_model_dir}",
-                f"data.train_files={small_arith_data / 'train.parquet'}",
-                f"data.val_files={small_arith_data / 'test.parquet'}",
-                "data.max_prompt_length=256",
-                "data.max_response_length=8",
-                "data.train_batch_size=2",
-                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                f"trainer.default_local_dir={out}",
-            ],
-        )
+    cfg = compose_config(
+        "grpo_trainer",
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={small_arith_data / 'train.parquet'}",
+            f"data.val_files={small_arith_data / 'test.parquet'}",
+            "data.max_prompt_length=256",
+            "data.max_response_length=8",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            f"trainer.default_local_dir={out}",
+        ],
+    )
     assert run(cfg) == 2
     assert f"error: {out / 'global_step_4' / 'trainer_state.json'} cannot be read as JSON" in capsys.readouterr().err

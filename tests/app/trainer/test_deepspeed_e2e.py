@@ -6,7 +6,6 @@ samples a step."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from support import free_port
@@ -15,14 +14,12 @@ from app.trainer.tracking import read_metrics
 
 pytest.importorskip("deepspeed")
 pytestmark = pytest.mark.slow
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def test_grpo_on_deepspeed_trains_two_steps_and_resumes_from_step_one(
     ray_cluster, tiny_model_dir, small_arith_data, tmp_path
 ):
-    from hydra import compose, initialize_config_dir
-
+    from app.config import compose_config
     from app.train import run
 
     ds_json = tmp_path / "ds_zero3.json"  # as TRL / accelerate users write them: ours fill every "auto"
@@ -80,20 +77,19 @@ def test_grpo_on_deepspeed_trains_two_steps_and_resumes_from_step_one(
         "trainer.save_freq=1",
         "reward_model.num_workers=1",
     ]
-    with initialize_config_dir(str(CONFIGS), version_base=None):
-        first = compose(
-            "grpo_trainer", overrides=overrides + ["trainer.total_training_steps=2", f"trainer.default_local_dir={out}"]
-        )
-        resumed_dir = tmp_path / "resumed"
-        again = compose(
-            "grpo_trainer",
-            overrides=overrides
-            + [
-                "trainer.total_training_steps=2",
-                f"trainer.default_local_dir={resumed_dir}",
-                f"trainer.resume_mode={out / 'global_step_1'}",
-            ],
-        )
+    first = compose_config(
+        "grpo_trainer", overrides + ["trainer.total_training_steps=2", f"trainer.default_local_dir={out}"]
+    )
+    resumed_dir = tmp_path / "resumed"
+    again = compose_config(
+        "grpo_trainer",
+        overrides
+        + [
+            "trainer.total_training_steps=2",
+            f"trainer.default_local_dir={resumed_dir}",
+            f"trainer.resume_mode={out / 'global_step_1'}",
+        ],
+    )
     assert run(first) == 0
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]

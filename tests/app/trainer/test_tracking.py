@@ -154,24 +154,22 @@ def test_a_logger_without_its_package_is_named(monkeypatch, logger, modules, pac
 def test_train_stops_at_a_missing_logger_package_before_reading_data_or_starting_ray(
     monkeypatch, capsys, tmp_path, tiny_model_dir
 ):
-    from hydra import compose, initialize_config_dir
-
     import app.preflight
+    from app.config import compose_config
     from app.train import run
 
     data = tmp_path / "prompts.jsonl"  # never read: the check stops first
     data.write_text('{"prompt": "1+1=", "reward_model": {"ground_truth": "2"}}\n')
     monkeypatch.setitem(sys.modules, "wandb", None)
     monkeypatch.setattr(app.preflight, "run_preflight", lambda *a, **k: pytest.fail("the logger check comes first"))
-    with initialize_config_dir(str(Path(__file__).resolve().parents[3] / "configs"), version_base=None):
-        cfg = compose(
-            "grpo_trainer",
-            overrides=[
-                "trainer.logger=[console,wandb]",
-                f"data.train_files={data}",
-                f"data.val_files={data}",
-                f"actor_rollout_ref.model.path={tiny_model_dir}",
-            ],
-        )
+    cfg = compose_config(
+        "grpo_trainer",
+        [
+            "trainer.logger=[console,wandb]",
+            f"data.train_files={data}",
+            f"data.val_files={data}",
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+        ],
+    )
     assert run(cfg) == 2
     assert "error: trainer.logger: 'wandb' needs the wandb package" in capsys.readouterr().err

@@ -1,18 +1,14 @@
 """Helpers for the sweep tests: compose configs from configs/ with Hydra, as `app.sweep` does."""
 
-from pathlib import Path
-
 import pytest
-
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def compose_tree(name: str, overrides=(), resolve: bool = False) -> dict:
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
-        cfg = compose(config_name=name, overrides=list(overrides))
+    from app.config import compose_config
+
+    cfg = compose_config(name, overrides)
     tree = OmegaConf.to_container(cfg, resolve=resolve)
     tree.pop("hydra", None)
     return tree
