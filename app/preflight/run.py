@@ -20,6 +20,7 @@ from app.preflight.cluster_address import check_cluster_answers
 from app.preflight.context_length import check_context_length
 from app.preflight.data_files import check_data_files
 from app.preflight.data_rows import check_data_rows
+from app.preflight.extension_lock import check_extension_locks
 from app.preflight.http_port import check_http_port
 from app.preflight.model_path import check_model_paths
 from app.preflight.reward_file import check_reward_function
@@ -38,6 +39,7 @@ CHECKS: list[Check] = [
     Check("model_path", check_model_paths),
     Check("context_length", check_context_length),
     Check("http_port", check_http_port),
+    Check("extension_lock", check_extension_locks),
     Check("data_files", check_data_files),  # columns and paths in a second; the full read is the "data" check
     Check("reward_function", check_reward_function, apart=True),
     # before the tokenizer and the full data read (seconds for a large file): a wrong checkpoint fails sooner
