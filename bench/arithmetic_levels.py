@@ -3,7 +3,8 @@
 Validation logs one figure per data source. Two runs of the quickstart can end at the same accuracy through different
 levels, or at different accuracies through one level; this splits the figure by the level each problem was generated
 at (`extra_info.level`, 1-4: app/data/arithmetic_task.py) and prints, per model, how many problems of each level it
-answered right (`acc`), right with the `#### N` line (`strict`) and with the line at all (`formatted`).
+answered right (`acc`), right with the `#### N` line (`strict`) and with the line at all (`formatted`), beside the
+mean reward (`reward`, the quickstart's validation figure).
 
     python bench/arithmetic_levels.py MODEL_DIR [MODEL_DIR ...] [--data data/arithmetic/test.parquet]
         [--max-samples 128] [--max-tokens 48]
@@ -26,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from algos.rewards.arithmetic import compute_score  # noqa: E402
 
-FIELDS = ("acc", "strict", "formatted")
+FIELDS = ("acc", "strict", "formatted")  # shares of answers; the reward's mean (its `score`) comes first
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ def greedy_answers(model_dir: Path, problems: Sequence[Problem], max_tokens: int
 
 
 def level_table(problems: Sequence[Problem], answers: Sequence[str]) -> str:
-    """A markdown table: per level and in all, the problem count and the share of answers with each of FIELDS."""
+    """A markdown table: per level and in all, the problem count, the mean reward and the share of answers with each of
+    FIELDS."""
     if len(problems) != len(answers):
         raise ValueError(f"{len(answers)} answers for {len(problems)} problems")
     by_level: dict[int, list[dict[str, float]]] = {}
@@ -104,10 +106,11 @@ def level_table(problems: Sequence[Problem], answers: Sequence[str]) -> str:
         by_level.setdefault(problem.level, []).append(compute_score(answer, problem.ground_truth))
     rows = [(f"level {level}", by_level[level]) for level in sorted(by_level)]
     rows.append(("all", [score for scores in by_level.values() for score in scores]))
-    lines = ["| level | problems | " + " | ".join(FIELDS) + " |", "|---|---|" + "---|" * len(FIELDS)]
+    lines = ["| level | problems | reward | " + " | ".join(FIELDS) + " |", "|---|---|---|" + "---|" * len(FIELDS)]
     for name, scores in rows:
+        reward = sum(s["score"] for s in scores) / len(scores)
         shares = " | ".join(f"{sum(s[field] for s in scores) / len(scores):.2f}" for field in FIELDS)
-        lines.append(f"| {name} | {len(scores)} | {shares} |")
+        lines.append(f"| {name} | {len(scores)} | {reward:.3f} | {shares} |")
     return "\n".join(lines)
 
 

@@ -23,11 +23,11 @@ def test_the_table_scores_each_level_and_all_problems():
         "#### 11",  # marked, wrong: formatted only
     ]
     lines = level_table(problems, answers).splitlines()
-    assert lines[0] == "| level | problems | acc | strict | formatted |"
+    assert lines[0] == "| level | problems | reward | acc | strict | formatted |"
     assert lines[2:] == [
-        "| level 1 | 2 | 1.00 | 0.50 | 0.50 |",
-        "| level 2 | 1 | 0.00 | 0.00 | 1.00 |",
-        "| all | 3 | 0.67 | 0.33 | 0.67 |",  # 2, 1 and 2 of 3
+        "| level 1 | 2 | 0.750 | 1.00 | 0.50 | 0.50 |",  # rewards 1 and 0.5
+        "| level 2 | 1 | 0.100 | 0.00 | 0.00 | 1.00 |",  # the format's 0.1
+        "| all | 3 | 0.533 | 0.67 | 0.33 | 0.67 |",  # 1.6 / 3; 2, 1 and 2 of 3
     ]
 
 
@@ -52,7 +52,7 @@ def test_a_model_folder_is_answered_greedily_and_counted_by_the_levels_of_the_da
     assert counted == {f"level {level}": count for level, count in levels.items()}
     [all_row] = [line for line in out.splitlines() if line.startswith("| all |")]
     # ten problems; a random tiny model writes no "#### N" line in 3 tokens
-    assert all_row.startswith("| all | 10 |") and all_row.endswith("| 0.00 |")
+    assert all_row.startswith("| all | 10 | 0.") and all_row.endswith("| 0.00 |")
 
 
 def test_prompts_of_another_task_are_refused_naming_the_file(tmp_path):
