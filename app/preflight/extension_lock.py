@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 from app.config.schema import TrainerRunConfig
 from app.preflight.errors import PreflightError
 
-# A DeepSpeed op builds in one to three minutes on a 2-core CPU; a lock this old has no build behind it.
+# A DeepSpeed CPU op builds in minutes; a lock this old has no build behind it.
 STALE_AFTER_S = 15 * 60
 
 
@@ -61,6 +61,6 @@ def check_extension_locks(cfg: TrainerRunConfig, env: Mapping[str, str] = os.env
     raise PreflightError(
         f"{key}: {lock}{more} is a build lock left {age / 60:.0f} minutes ago by a build of DeepSpeed's "
         f"'{lock.parent.name}' op that did not finish; PyTorch would wait for it forever and the run would hang. "
-        f"Delete it (rm {' '.join(str(path) for path, _ in locks)}), unless another job on this machine is building "
-        "that op right now"
+        f"Remove {'it' if len(locks) == 1 else 'them'} (rm {' '.join(str(path) for path, _ in locks)}), unless another "
+        "job on this machine is building that op right now"
     )
