@@ -63,3 +63,12 @@ def test_fsdp_runs_and_clean_folders_pass(tmp_path):
     _lock(tmp_path / "py311_cpu" / "deepspeed_shm_comm", 40 * 60)
     check_extension_locks(TrainerRunConfig(), env={"TORCH_EXTENSIONS_DIR": str(tmp_path)})  # fsdp2 builds nothing
     check_extension_locks(_deepspeed_cfg(), env={"TORCH_EXTENSIONS_DIR": str(tmp_path / "empty")})
+
+
+def test_several_locks_are_all_named_in_the_command(tmp_path):
+    older = _lock(tmp_path / "cpu_adam", 60 * 60)
+    newer = _lock(tmp_path / "deepspeed_shm_comm", 30 * 60)
+    with pytest.raises(PreflightError) as err:
+        check_extension_locks(_deepspeed_cfg(), env={"TORCH_EXTENSIONS_DIR": str(tmp_path)})
+    assert f"{older} (and 1 more) is a build lock left 60 minutes ago" in str(err.value)
+    assert f"Remove them (rm {older} {newer})" in str(err.value)
