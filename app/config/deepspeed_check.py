@@ -22,6 +22,15 @@ def _deepspeed_roles(cfg: TrainerRunConfig, needs_critic: bool) -> Iterator[tupl
         yield "critic", cfg.critic, cfg.critic.model.fsdp_config, "critic.model.fsdp_config"
 
 
+def deepspeed_role_paths(cfg: TrainerRunConfig) -> list[str]:
+    """The roles that run on DeepSpeed, as config paths: the actor's (with its reference) and the critic's where the
+    estimator trains a critic."""
+    from algos.catalog import estimator_traits
+
+    needs_critic = estimator_traits(cfg.algorithm.adv_estimator).needs_critic
+    return list(dict.fromkeys(path for path, *_ in _deepspeed_roles(cfg, needs_critic)))
+
+
 def check_deepspeed(cfg: TrainerRunConfig, needs_critic: bool) -> None:
     from app.engine.deepspeed_config import (
         DeepSpeedConfigError,

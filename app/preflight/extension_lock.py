@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
+from app.config.deepspeed_check import deepspeed_role_paths
 from app.config.schema import TrainerRunConfig
 from app.preflight.errors import PreflightError
 
@@ -47,12 +48,10 @@ def stale_locks(root: Path, now: float, stale_after_s: float = STALE_AFTER_S) ->
 
 
 def check_extension_locks(cfg: TrainerRunConfig, env: Mapping[str, str] = os.environ) -> None:
-    if cfg.actor_rollout_ref.actor.strategy == "deepspeed":
-        key = "actor_rollout_ref.actor.strategy=deepspeed"
-    elif cfg.critic.strategy == "deepspeed":
-        key = "critic.strategy=deepspeed"
-    else:
+    roles = deepspeed_role_paths(cfg)
+    if not roles:
         return
+    key = f"{roles[0]}.strategy=deepspeed"
     locks = stale_locks(extensions_root(env), time.time())
     if not locks:
         return

@@ -51,10 +51,13 @@ def test_a_deepspeed_run_is_refused_naming_the_file_and_how_to_remove_it(tmp_pat
     assert "'deepspeed_shm_comm' op" in message and "40 minutes ago" in message
 
 
-def test_a_deepspeed_critic_is_checked_too(tmp_path):
+def test_a_deepspeed_critic_is_checked_where_the_estimator_trains_one(tmp_path):
     _lock(tmp_path / "cpu_adam", 40 * 60)
     cfg = TrainerRunConfig()
     cfg.critic.strategy = "deepspeed"
+    cfg.algorithm.adv_estimator = "grpo"
+    check_extension_locks(cfg, env={"TORCH_EXTENSIONS_DIR": str(tmp_path)})  # GRPO trains no critic: builds nothing
+    cfg.algorithm.adv_estimator = "gae"  # PPO's critic does
     with pytest.raises(PreflightError, match="^critic.strategy=deepspeed: .*'cpu_adam' op"):
         check_extension_locks(cfg, env={"TORCH_EXTENSIONS_DIR": str(tmp_path)})
 
