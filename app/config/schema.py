@@ -138,6 +138,10 @@ class OptimConfig:
     warmup_style: Literal["constant", "cosine", "linear"] = "constant"  # schedule after warm-up
     lr_scheduler_type: Optional[Literal["constant", "cosine", "linear"]] = None  # newer verl's name for warmup_style
     min_lr_ratio: float = 0.0  # where cosine / linear decay ends, as a fraction of lr
+    # ours, not verl's: the cosine or linear decay spans the run's last lr_decay_steps_ratio of steps and the lr holds
+    # at its peak from the end of warm-up until then (warm-up, stable, decay, as transformers' warmup_stable_decay);
+    # 1.0 decays from the end of warm-up, as verl does
+    lr_decay_steps_ratio: float = 1.0
     total_training_steps: int = -1  # filled in by the trainer from the data size
     clip_grad: float = 1.0  # verl's engine-level copy of grad_clip: its default only (the role's grad_clip is read)
     num_cycles: float = 0.5  # cosine cycles: the cosine schedule here is a half cycle, verl's default only

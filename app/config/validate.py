@@ -342,6 +342,9 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
             )
     if actor.optim.lr <= 0:
         raise ConfigError(f"actor_rollout_ref.actor.optim.lr={actor.optim.lr} must be > 0")
+    _check_lr_decay("actor_rollout_ref.actor.optim", actor.optim)
+    if _estimator(cfg).needs_critic:
+        _check_lr_decay("critic.optim", cfg.critic.optim)
     from algos.policy_loss_config import PolicyLossConfig
 
     # the loss's own checks (clip ratios, actor.policy_loss.*) are the only rules for its settings: run now rather
@@ -371,6 +374,17 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
     if not 0 <= cfg.algorithm.lam <= 1 or not 0 <= cfg.algorithm.gamma <= 1:
         raise ConfigError(
             f"algorithm.gamma={cfg.algorithm.gamma} and algorithm.lam={cfg.algorithm.lam} must lie in [0, 1]"
+        )
+
+
+def _check_lr_decay(path: str, optim) -> None:
+    ratio = optim.lr_decay_steps_ratio
+    if not 0 < ratio <= 1:
+        raise ConfigError(f"{path}.lr_decay_steps_ratio={ratio} must lie in (0, 1] (1: decay from the end of warm-up)")
+    if ratio < 1 and optim.warmup_style == "constant":
+        raise ConfigError(
+            f"{path}.lr_decay_steps_ratio={ratio} times a decay, and {path}.warmup_style=constant has none: "
+            "set warmup_style to linear or cosine"
         )
 
 

@@ -1,8 +1,9 @@
 """Learning-rate factor per training step: linear warm-up, then constant, cosine or linear decay.
 
 Warm-up follows verl/transformers: the factor is ``step / warmup_steps`` during warm-up, so step 0 runs at lr 0.
-Cosine (verl) and linear (transformers' and TRL's default) go from 1 at the end of warm-up to ``min_lr_ratio`` at
-``total_training_steps``.
+Cosine (verl) and linear (transformers' and TRL's default) go from 1 to ``min_lr_ratio`` at ``total_training_steps``,
+starting at the end of warm-up, or later where ``lr_decay_steps_ratio`` < 1 holds the lr until the run's last
+``lr_decay_steps_ratio`` of steps (warm-up, stable, decay).
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ def warmup_steps(optim: OptimSpec) -> int:
     return int(optim.lr_warmup_steps_ratio * max(optim.total_training_steps, 0))
 
 
+def _decay_start(optim: OptimSpec) -> int:
+    """The scheduler step at which the decay begins: the end of warm-up, or the start of the last
+    ``lr_decay_steps_ratio`` of the steps where that comes later."""
+    return max(
+        warmup_steps(optim), optim.total_training_steps - int(optim.lr_decay_steps_ratio * optim.total_training_steps)
+    )
+
+
 def lr_factor(step: int, optim: OptimSpec) -> float:
     """Multiplier of ``optim.lr`` for optimizer steps taken after ``step`` scheduler steps."""
     warm = warmup_steps(optim)
@@ -37,7 +46,12 @@ def lr_factor(step: int, optim: OptimSpec) -> float:
     total = optim.total_training_steps
     if total <= 0:
         raise ValueError(f"optim.warmup_style={optim.warmup_style!r} needs optim.total_training_steps > 0, got {total}")
-    progress = min(1.0, (step - warm) / max(1, total - warm))
+    if not 0 < optim.lr_decay_steps_ratio <= 1:
+        raise ValueError(f"optim.lr_decay_steps_ratio={optim.lr_decay_steps_ratio} must lie in (0, 1]")
+    start = _decay_start(optim)
+    if step < start:
+        return 1.0
+    progress = min(1.0, (step - start) / max(1, total - start))
     decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if optim.warmup_style == "cosine" else 1.0 - progress
     return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * decay
 

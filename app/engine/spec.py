@@ -44,6 +44,7 @@ class OptimSpec:
     lr_warmup_steps_ratio: float
     warmup_style: Literal["constant", "cosine", "linear"]  # schedule after warm-up
     min_lr_ratio: float  # where the decay ends, as a fraction of lr
+    lr_decay_steps_ratio: float  # the decay spans this last fraction of total_training_steps; the lr holds before it
     total_training_steps: int  # needed by cosine and by the warm-up ratio
 
     @classmethod
@@ -57,6 +58,7 @@ class OptimSpec:
             lr_warmup_steps_ratio=optim.lr_warmup_steps_ratio,
             warmup_style=optim.warmup_style,
             min_lr_ratio=optim.min_lr_ratio,
+            lr_decay_steps_ratio=optim.lr_decay_steps_ratio,
             total_training_steps=optim.total_training_steps,
         )
 

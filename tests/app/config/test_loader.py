@@ -273,6 +273,21 @@ def test_max_bad_steps_must_not_be_negative():
         load_config(with_(**{"trainer.max_bad_steps": -1}))
 
 
+def test_a_late_lr_decay_needs_a_decaying_schedule_and_a_share_in_0_1():
+    actor = "actor_rollout_ref.actor.optim"
+    ok = load_config(with_(**{f"{actor}.warmup_style": "linear", f"{actor}.lr_decay_steps_ratio": 0.5}))
+    assert ok.actor_rollout_ref.actor.optim.lr_decay_steps_ratio == 0.5
+    with pytest.raises(ConfigError, match=r"actor\.optim\.lr_decay_steps_ratio=0\.5 times a decay, and .*constant"):
+        load_config(with_(**{f"{actor}.lr_decay_steps_ratio": 0.5}))  # the default schedule is constant
+    with pytest.raises(ConfigError, match=r"actor\.optim\.lr_decay_steps_ratio=1\.5 must lie in \(0, 1\]"):
+        load_config(with_(**{f"{actor}.warmup_style": "cosine", f"{actor}.lr_decay_steps_ratio": 1.5}))
+    # the critic's schedule is checked only where a critic trains
+    critic = {"critic.optim.lr_decay_steps_ratio": 0.5}
+    assert load_config(with_(**critic)).critic.optim.lr_decay_steps_ratio == 0.5  # GRPO: no critic
+    with pytest.raises(ConfigError, match=r"critic\.optim\.lr_decay_steps_ratio=0\.5 times a decay"):
+        load_config(with_(**critic, **{"algorithm.adv_estimator": "gae"}))
+
+
 def test_routes_beyond_loopback_need_an_api_key(monkeypatch):
     monkeypatch.delenv("RAYRL_API_KEY", raising=False)
     with pytest.raises(

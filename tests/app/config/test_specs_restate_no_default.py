@@ -59,6 +59,7 @@ OPTIM = _same_names(
     "lr_warmup_steps_ratio",
     "warmup_style",
     "min_lr_ratio",
+    "lr_decay_steps_ratio",
     "total_training_steps",
 )  # under the role's section
 # under the role's section

@@ -86,3 +86,22 @@ def test_lr_warmup_then_constant_and_cosine():
     # linear (transformers' default): 1 at the end of warm-up down to min_lr_ratio at the last step, in equal steps
     lin = optim_spec(lr=1.0, lr_warmup_steps=2, warmup_style="linear", total_training_steps=6, min_lr_ratio=0.2)
     assert [lr_factor(s, lin) for s in range(7)] == pytest.approx([0.0, 0.5, 1.0, 0.8, 0.6, 0.4, 0.2])
+
+
+def test_lr_holds_until_the_last_share_of_steps_then_decays():
+    # warm-up, stable, decay: 10 steps, the last half decaying linearly to 0 over scheduler steps 5..10
+    wsd = optim_spec(
+        lr=1.0, lr_warmup_steps=0, warmup_style="linear", total_training_steps=10, lr_decay_steps_ratio=0.5
+    )
+    assert [lr_factor(s, wsd) for s in range(11)] == pytest.approx([1.0] * 6 + [0.8, 0.6, 0.4, 0.2, 0.0])
+    # a warm-up that ends after the decay would start: the decay starts at the end of warm-up instead
+    late = optim_spec(
+        lr=1.0, lr_warmup_steps=4, warmup_style="linear", total_training_steps=8, lr_decay_steps_ratio=0.75
+    )
+    assert [lr_factor(s, late) for s in range(9)] == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0, 0.75, 0.5, 0.25, 0.0])
+    # cosine over the last 4 of 8 steps: 0.5 * (1 + cos(pi * (s - 4) / 4)) from step 4 on
+    cos = optim_spec(lr=1.0, lr_warmup_steps=0, warmup_style="cosine", total_training_steps=8, lr_decay_steps_ratio=0.5)
+    expected = [1.0] * 4 + [0.5 * (1 + math.cos(math.pi * (s - 4) / 4)) for s in range(4, 9)]
+    assert [lr_factor(s, cos) for s in range(9)] == pytest.approx(expected)
+    with pytest.raises(ValueError, match=r"lr_decay_steps_ratio=0(\.0)? must lie in \(0, 1\]"):
+        lr_factor(0, optim_spec(warmup_style="linear", total_training_steps=8, lr_decay_steps_ratio=0.0))
