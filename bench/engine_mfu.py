@@ -325,6 +325,7 @@ def run_case(
         lr_warmup_steps_ratio=0.0,
         warmup_style="constant",
         min_lr_ratio=0.0,
+        lr_decay_steps_ratio=1.0,
         total_training_steps=-1,
     )
     spec = EngineSpec(
