@@ -26,14 +26,6 @@ def warmup_steps(optim: OptimSpec) -> int:
     return int(optim.lr_warmup_steps_ratio * max(optim.total_training_steps, 0))
 
 
-def _decay_start(optim: OptimSpec) -> int:
-    """The scheduler step at which the decay begins: the end of warm-up, or the start of the last
-    ``lr_decay_steps_ratio`` of the steps where that comes later."""
-    return max(
-        warmup_steps(optim), optim.total_training_steps - int(optim.lr_decay_steps_ratio * optim.total_training_steps)
-    )
-
-
 def lr_factor(step: int, optim: OptimSpec) -> float:
     """Multiplier of ``optim.lr`` for optimizer steps taken after ``step`` scheduler steps."""
     warm = warmup_steps(optim)
@@ -48,7 +40,8 @@ def lr_factor(step: int, optim: OptimSpec) -> float:
         raise ValueError(f"optim.warmup_style={optim.warmup_style!r} needs optim.total_training_steps > 0, got {total}")
     if not 0 < optim.lr_decay_steps_ratio <= 1:
         raise ValueError(f"optim.lr_decay_steps_ratio={optim.lr_decay_steps_ratio} must lie in (0, 1]")
-    start = _decay_start(optim)
+    # the decay starts at the end of warm-up, or where the run's last lr_decay_steps_ratio of steps begins if later
+    start = max(warm, total - int(optim.lr_decay_steps_ratio * total))
     if step < start:
         return 1.0
     progress = min(1.0, (step - start) / max(1, total - start))
