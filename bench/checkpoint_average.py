@@ -132,14 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         base_dir = Path(extra["model_path"])
     base = load_file(str(base_dir / "model.safetensors"))
 
+    per_step = {step: adapter_updates(found[step] / "actor", args.lora_alpha) for step in chosen}
     exported_dir = args.run_dir / "hf_model"
     if (exported_dir / "model.safetensors").is_file():
-        newest_only = apply_updates(base, adapter_updates(found[newest] / "actor", args.lora_alpha))
+        # the newest step is usually among those averaged: its checkpoint is read once
+        newest_updates = per_step.get(newest) or adapter_updates(found[newest] / "actor", args.lora_alpha)
         exported = load_file(str(exported_dir / "model.safetensors"))
-        check_reproduces(newest_only, exported, base, newest, args.lora_alpha)
+        check_reproduces(apply_updates(base, newest_updates), exported, base, newest, args.lora_alpha)
 
-    per_step = [adapter_updates(found[step] / "actor", args.lora_alpha) for step in chosen]
-    merged = apply_updates(base, average_updates(per_step))
+    merged = apply_updates(base, average_updates(list(per_step.values())))
     args.output.mkdir(parents=True, exist_ok=True)
     for item in base_dir.iterdir():
         if item.is_file() and item.name != "model.safetensors":

@@ -11,7 +11,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from checkpoint_average import main, parse_steps  # noqa: E402
 
 RANK, ALPHA = 2, 4  # scaling alpha / rank = 2
-Q_PROJ = "model.layers.0.self_attn.q_proj.weight"
 
 
 def write_lora_run(model_dir: Path, root: Path, steps: int) -> None:
