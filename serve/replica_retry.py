@@ -66,6 +66,19 @@ def _first_line(err: BaseException) -> str:
     return text.split(" Some common causes include:")[0]  # Ray's generic advice after a worker's death
 
 
+def _advice(died_under_it: list[str]) -> str:
+    """What to do once resends ran out. A call whose every try killed its replica may be what kills them (an engine
+    crash such as an illegal instruction, or memory), and more resends would only kill more."""
+    if len(died_under_it) < 2:
+        return f"raise {RETRY_KEYS}"
+    replicas = ", ".join(dict.fromkeys(died_under_it))
+    return (
+        f"every try died with its replica ({replicas}), so the call may be what kills them: the replica's log says "
+        f"how (a 'Fatal Python error' line in the console, or an OOM kill); if something else killed them, raise "
+        f"{RETRY_KEYS}"
+    )
+
+
 class FaultCounts:
     """What replica deaths cost since the last `take()`: the replicas seen dying and the calls resent. Chunks
     report from their own threads."""
@@ -121,7 +134,7 @@ class RetryPolicy:
     def run(self, call: Callable[[Optional[float]], Any], what: str, counts: FaultCounts) -> Any:
         """`call(timeout_s)` until it returns; resent after a replica death, within the bounds. `timeout_s` is
         None on the first try (a generation takes what it takes) and the time left on a resend."""
-        attempt, deadline = 0, None
+        attempt, deadline, died_under_it = 0, None, []
         while True:
             remaining = None if deadline is None else deadline - self.clock()
             try:
@@ -139,6 +152,7 @@ class RetryPolicy:
                     raise
                 replica = replica_name(err)
                 counts.died(replica)
+                died_under_it.append(replica)
                 if deadline is None:
                     deadline = self.clock() + self.timeout_s
                 attempt += 1
@@ -146,7 +160,7 @@ class RetryPolicy:
                     raise ReplicaRetryExhausted(
                         f"{what}: rollout replica {replica} died ({cause}) and {attempt - 1} resends within "
                         f"replica_retry_max={self.max_retries}, replica_retry_timeout_s={self.timeout_s:g} did not "
-                        f"complete it; raise {RETRY_KEYS}"
+                        f"complete it; {_advice(died_under_it)}"
                     ) from None
                 logger.warning(
                     "%s: rollout replica %s died (%s); resending it (retry %d of %d)",

@@ -100,6 +100,27 @@ def test_resends_stop_after_replica_retry_max_with_one_line_naming_replica_cause
     assert "actor_rollout_ref.rollout.replica_retry_max / replica_retry_timeout_s" in message
 
 
+def test_when_every_try_killed_its_replica_the_error_points_at_the_call_and_the_replicas_log():
+    # a request that crashes the engine (here: an illegal instruction) kills each replacement that takes it
+    deaths = [ReplicaDied(DEATH_TEXT.replace("k3xq9w", tag)) for tag in ("r1", "r2", "r3")]
+    call, _ = scripted(deaths)
+    with pytest.raises(ReplicaRetryExhausted) as err:
+        RetryPolicy(2, 600.0, clock=FakeClock(), wait=FakeClock().wait).run(call, "generate", FaultCounts())
+    message = str(err.value)
+    assert "rollout replica r3 died" in message
+    assert "every try died with its replica (r1, r2, r3), so the call may be what kills them" in message
+    assert "'Fatal Python error'" in message and message.endswith("replica_retry_max / replica_retry_timeout_s")
+
+    # one death and no resend allowed: nothing says the call kills replicas, so the advice is the bounds alone
+    call, _ = scripted([ReplicaDied()])
+    with pytest.raises(ReplicaRetryExhausted) as err:
+        RetryPolicy(0, 600.0, clock=FakeClock(), wait=FakeClock().wait).run(call, "generate", FaultCounts())
+    assert "every try" not in str(err.value)
+    assert str(err.value).endswith(
+        "did not complete it; raise actor_rollout_ref.rollout.replica_retry_max / replica_retry_timeout_s"
+    )
+
+
 def test_resends_stop_at_replica_retry_timeout_s_counted_from_the_first_death():
     clock = FakeClock()
     policy = RetryPolicy(10, 150.0, clock=clock, wait=clock.wait)
