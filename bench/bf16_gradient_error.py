@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from algos.logprobs import log_probs_from_logits  # noqa: E402  the trainer's log-probs and their backward
 
 PARAMETER_MARK = "proj"  # the attention and MLP projections, the matrices LoRA adapts
 
@@ -61,8 +67,8 @@ def policy_gradient(model_dir: str, dtype: torch.dtype, batch, advantages: torch
     ids, attention, answer_mask = batch
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
     start = time.perf_counter()
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-    token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+    token_logprobs = log_probs_from_logits(logits, ids[:, 1:])
     loss = -(advantages[:, None] * token_logprobs * answer_mask[:, 1:]).sum() / len(ids)
     loss.backward()
     seconds = time.perf_counter() - start
