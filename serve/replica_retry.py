@@ -134,7 +134,7 @@ class RetryPolicy:
     def run(self, call: Callable[[Optional[float]], Any], what: str, counts: FaultCounts) -> Any:
         """`call(timeout_s)` until it returns; resent after a replica death, within the bounds. `timeout_s` is
         None on the first try (a generation takes what it takes) and the time left on a resend."""
-        attempt, deadline, died_under_it = 0, None, []
+        deadline, died_under_it = None, []
         while True:
             remaining = None if deadline is None else deadline - self.clock()
             try:
@@ -153,9 +153,9 @@ class RetryPolicy:
                 replica = replica_name(err)
                 counts.died(replica)
                 died_under_it.append(replica)
+                attempt = len(died_under_it)  # every try so far died with its replica
                 if deadline is None:
                     deadline = self.clock() + self.timeout_s
-                attempt += 1
                 if attempt > self.max_retries or self.clock() + self.backoff_s(attempt) >= deadline:
                     raise ReplicaRetryExhausted(
                         f"{what}: rollout replica {replica} died ({cause}) and {attempt - 1} resends within "

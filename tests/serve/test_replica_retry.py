@@ -104,8 +104,9 @@ def test_when_every_try_killed_its_replica_the_error_points_at_the_call_and_the_
     # a request that crashes the engine (here: an illegal instruction) kills each replacement that takes it
     deaths = [ReplicaDied(DEATH_TEXT.replace("k3xq9w", tag)) for tag in ("r1", "r2", "r3")]
     call, _ = scripted(deaths)
+    clock = FakeClock()
     with pytest.raises(ReplicaRetryExhausted) as err:
-        RetryPolicy(2, 600.0, clock=FakeClock(), wait=FakeClock().wait).run(call, "generate", FaultCounts())
+        RetryPolicy(2, 600.0, clock=clock, wait=clock.wait).run(call, "generate", FaultCounts())
     message = str(err.value)
     assert "rollout replica r3 died" in message
     assert "every try died with its replica (r1, r2, r3), so the call may be what kills them" in message
@@ -114,7 +115,7 @@ def test_when_every_try_killed_its_replica_the_error_points_at_the_call_and_the_
     # one death and no resend allowed: nothing says the call kills replicas, so the advice is the bounds alone
     call, _ = scripted([ReplicaDied()])
     with pytest.raises(ReplicaRetryExhausted) as err:
-        RetryPolicy(0, 600.0, clock=FakeClock(), wait=FakeClock().wait).run(call, "generate", FaultCounts())
+        RetryPolicy(0, 600.0, clock=clock, wait=clock.wait).run(call, "generate", FaultCounts())
     assert "every try" not in str(err.value)
     assert str(err.value).endswith(
         "did not complete it; raise actor_rollout_ref.rollout.replica_retry_max / replica_retry_timeout_s"
