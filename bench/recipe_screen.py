@@ -78,6 +78,7 @@ class Recipe:
     test_freq: int
     val_max_samples: int
     lr: float
+    lr_warmup_steps: int  # linear from lr 0 at step 1, as the engine's warm-up; 0 or -1: none
     weight_decay: float
     betas: tuple[float, float]
     grad_clip: float
@@ -112,6 +113,7 @@ RECIPE_KEYS = {
     "test_freq": "trainer.test_freq",
     "val_max_samples": "data.val_max_samples",
     "lr": "actor_rollout_ref.actor.optim.lr",
+    "lr_warmup_steps": "actor_rollout_ref.actor.optim.lr_warmup_steps",
     "weight_decay": "actor_rollout_ref.actor.optim.weight_decay",
     "betas": "actor_rollout_ref.actor.optim.betas",
     "grad_clip": "actor_rollout_ref.actor.grad_clip",
@@ -144,9 +146,16 @@ def _refuse_unless(condition: bool, what: str) -> None:
         raise SystemExit(f"recipe_screen: {what}; this bench runs only the quickstart's shape of step")
 
 
+def step_lr(recipe: Recipe, step: int) -> float:
+    """The lr of training step `step` (1-based): the engine's linear warm-up (app/engine/lr_schedule.py), then
+    constant."""
+    warm = recipe.lr_warmup_steps
+    return recipe.lr * min(1.0, (step - 1) / warm) if warm > 0 else recipe.lr
+
+
 def recipe_from_config(cfg: Any) -> Recipe:
     """The validated `TrainerRunConfig`'s values for the step; SystemExit naming the key for what the bench does not
-    run (several mini-batches or epochs, another estimator or loss, an lr schedule, dynamic sampling, a reward
+    run (several mini-batches or epochs, another estimator or loss, an lr decay, dynamic sampling, a reward
     model)."""
     actor = cfg.actor_rollout_ref.actor
     optim = actor.optim
@@ -160,9 +169,8 @@ def recipe_from_config(cfg: Any) -> Recipe:
     _refuse_unless(
         optim.warmup_style == "constant"
         and optim.lr_scheduler_type in (None, "constant")
-        and optim.lr_warmup_steps <= 0
         and optim.lr_warmup_steps_ratio == 0,
-        "actor.optim has a warm-up or a decay",
+        "actor.optim has a decay or a warm-up ratio (lr_warmup_steps is run)",
     )
     _refuse_unless(not cfg.algorithm.filter_groups.enable, "algorithm.filter_groups.enable=true")
     _refuse_unless(not cfg.algorithm.use_kl_in_reward, "algorithm.use_kl_in_reward=true")
@@ -372,6 +380,8 @@ class Runner:
                 replay = random.Random(step).sample(buffer, min(recipe.imitation_rows, len(buffer)))
                 buffer += [(p.ids, a) for p, a, s in zip(group, answers, task) if s >= recipe.imitation_min_score]
                 del buffer[: max(0, len(buffer) - recipe.imitation_buffer)]
+            for param_group in optimizer.param_groups:
+                param_group["lr"] = step_lr(recipe, step)
             metrics = self.update(model, optimizer, recipe, group, answers, advantages, replay)
             metrics |= {"step": step, "reward": float(task.mean()), "length": float(mask.sum(1).mean())}
             steps_log.append(metrics)

@@ -10,7 +10,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import recipe_screen  # noqa: E402
-from recipe_screen import compose_setting, main, parse_setting, recipe_from_config, summary_table  # noqa: E402
+from recipe_screen import (  # noqa: E402
+    compose_setting,
+    main,
+    parse_setting,
+    recipe_from_config,
+    step_lr,
+    summary_table,
+)
 
 
 def test_the_recipe_is_read_from_the_config_with_a_settings_overrides():
@@ -24,12 +31,26 @@ def test_the_recipe_is_read_from_the_config_with_a_settings_overrides():
     assert kl.use_kl_loss and kl.kl_loss_coef == 0.01  # configs/grpo_trainer.yaml's coefficient
 
 
+def test_the_warm_up_follows_the_engines_schedule():
+    from app.engine.lr_schedule import lr_factor
+    from tests.support import optim_spec
+
+    base = recipe_from_config(compose_setting("quickstart", []))
+    assert base.lr_warmup_steps == 2  # configs/quickstart.yaml
+    # lr 0 at step 1, half at step 2, then the peak: the engine's factor after step - 1 scheduler steps
+    assert [step_lr(base, step) for step in (1, 2, 3, 20)] == [0.0, base.lr / 2, base.lr, base.lr]
+    spec = optim_spec(lr=base.lr, lr_warmup_steps=2)
+    assert [step_lr(base, step) for step in range(1, 6)] == [base.lr * lr_factor(s - 1, spec) for s in range(1, 6)]
+    none = recipe_from_config(compose_setting("quickstart", ["actor_rollout_ref.actor.optim.lr_warmup_steps=-1"]))
+    assert step_lr(none, 1) == base.lr
+
+
 def test_a_step_the_bench_does_not_run_is_refused_by_its_key(tmp_path):
     cfg = compose_setting("quickstart", ["actor_rollout_ref.actor.ppo_mini_batch_size=2"])
     with pytest.raises(SystemExit, match="ppo_mini_batch_size=2 is not data.train_batch_size"):
         recipe_from_config(cfg)
     cosine = compose_setting("quickstart", ["actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"])
-    with pytest.raises(SystemExit, match="warm-up or a decay"):
+    with pytest.raises(SystemExit, match="has a decay or a warm-up ratio"):
         recipe_from_config(cosine)
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
