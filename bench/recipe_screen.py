@@ -58,6 +58,8 @@ from algos.kl import kl_penalty  # noqa: E402
 from algos.logprobs import entropy_from_logits, log_probs_from_logits  # noqa: E402
 from algos.rewards.arithmetic import compute_score  # noqa: E402
 from algos.rewards.overlong import overlong_penalty  # noqa: E402
+from app.engine.lr_schedule import lr_factor  # noqa: E402
+from app.engine.spec import OptimSpec  # noqa: E402
 
 RESULTS = "results.jsonl"  # in the --out folder: one line per finished run
 PASS_GAIN = 0.30  # issue 49's bar: a run passes when its greedy validation reward rose by this much
@@ -147,10 +149,20 @@ def _refuse_unless(condition: bool, what: str) -> None:
 
 
 def step_lr(recipe: Recipe, step: int) -> float:
-    """The lr of training step `step` (1-based): the engine's linear warm-up (app/engine/lr_schedule.py), then
-    constant."""
-    warm = recipe.lr_warmup_steps
-    return recipe.lr * min(1.0, (step - 1) / warm) if warm > 0 else recipe.lr
+    """The lr of training step `step` (1-based): the engine's factor after `step - 1` scheduler steps. The bench
+    refuses a warm-up ratio and a decay (`recipe_from_config`), so the schedule is the warm-up, then constant."""
+    spec = OptimSpec(
+        lr=recipe.lr,
+        weight_decay=recipe.weight_decay,
+        betas=recipe.betas,
+        lr_warmup_steps=recipe.lr_warmup_steps,
+        lr_warmup_steps_ratio=0.0,
+        warmup_style="constant",
+        min_lr_ratio=0.0,
+        lr_decay_steps_ratio=1.0,
+        total_training_steps=recipe.steps,
+    )
+    return recipe.lr * lr_factor(step - 1, spec)
 
 
 def recipe_from_config(cfg: Any) -> Recipe:
