@@ -35,9 +35,16 @@ BIN = Path(sys.executable).parent  # the venv's ray and python
 # the warnings of libraries (vLLM's about the CPU build, Ray's token auth)
 OTHER_LINES_BUDGET = 20
 OURS = ("data: ", "validation before training: ", "step ", "validation reward: ", "  ", "model: ")
-# Ray's own actors warn (with tracebacks) when a shared box is too loaded to answer their health checks in time; that
-# is the machine's state, not the run's chatter
-RAY_HEALTH = ("(TrainController ", "(PlacementGroupCleaner ", "(ServeController ", "(ProxyActor ")
+# Ray's own actors warn (with tracebacks) when a shared box is too loaded to answer their health checks in time, and
+# the raylet warns every few seconds while the disk under its temp dir is over 95% full; that is the machine's state,
+# not the run's chatter
+RAY_HEALTH = (
+    "(TrainController ",
+    "(PlacementGroupCleaner ",
+    "(ServeController ",
+    "(ProxyActor ",
+    "file_system_monitor.cc",
+)
 # Ray's own notices of a job starting and joining its cluster (a run started without one logs "Started a local Ray
 # instance" instead): the job manager's runtime-env line and ray.init's two lines with the cluster's addresses
 RAY_JOINED = ("Runtime env is setting up", "Connecting to existing Ray cluster", "Connected to Ray cluster")
