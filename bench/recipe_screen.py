@@ -58,6 +58,7 @@ from algos.kl import kl_penalty  # noqa: E402
 from algos.logprobs import entropy_from_logits, log_probs_from_logits  # noqa: E402
 from algos.rewards.arithmetic import compute_score  # noqa: E402
 from algos.rewards.overlong import overlong_penalty  # noqa: E402
+from app.config.schema import OptimConfig  # noqa: E402
 from app.engine.lr_schedule import lr_factor  # noqa: E402
 from app.engine.spec import OptimSpec  # noqa: E402
 
@@ -151,18 +152,8 @@ def _refuse_unless(condition: bool, what: str) -> None:
 def step_lr(recipe: Recipe, step: int) -> float:
     """The lr of training step `step` (1-based): the engine's factor after `step - 1` scheduler steps. The bench
     refuses a warm-up ratio and a decay (`recipe_from_config`), so the schedule is the warm-up, then constant."""
-    spec = OptimSpec(
-        lr=recipe.lr,
-        weight_decay=recipe.weight_decay,
-        betas=recipe.betas,
-        lr_warmup_steps=recipe.lr_warmup_steps,
-        lr_warmup_steps_ratio=0.0,
-        warmup_style="constant",
-        min_lr_ratio=0.0,
-        lr_decay_steps_ratio=1.0,
-        total_training_steps=recipe.steps,
-    )
-    return recipe.lr * lr_factor(step - 1, spec)
+    optim = OptimConfig(lr=recipe.lr, lr_warmup_steps=recipe.lr_warmup_steps, total_training_steps=recipe.steps)
+    return recipe.lr * lr_factor(step - 1, OptimSpec.from_config(optim))
 
 
 def recipe_from_config(cfg: Any) -> Recipe:
@@ -392,8 +383,9 @@ class Runner:
                 replay = random.Random(step).sample(buffer, min(recipe.imitation_rows, len(buffer)))
                 buffer += [(p.ids, a) for p, a, s in zip(group, answers, task) if s >= recipe.imitation_min_score]
                 del buffer[: max(0, len(buffer) - recipe.imitation_buffer)]
+            lr = step_lr(recipe, step)
             for param_group in optimizer.param_groups:
-                param_group["lr"] = step_lr(recipe, step)
+                param_group["lr"] = lr
             metrics = self.update(model, optimizer, recipe, group, answers, advantages, replay)
             metrics |= {"step": step, "reward": float(task.mean()), "length": float(mask.sum(1).mean())}
             steps_log.append(metrics)
