@@ -14,7 +14,8 @@ Three steps, so that the GPU machine needs only torch, transformers and peft:
 
     # here: compose each setting from the Hydra config (verl keys), with the train and validation prompts
     python bench/recipe_screen.py plan --config-name quickstart --out plan.json \\
-        --setting base= --setting "kl=actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.1"
+        --setting "base=algorithm.filter_groups.enable=false" \\
+        --setting "kl=algorithm.filter_groups.enable=false actor_rollout_ref.actor.use_kl_loss=true"
     # on the device: each setting x seeds 1..N, workers sharing the GPU, starting no run that would end after --budget-s
     python bench/recipe_screen.py run --plan plan.json --model MODEL_DIR_OR.gguf --seeds 16 --workers 4 --out results/
     # anywhere: mean gain, spread and pass rate per setting
@@ -24,7 +25,9 @@ The step (as `app/trainer/loop.py` with one mini-batch and one PPO epoch, the qu
 `train_batch_size` prompts x `rollout.n` answers; score them; add the overlong penalty; Dr. GRPO or GRPO advantages;
 one optimiser step on the policy loss at ratio 1 (on-policy: PPO's clip is inactive), plus the replayed answers, the
 KL-to-reference term (the base model, LoRA off) and the entropy bonus, each aggregated over the response budget as the
-actor does. Validation: greedy answers to the first `val_max_samples` prompts, as the trainer's.
+actor does. Validation: greedy answers to the first `val_max_samples` prompts, as the trainer's. One batch a step:
+the bench does not run DAPO's dynamic sampling, which the quickstart uses, so its settings turn it off and rank the
+rest of the step.
 """
 
 from __future__ import annotations
@@ -175,7 +178,11 @@ def recipe_from_config(cfg: Any) -> Recipe:
         and optim.lr_warmup_steps_ratio == 0,
         "actor.optim has a decay or a warm-up ratio (lr_warmup_steps is run)",
     )
-    _refuse_unless(not cfg.algorithm.filter_groups.enable, "algorithm.filter_groups.enable=true")
+    _refuse_unless(
+        not cfg.algorithm.filter_groups.enable,
+        "algorithm.filter_groups.enable=true (the bench draws one batch a step: add "
+        "algorithm.filter_groups.enable=false to every setting to rank the step without dynamic sampling)",
+    )
     _refuse_unless(not cfg.algorithm.use_kl_in_reward, "algorithm.use_kl_in_reward=true")
     _refuse_unless(not cfg.reward_model.enable, "reward_model.enable=true")
     _refuse_unless(

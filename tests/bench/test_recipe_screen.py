@@ -19,14 +19,17 @@ from recipe_screen import (  # noqa: E402
     summary_table,
 )
 
+# the quickstart's step without dynamic sampling, which the bench does not run (it draws one batch a step)
+ONE_BATCH = ["algorithm.filter_groups.enable=false"]
+
 
 def test_the_recipe_is_read_from_the_config_with_a_settings_overrides():
-    base = recipe_from_config(compose_setting("quickstart", []))
+    base = recipe_from_config(compose_setting("quickstart", ONE_BATCH))
     assert (base.prompts_per_step, base.n, base.temperature, base.max_response_length) == (4, 8, 0.7, 48)
     assert base.loss_agg_mode == "seq-mean-token-sum-norm" and base.loss_scale_factor == 48  # the response budget
     assert base.imitation_coef == 0.5 and not base.use_kl_loss and not base.norm_adv_by_std
     kl = recipe_from_config(
-        compose_setting("quickstart", parse_setting("kl=actor_rollout_ref.actor.use_kl_loss=true")[1])
+        compose_setting("quickstart", ONE_BATCH + parse_setting("kl=actor_rollout_ref.actor.use_kl_loss=true")[1])
     )
     assert kl.use_kl_loss and kl.kl_loss_coef == 0.01  # configs/grpo_trainer.yaml's coefficient
 
@@ -35,26 +38,30 @@ def test_the_warm_up_follows_the_engines_schedule():
     from app.engine.lr_schedule import lr_factor
     from tests.support import optim_spec
 
-    base = recipe_from_config(compose_setting("quickstart", []))
+    base = recipe_from_config(compose_setting("quickstart", ONE_BATCH))
     assert base.lr_warmup_steps == 2  # configs/quickstart.yaml
     # lr 0 at step 1, half at step 2, then the peak: the engine's factor after step - 1 scheduler steps
     assert [step_lr(base, step) for step in (1, 2, 3, 20)] == [0.0, base.lr / 2, base.lr, base.lr]
     spec = optim_spec(lr=base.lr, lr_warmup_steps=2)
     assert [step_lr(base, step) for step in range(1, 6)] == [base.lr * lr_factor(s - 1, spec) for s in range(1, 6)]
-    none = recipe_from_config(compose_setting("quickstart", ["actor_rollout_ref.actor.optim.lr_warmup_steps=-1"]))
+    no_warm_up = [*ONE_BATCH, "actor_rollout_ref.actor.optim.lr_warmup_steps=-1"]
+    none = recipe_from_config(compose_setting("quickstart", no_warm_up))
     assert step_lr(none, 1) == base.lr
 
 
 def test_a_step_the_bench_does_not_run_is_refused_by_its_key(tmp_path):
-    cfg = compose_setting("quickstart", ["actor_rollout_ref.actor.ppo_mini_batch_size=2"])
+    dynamic = r"algorithm\.filter_groups\.enable=true .*add algorithm\.filter_groups\.enable=false"
+    with pytest.raises(SystemExit, match=dynamic):
+        recipe_from_config(compose_setting("quickstart", []))  # the quickstart samples dynamically
+    cfg = compose_setting("quickstart", [*ONE_BATCH, "actor_rollout_ref.actor.ppo_mini_batch_size=2"])
     with pytest.raises(SystemExit, match="ppo_mini_batch_size=2 is not data.train_batch_size"):
         recipe_from_config(cfg)
-    cosine = compose_setting("quickstart", ["actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"])
+    cosine = compose_setting("quickstart", [*ONE_BATCH, "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"])
     with pytest.raises(SystemExit, match="has a decay or a warm-up ratio"):
         recipe_from_config(cosine)
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
-    custom = compose_setting("quickstart", [f"custom_reward_function.path={reward}"])
+    custom = compose_setting("quickstart", [*ONE_BATCH, f"custom_reward_function.path={reward}"])
     with pytest.raises(SystemExit, match="custom_reward_function.path is set"):
         recipe_from_config(custom)
     with pytest.raises(SystemExit, match="NAME=OVERRIDES"):
@@ -83,6 +90,7 @@ def test_a_plan_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path, monkey
     data = [f"data.train_files={tmp_path}/data/train.parquet", f"data.val_files={tmp_path}/data/test.parquet"]
     shape = ["trainer.total_training_steps=2", "trainer.test_freq=1", "data.val_max_samples=4"]
     shape += ["data.max_response_length=8", "reward_model.overlong_buffer.len=4", "actor_rollout_ref.rollout.n=2"]
+    shape += ONE_BATCH
     plan = tmp_path / "plan.json"
     overrides = " ".join(data + shape)
     kl = "actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.1"
