@@ -14,8 +14,7 @@ Three steps, so that the GPU machine needs only torch, transformers and peft:
 
     # here: compose each setting from the Hydra config (verl keys), with the train and validation prompts
     python bench/recipe_screen.py plan --config-name quickstart --out plan.json \\
-        --setting "base=algorithm.filter_groups.enable=false" \\
-        --setting "kl=algorithm.filter_groups.enable=false actor_rollout_ref.actor.use_kl_loss=true"
+        --setting base= --setting "kl=actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.1"
     # on the device: each setting x seeds 1..N, workers sharing the GPU, starting no run that would end after --budget-s
     python bench/recipe_screen.py run --plan plan.json --model MODEL_DIR_OR.gguf --seeds 16 --workers 4 --out results/
     # anywhere: mean gain, spread and pass rate per setting
@@ -25,9 +24,8 @@ The step (as `app/trainer/loop.py` with one mini-batch and one PPO epoch, the qu
 `train_batch_size` prompts x `rollout.n` answers; score them; add the overlong penalty; Dr. GRPO or GRPO advantages;
 one optimiser step on the policy loss at ratio 1 (on-policy: PPO's clip is inactive), plus the replayed answers, the
 KL-to-reference term (the base model, LoRA off) and the entropy bonus, each aggregated over the response budget as the
-actor does. Validation: greedy answers to the first `val_max_samples` prompts, as the trainer's. One batch a step:
-the bench does not run DAPO's dynamic sampling, which the quickstart uses, so its settings turn it off and rank the
-rest of the step.
+actor does; with `algorithm.filter_groups`, DAPO's dynamic sampling draws rounds of prompts until the step's groups
+score unlike, as the trainer does. Validation: greedy answers to the first `val_max_samples` prompts, as the trainer's.
 """
 
 from __future__ import annotations
@@ -56,6 +54,7 @@ from arithmetic_levels import generate_batch, load_problems  # noqa: E402
 
 from algos.advantages import compute_advantages  # noqa: E402
 from algos.aggregation import agg_loss, loss_normalizer  # noqa: E402
+from algos.group_filter import informative_groups  # noqa: E402
 from algos.imitation import self_imitation_loss  # noqa: E402
 from algos.kl import kl_penalty  # noqa: E402
 from algos.logprobs import entropy_from_logits, log_probs_from_logits  # noqa: E402
@@ -105,6 +104,8 @@ class Recipe:
     kl_loss_coef: float
     kl_loss_type: str
     entropy_coeff: float
+    filter_groups: bool
+    max_gen_batches: int
 
 
 # where each Recipe field comes from in the trainer config (verl's keys)
@@ -140,6 +141,8 @@ RECIPE_KEYS = {
     "kl_loss_coef": "actor_rollout_ref.actor.kl_loss_coef",
     "kl_loss_type": "actor_rollout_ref.actor.kl_loss_type",
     "entropy_coeff": "actor_rollout_ref.actor.entropy_coeff",
+    "filter_groups": "algorithm.filter_groups.enable",
+    "max_gen_batches": "algorithm.filter_groups.max_num_gen_batches",
 }
 
 
@@ -161,8 +164,8 @@ def step_lr(recipe: Recipe, step: int) -> float:
 
 def recipe_from_config(cfg: Any) -> Recipe:
     """The validated `TrainerRunConfig`'s values for the step; SystemExit naming the key for what the bench does not
-    run (several mini-batches or epochs, another estimator or loss, an lr decay, dynamic sampling, a reward
-    model)."""
+    run (several mini-batches or epochs, another estimator or loss, an lr decay, dynamic sampling on another metric
+    than `score`, a reward model)."""
     actor = cfg.actor_rollout_ref.actor
     optim = actor.optim
     _refuse_unless(cfg.algorithm.adv_estimator in ADVANTAGES, f"algorithm.adv_estimator={cfg.algorithm.adv_estimator}")
@@ -179,9 +182,12 @@ def recipe_from_config(cfg: Any) -> Recipe:
         "actor.optim has a decay or a warm-up ratio (lr_warmup_steps is run)",
     )
     _refuse_unless(
-        not cfg.algorithm.filter_groups.enable,
-        "algorithm.filter_groups.enable=true (the bench draws one batch a step: add "
-        "algorithm.filter_groups.enable=false to every setting to rank the step without dynamic sampling)",
+        not cfg.algorithm.filter_groups.enable or cfg.algorithm.filter_groups.metric == "score",
+        f"algorithm.filter_groups.metric={cfg.algorithm.filter_groups.metric} (dynamic sampling is run on `score`)",
+    )
+    _refuse_unless(
+        cfg.data.gen_batch_size == cfg.data.train_batch_size,
+        f"data.gen_batch_size={cfg.data.gen_batch_size} (a round draws data.train_batch_size prompts)",
     )
     _refuse_unless(not cfg.algorithm.use_kl_in_reward, "algorithm.use_kl_in_reward=true")
     _refuse_unless(not cfg.reward_model.enable, "reward_model.enable=true")
@@ -357,13 +363,10 @@ class Runner:
         buffer: list[tuple[list[int], list[int]]] = []
         curve = {0: self.validate(model, recipe)}
         steps_log = []
+        drawn = 0  # prompts taken from `order` so far
         for step in range(1, recipe.steps + 1):
-            first = ((step - 1) * recipe.prompts_per_step) % len(order)
-            picked = [self.train[order[(first + i) % len(order)]] for i in range(recipe.prompts_per_step)]
-            group = [p for p in picked for _ in range(recipe.n)]
-            torch.manual_seed(seed * 100_003 + step)
-            answers = self.generate(model, [p.ids for p in group], recipe, greedy=False)
-            scores = self.score(answers, group)
+            group, answers, scores, rounds = self.sample_batch(model, recipe, order, drawn, seed, step)
+            drawn += rounds * recipe.prompts_per_step
             task = torch.tensor([s["score"] for s in scores])
             rewards = task.clone()
             if recipe.overlong:
@@ -395,11 +398,47 @@ class Runner:
                 param_group["lr"] = lr
             metrics = self.update(model, optimizer, recipe, group, answers, advantages, replay)
             metrics |= {"step": step, "reward": float(task.mean()), "length": float(mask.sum(1).mean())}
+            metrics["rounds"] = rounds
             steps_log.append(metrics)
             if step % recipe.test_freq == 0 or step == recipe.steps:
                 curve[step] = self.validate(model, recipe)
         seconds = time.perf_counter() - started
         return {"seed": seed, "curve": curve, "steps": steps_log, "seconds": seconds}
+
+    def sample_batch(self, model, recipe: Recipe, order: list[int], drawn: int, seed: int, step: int):
+        """A step's `prompts_per_step` groups of `n` answers: (prompts per answer, answers, scores, rounds).
+
+        One round without `filter_groups`. With it, as the trainer's dynamic sampling (app/trainer/dynamic_sampling.py):
+        rounds of the next `prompts_per_step` prompts until that many groups score unlike (`algos.group_filter`) or
+        `max_gen_batches` rounds ran (0: no limit), informative groups first, then alike ones to fill the batch."""
+        per = recipe.prompts_per_step
+        kept: list[tuple[list[Prompt], list[list[int]], list[dict[str, float]]]] = []
+        alike: list[tuple[list[Prompt], list[list[int]], list[dict[str, float]]]] = []
+        rounds = 0
+        while True:
+            first = drawn + rounds * per
+            picked = [self.train[order[(first + i) % len(order)]] for i in range(per)]
+            group = [p for p in picked for _ in range(recipe.n)]
+            torch.manual_seed(seed * 100_003 + step + 1_000_003 * rounds)  # round 0: the one-batch step's seed
+            answers = self.generate(model, [p.ids for p in group], recipe, greedy=False)
+            scores = self.score(answers, group)
+            rounds += 1
+            index = [i // recipe.n for i in range(len(group))]
+            keep = informative_groups(torch.tensor([s["score"] for s in scores]), index)
+            for g in range(per):
+                rows = slice(g * recipe.n, (g + 1) * recipe.n)
+                item = (group[rows], answers[rows], scores[rows])
+                (kept if keep[g] or not recipe.filter_groups else alike).append(item)
+            limit_reached = 0 < recipe.max_gen_batches <= rounds
+            if not recipe.filter_groups or len(kept) >= per or limit_reached:
+                break
+        batch = (kept + alike)[:per]
+        return (
+            [p for b in batch for p in b[0]],
+            [a for b in batch for a in b[1]],
+            [s for b in batch for s in b[2]],
+            rounds,
+        )
 
     def update(self, model, optimizer, recipe: Recipe, group, answers, advantages, replay) -> dict[str, float]:
         model.train()

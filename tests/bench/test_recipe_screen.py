@@ -19,17 +19,14 @@ from recipe_screen import (  # noqa: E402
     summary_table,
 )
 
-# the quickstart's step without dynamic sampling, which the bench does not run (it draws one batch a step)
-ONE_BATCH = ["algorithm.filter_groups.enable=false"]
-
 
 def test_the_recipe_is_read_from_the_config_with_a_settings_overrides():
-    base = recipe_from_config(compose_setting("quickstart", ONE_BATCH))
+    base = recipe_from_config(compose_setting("quickstart", []))
     assert (base.prompts_per_step, base.n, base.temperature, base.max_response_length) == (4, 8, 0.7, 48)
     assert base.loss_agg_mode == "seq-mean-token-sum-norm" and base.loss_scale_factor == 48  # the response budget
     assert base.imitation_coef == 0.5 and not base.use_kl_loss and not base.norm_adv_by_std
     kl = recipe_from_config(
-        compose_setting("quickstart", ONE_BATCH + parse_setting("kl=actor_rollout_ref.actor.use_kl_loss=true")[1])
+        compose_setting("quickstart", parse_setting("kl=actor_rollout_ref.actor.use_kl_loss=true")[1])
     )
     assert kl.use_kl_loss and kl.kl_loss_coef == 0.01  # configs/grpo_trainer.yaml's coefficient
 
@@ -38,34 +35,80 @@ def test_the_warm_up_follows_the_engines_schedule():
     from app.engine.lr_schedule import lr_factor
     from tests.support import optim_spec
 
-    base = recipe_from_config(compose_setting("quickstart", ONE_BATCH))
+    base = recipe_from_config(compose_setting("quickstart", []))
     assert base.lr_warmup_steps == 2  # configs/quickstart.yaml
     # lr 0 at step 1, half at step 2, then the peak: the engine's factor after step - 1 scheduler steps
     assert [step_lr(base, step) for step in (1, 2, 3, 20)] == [0.0, base.lr / 2, base.lr, base.lr]
     spec = optim_spec(lr=base.lr, lr_warmup_steps=2)
     assert [step_lr(base, step) for step in range(1, 6)] == [base.lr * lr_factor(s - 1, spec) for s in range(1, 6)]
-    no_warm_up = [*ONE_BATCH, "actor_rollout_ref.actor.optim.lr_warmup_steps=-1"]
-    none = recipe_from_config(compose_setting("quickstart", no_warm_up))
+    none = recipe_from_config(compose_setting("quickstart", ["actor_rollout_ref.actor.optim.lr_warmup_steps=-1"]))
     assert step_lr(none, 1) == base.lr
 
 
 def test_a_step_the_bench_does_not_run_is_refused_by_its_key(tmp_path):
-    dynamic = r"algorithm\.filter_groups\.enable=true .*add algorithm\.filter_groups\.enable=false"
-    with pytest.raises(SystemExit, match=dynamic):
-        recipe_from_config(compose_setting("quickstart", []))  # the quickstart samples dynamically
-    cfg = compose_setting("quickstart", [*ONE_BATCH, "actor_rollout_ref.actor.ppo_mini_batch_size=2"])
+    cfg = compose_setting("quickstart", ["actor_rollout_ref.actor.ppo_mini_batch_size=2"])
     with pytest.raises(SystemExit, match="ppo_mini_batch_size=2 is not data.train_batch_size"):
         recipe_from_config(cfg)
-    cosine = compose_setting("quickstart", [*ONE_BATCH, "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"])
+    cosine = compose_setting("quickstart", ["actor_rollout_ref.actor.optim.lr_scheduler_type=cosine"])
     with pytest.raises(SystemExit, match="has a decay or a warm-up ratio"):
         recipe_from_config(cosine)
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
-    custom = compose_setting("quickstart", [*ONE_BATCH, f"custom_reward_function.path={reward}"])
+    custom = compose_setting("quickstart", [f"custom_reward_function.path={reward}"])
     with pytest.raises(SystemExit, match="custom_reward_function.path is set"):
         recipe_from_config(custom)
+    by_acc = compose_setting("quickstart", ["algorithm.filter_groups.metric=acc"])
+    with pytest.raises(SystemExit, match="filter_groups.metric=acc"):
+        recipe_from_config(by_acc)
+    wider_rounds = compose_setting("quickstart", ["data.gen_batch_size=8"])
+    with pytest.raises(SystemExit, match="data.gen_batch_size=8"):
+        recipe_from_config(wider_rounds)
     with pytest.raises(SystemExit, match="NAME=OVERRIDES"):
         parse_setting("no-equals-sign")
+
+
+class ScriptedRunner(recipe_screen.Runner):
+    """A Runner whose answers are each prompt's id and round, and whose scores a table gives: (round, prompt) ->
+    whether the group's answers score unlike."""
+
+    def __init__(self, unlike: dict[tuple[int, int], bool], prompts: int):
+        self.train = [recipe_screen.Prompt(ids=[p], ground_truth="0", level=1) for p in range(prompts)]
+        self.unlike, self.round = unlike, 0
+
+    def generate(self, model, prompts, recipe, greedy):
+        self.round += 1
+        return [[p[0], self.round] for p in prompts]
+
+    def score(self, answers, prompts):
+        scores, seen = [], {}
+        for answer in answers:
+            rank = seen[answer[0]] = seen.get(answer[0], -1) + 1  # the answer's place in its group
+            unlike = self.unlike.get((answer[1], answer[0]), False)
+            scores.append({"score": float(rank == 0) if unlike else 0.5})
+        return scores
+
+
+def test_dynamic_sampling_draws_rounds_until_the_groups_score_unlike():
+    from dataclasses import replace
+
+    # the quickstart's shape: 4 prompts of 8 answers, dynamic sampling on `score`, at most 4 rounds
+    recipe = recipe_from_config(compose_setting("quickstart", []))
+    assert (recipe.prompts_per_step, recipe.n, recipe.filter_groups, recipe.max_gen_batches) == (4, 8, True, 4)
+    # round 1 (prompts 0-3): prompts 1 and 3 score unlike; round 2 (prompts 4-7): 4, 5 and 6 do
+    unlike = {(1, 1): True, (1, 3): True, (2, 4): True, (2, 5): True, (2, 6): True}
+
+    def drawn(runner, recipe):
+        prompts, answers, scores, rounds = runner.sample_batch(None, recipe, list(range(12)), 0, 1, 1)
+        assert len(prompts) == len(answers) == len(scores) == 4 * 8
+        assert [p.ids[0] for p in prompts] == [a[0] for a in answers]  # prompts and answers stay paired
+        return [a[0] for a in answers[::8]], rounds
+
+    # informative groups in the order drawn, the surplus (prompt 6) left out, as the trainer's dynamic sampling
+    assert drawn(ScriptedRunner(unlike, 12), recipe) == ([1, 3, 4, 5], 2)
+    # out of rounds: the informative groups first, then alike ones to fill the batch
+    assert drawn(ScriptedRunner(unlike, 12), replace(recipe, max_gen_batches=1)) == ([1, 3, 0, 2], 1)
+    # without it: one round, the prompts as drawn
+    assert drawn(ScriptedRunner(unlike, 12), replace(recipe, filter_groups=False)) == ([0, 1, 2, 3], 1)
 
 
 def test_the_summary_counts_the_seeds_every_setting_finished():
@@ -90,7 +133,6 @@ def test_a_plan_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path, monkey
     data = [f"data.train_files={tmp_path}/data/train.parquet", f"data.val_files={tmp_path}/data/test.parquet"]
     shape = ["trainer.total_training_steps=2", "trainer.test_freq=1", "data.val_max_samples=4"]
     shape += ["data.max_response_length=8", "reward_model.overlong_buffer.len=4", "actor_rollout_ref.rollout.n=2"]
-    shape += ONE_BATCH
     plan = tmp_path / "plan.json"
     overrides = " ".join(data + shape)
     kl = "actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.1"
