@@ -63,10 +63,10 @@ def test_a_step_the_bench_does_not_run_is_refused_by_its_key(tmp_path):
 
 
 class ScriptedRunner(recipe_screen.Runner):
-    """A Runner whose answers are each prompt's id and round, and whose scores a table gives: (round, prompt) ->
-    whether the group's answers score unlike."""
+    """A Runner whose answers are each prompt's id and round, and whose groups score unlike exactly for the
+    (round, prompt) pairs in `unlike`."""
 
-    def __init__(self, unlike: dict[tuple[int, int], bool], prompts: int):
+    def __init__(self, unlike: set[tuple[int, int]], prompts: int):
         self.train = [recipe_screen.Prompt(ids=[p], ground_truth="0", level=1) for p in range(prompts)]
         self.unlike, self.round = unlike, 0
 
@@ -78,7 +78,7 @@ class ScriptedRunner(recipe_screen.Runner):
         scores, seen = [], {}
         for answer in answers:
             rank = seen[answer[0]] = seen.get(answer[0], -1) + 1  # the answer's place in its group
-            unlike = self.unlike.get((answer[1], answer[0]), False)
+            unlike = (answer[1], answer[0]) in self.unlike
             scores.append({"score": float(rank == 0) if unlike else 0.5})
         return scores
 
@@ -90,7 +90,7 @@ def test_dynamic_sampling_draws_rounds_until_the_groups_score_unlike():
     recipe = recipe_from_config(compose_setting("quickstart", []))
     assert (recipe.prompts_per_step, recipe.n, recipe.filter_groups, recipe.max_gen_batches) == (4, 8, True, 4)
     # round 1 (prompts 0-3): prompts 1 and 3 score unlike; round 2 (prompts 4-7): 4, 5 and 6 do
-    unlike = {(1, 1): True, (1, 3): True, (2, 4): True, (2, 5): True, (2, 6): True}
+    unlike = {(1, 1), (1, 3), (2, 4), (2, 5), (2, 6)}
 
     def drawn(runner, recipe):
         prompts, answers, scores, rounds = runner.sample_batch(None, recipe, list(range(12)), 0, 1, 1)
