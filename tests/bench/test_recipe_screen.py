@@ -2,6 +2,7 @@
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,8 +85,6 @@ class ScriptedRunner(recipe_screen.Runner):
 
 
 def test_dynamic_sampling_draws_rounds_until_the_groups_score_unlike():
-    from dataclasses import replace
-
     # the quickstart's shape: 4 prompts of 8 answers, dynamic sampling on `score`, at most 4 rounds
     recipe = recipe_from_config(compose_setting("quickstart", []))
     assert (recipe.prompts_per_step, recipe.n, recipe.filter_groups, recipe.max_gen_batches) == (4, 8, True, 4)
