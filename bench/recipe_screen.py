@@ -10,13 +10,14 @@ device with transformers' sampling, in several worker processes, so that one GPU
 Its runs are not `make run`'s to the digit (another sampler, another device): compare settings by their means and
 pass rates over many seeds, then confirm a winner with `bench/quickstart_repeat.py` on the real stack.
 
-Three steps, so that the GPU machine needs only torch, transformers and peft:
+Three steps, so that the GPU machine needs only torch, transformers and peft (and gguf for a .gguf model):
 
     # here: compose each setting from the Hydra config (verl keys), with the train and validation prompts
     python bench/recipe_screen.py plan --config-name quickstart --out plan.json \\
         --setting base= --setting "kl=actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_coef=0.1"
     # on the device: each setting x seeds 1..N, workers sharing the GPU, starting no run that would end after --budget-s
-    python bench/recipe_screen.py run --plan plan.json --model MODEL_DIR_OR.gguf --seeds 16 --workers 4 --out results/
+    # (start CUDA's MPS daemon first, `nvidia-cuda-mps-control -d`, so that the workers' small kernels overlap)
+    python bench/recipe_screen.py run --plan plan.json --model MODEL_DIR_OR.gguf --seeds 16 --workers 12 --out results/
     # anywhere: mean gain, spread and pass rate per setting
     python bench/recipe_screen.py summary results/
 
@@ -60,9 +61,6 @@ from algos.kl import kl_penalty  # noqa: E402
 from algos.logprobs import entropy_from_logits, log_probs_from_logits  # noqa: E402
 from algos.rewards.arithmetic import compute_score  # noqa: E402
 from algos.rewards.overlong import overlong_penalty  # noqa: E402
-from app.config.schema import OptimConfig  # noqa: E402
-from app.engine.lr_schedule import lr_factor  # noqa: E402
-from app.engine.spec import OptimSpec  # noqa: E402
 
 RESULTS = "results.jsonl"  # in the --out folder: one line per finished run
 PASS_GAIN = 0.30  # issue 49's bar: a run passes when its greedy validation reward rose by this much
@@ -106,6 +104,9 @@ class Recipe:
     entropy_coeff: float
     filter_groups: bool
     max_gen_batches: int
+    # the lr of each training step (index 0: step 1), the engine's schedule computed when the plan is made, so that
+    # the device needs neither the config stack nor the engine
+    step_lrs: tuple[float, ...]
 
 
 # where each Recipe field comes from in the trainer config (verl's keys)
@@ -147,7 +148,7 @@ RECIPE_KEYS = {
 
 
 def recipe_from_json(values: dict) -> Recipe:
-    return Recipe(**{**values, "betas": tuple(values["betas"])})
+    return Recipe(**values | {"betas": tuple(values["betas"]), "step_lrs": tuple(values["step_lrs"])})
 
 
 def _refuse_unless(condition: bool, what: str) -> None:
@@ -155,11 +156,20 @@ def _refuse_unless(condition: bool, what: str) -> None:
         raise SystemExit(f"recipe_screen: {what}; this bench runs only the quickstart's shape of step")
 
 
+def engine_step_lrs(lr: float, lr_warmup_steps: int, steps: int) -> tuple[float, ...]:
+    """The lr of each training step: the engine's factor after `step - 1` scheduler steps. The bench refuses a warm-up
+    ratio and a decay (`recipe_from_config`), so the schedule is the warm-up, then constant."""
+    from app.config.schema import OptimConfig
+    from app.engine.lr_schedule import lr_factor
+    from app.engine.spec import OptimSpec
+
+    spec = OptimSpec.from_config(OptimConfig(lr=lr, lr_warmup_steps=lr_warmup_steps, total_training_steps=steps))
+    return tuple(lr * lr_factor(step - 1, spec) for step in range(1, steps + 1))
+
+
 def step_lr(recipe: Recipe, step: int) -> float:
-    """The lr of training step `step` (1-based): the engine's factor after `step - 1` scheduler steps. The bench
-    refuses a warm-up ratio and a decay (`recipe_from_config`), so the schedule is the warm-up, then constant."""
-    optim = OptimConfig(lr=recipe.lr, lr_warmup_steps=recipe.lr_warmup_steps, total_training_steps=recipe.steps)
-    return recipe.lr * lr_factor(step - 1, OptimSpec.from_config(optim))
+    """The lr of training step `step` (1-based), as the plan computed it."""
+    return recipe.step_lrs[step - 1]
 
 
 def recipe_from_config(cfg: Any) -> Recipe:
@@ -196,7 +206,8 @@ def recipe_from_config(cfg: Any) -> Recipe:
         "custom_reward_function.path is set (the bench scores the built-in arithmetic task)",
     )
     values = {name: attrgetter(key)(cfg) for name, key in RECIPE_KEYS.items()}
-    return Recipe(**values | {"betas": tuple(values["betas"])})
+    step_lrs = engine_step_lrs(values["lr"], values["lr_warmup_steps"], values["steps"])
+    return Recipe(**values | {"betas": tuple(values["betas"]), "step_lrs": step_lrs})
 
 
 # ---------------------------------------------------------------- plan (here, with the project's config stack)

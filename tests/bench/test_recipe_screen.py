@@ -175,6 +175,30 @@ def test_a_plan_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path, monkey
     assert "| base | 1 |" in table and "| kl | 1 |" in table
 
 
+def test_a_plan_runs_where_the_config_stack_is_not_installed(tiny_model_dir, tmp_path):
+    """The device that runs a plan has torch, transformers and peft only: `run` must not import Hydra, OmegaConf, Ray
+    or vLLM (the lr schedule comes in the plan). The subprocess blocks those imports."""
+    import subprocess
+
+    from app.prepare import prepare_arithmetic
+
+    prepare_arithmetic(str(tmp_path / "data"), train_size=8, test_size=4, seed=3)
+    shape = [f"data.train_files={tmp_path}/data/train.parquet", f"data.val_files={tmp_path}/data/test.parquet"]
+    shape += ["trainer.total_training_steps=1", "data.val_max_samples=2", "data.max_response_length=4"]
+    shape += ["reward_model.overlong_buffer.len=2", "actor_rollout_ref.rollout.n=2"]
+    plan = tmp_path / "plan.json"
+    main(["plan", "--out", str(plan), "--setting", "base=" + " ".join(shape)])
+    bench = Path(recipe_screen.__file__)
+    blocked = "import runpy, sys\nfor name in ('hydra', 'omegaconf', 'ray', 'vllm'):\n    sys.modules[name] = None\n"
+    argv = ["run", "--plan", str(plan), "--model", str(tiny_model_dir), "--device", "cpu", "--seeds", "1"]
+    argv += ["--out", str(tmp_path / "results")]
+    script = blocked + f"sys.argv = {[str(bench)] + argv!r}\nrunpy.run_path({str(bench)!r}, run_name='__main__')\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(r)["setting"] for r in rows] == ["base"]
+
+
 def test_log_probs_of_a_padded_batch_equal_each_row_alone(tiny_model_dir):
     """Rows of different prompt and answer lengths share a batch (prompts left-padded, answers right-padded); each
     answer token's log-prob must be what the model gives that row without any padding."""
