@@ -61,6 +61,7 @@ from algos.kl import kl_penalty  # noqa: E402
 from algos.logprobs import entropy_from_logits, log_probs_from_logits  # noqa: E402
 from algos.rewards.arithmetic import compute_score  # noqa: E402
 from algos.rewards.overlong import overlong_penalty  # noqa: E402
+from app.trainer.dynamic_sampling import informative_rounds  # noqa: E402
 
 RESULTS = "results.jsonl"  # in the --out folder: one line per finished run
 PASS_GAIN = 0.30  # issue 49's bar: a run passes when its greedy validation reward rose by this much
@@ -419,36 +420,41 @@ class Runner:
     def sample_batch(self, model, recipe: Recipe, order: list[int], drawn: int, seed: int, step: int):
         """A step's `prompts_per_step` groups of `n` answers: (prompts per answer, answers, scores, rounds).
 
-        One round without `filter_groups`. With it, as the trainer's dynamic sampling (app/trainer/dynamic_sampling.py):
-        rounds of the next `prompts_per_step` prompts until that many groups score unlike (`algos.group_filter`) or
-        `max_gen_batches` rounds ran (0: no limit), informative groups first, then alike ones to fill the batch."""
-        per = recipe.prompts_per_step
-        kept: list[tuple[list[Prompt], list[list[int]], list[dict[str, float]]]] = []
-        alike: list[tuple[list[Prompt], list[list[int]], list[dict[str, float]]]] = []
-        rounds = 0
-        while True:
-            first = drawn + rounds * per
-            picked = [self.train[order[(first + i) % len(order)]] for i in range(per)]
-            group = [p for p in picked for _ in range(recipe.n)]
-            torch.manual_seed(seed * 100_003 + step + 1_000_003 * rounds)  # round 0: the one-batch step's seed
+        One round without `filter_groups`. With it, the trainer's dynamic sampling loop
+        (`app.trainer.dynamic_sampling.informative_rounds`): rounds of the next `prompts_per_step` prompts until that
+        many groups score unlike or `max_gen_batches` rounds ran (0: no limit), informative groups first, then alike
+        ones to fill the batch."""
+        per, n = recipe.prompts_per_step, recipe.n
+        index = [i // n for i in range(per * n)]  # group ids of a round's answers
+        number = 0  # rounds drawn so far: where the next round's prompts start, and its sampling seed
+
+        def next_round() -> tuple[list[Prompt], list[list[int]], list[dict[str, float]]]:
+            nonlocal number
+            first = drawn + number * per
+            group = [self.train[order[(first + i) % len(order)]] for i in range(per) for _ in range(n)]
+            torch.manual_seed(seed * 100_003 + step + 1_000_003 * number)  # round 0: the one-batch step's seed
+            number += 1
             answers = self.generate(model, [p.ids for p in group], recipe, greedy=False)
-            scores = self.score(answers, group)
-            rounds += 1
-            index = [i // recipe.n for i in range(len(group))]
-            keep = informative_groups(torch.tensor([s["score"] for s in scores]), index)
-            for g in range(per):
-                rows = slice(g * recipe.n, (g + 1) * recipe.n)
-                item = (group[rows], answers[rows], scores[rows])
-                (kept if keep[g] or not recipe.filter_groups else alike).append(item)
-            limit_reached = 0 < recipe.max_gen_batches <= rounds
-            if not recipe.filter_groups or len(kept) >= per or limit_reached:
-                break
-        batch = (kept + alike)[:per]
+            return group, answers, self.score(answers, group)
+
+        def informative_of(scored) -> dict[int, bool]:
+            if not recipe.filter_groups:
+                return dict.fromkeys(range(per), True)
+            return informative_groups(torch.tensor([s["score"] for s in scored[2]]), index)
+
+        rounds, picks, counts = informative_rounds(
+            next_round,
+            informative_of,
+            per,
+            recipe.max_gen_batches if recipe.filter_groups else 1,
+            global_min=lambda kept: kept,
+        )
+        rows = [(rounds[r], slice(g * n, (g + 1) * n)) for r, g in picks]
         return (
-            [p for b in batch for p in b[0]],
-            [a for b in batch for a in b[1]],
-            [s for b in batch for s in b[2]],
-            rounds,
+            [p for scored, r in rows for p in scored[0][r]],
+            [a for scored, r in rows for a in scored[1][r]],
+            [s for scored, r in rows for s in scored[2][r]],
+            counts["rounds"],
         )
 
     def update(self, model, optimizer, recipe: Recipe, group, answers, advantages, replay) -> dict[str, float]:

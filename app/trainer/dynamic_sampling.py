@@ -10,18 +10,71 @@ counting them, so a hard stretch of data slows learning instead of ending the jo
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Hashable, TypeVar
 
 import torch
 
 from algos.group_filter import informative_groups
 from app.trainer.rollout_batch import RolloutGroup, concat_groups, select_rows
 
-Round = Callable[[], tuple[RolloutGroup, dict[str, float]]]
+R = TypeVar("R")  # one round of generated and scored groups, of whatever kind the caller draws
+Pick = tuple[int, Hashable]  # a group of the batch: (its round, its group id)
+
+
+def informative_rounds(
+    next_round: Callable[[], R],
+    informative_of: Callable[[R], dict[Hashable, bool]],
+    groups_needed: int,
+    max_rounds: int,
+    global_min: Callable[[int], int],
+) -> tuple[list[R], list[Pick], dict[str, int]]:
+    """Dynamic sampling's round loop, over any kind of round (the trainer's and bench/recipe_screen.py's).
+
+    Args:
+        next_round: generates and scores one round.
+        informative_of: {group id: its samples disagree on the filter metric} of a round, in batch order
+            (`algos.group_filter.informative_groups`).
+        groups_needed: groups (prompts) this rank trains on: its share of data.train_batch_size.
+        max_rounds: rounds at most (0: no limit).
+        global_min: the minimum of an int over the ranks (identity on one rank).
+
+    Returns:
+        the rounds drawn; the batch's `groups_needed` groups as (round, group id), informative ones first in the order
+        drawn, then, when the rounds ran out, uninformative ones in the order drawn; and the counts `rounds`,
+        `generated`, `kept`, `dropped`, `padded` (groups, this rank).
+    """
+    rounds: list[R] = []
+    kept: list[Pick] = []
+    spare: list[Pick] = []
+    counts = {"rounds": 0, "generated": 0, "kept": 0, "dropped": 0, "padded": 0}
+    while True:
+        rounds.append(next_round())
+        number = counts["rounds"]
+        counts["rounds"] += 1
+        keep = informative_of(rounds[-1])
+        counts["generated"] += len(keep)
+        good = [uid for uid, k in keep.items() if k][: groups_needed - counts["kept"]]
+        bad = [uid for uid, k in keep.items() if not k]
+        counts["dropped"] += len(bad)
+        counts["kept"] += len(good)
+        kept += [(number, uid) for uid in good]
+        spare += [(number, uid) for uid in bad]
+        if global_min(counts["kept"]) >= groups_needed or 0 < max_rounds <= counts["rounds"]:
+            break
+    missing = groups_needed - counts["kept"]
+    if missing > len(spare):
+        raise RuntimeError(
+            f"dynamic sampling: {counts['generated']} groups generated in {counts['rounds']} "
+            f"rounds, fewer than the {groups_needed} this rank trains on"
+        )
+    if missing > 0:
+        kept += spare[:missing]
+        counts["padded"] = missing
+    return rounds, kept, counts
 
 
 def fill_with_informative_groups(
-    next_round: Round,
+    next_round: Callable[[], tuple[RolloutGroup, dict[str, float]]],
     metric_of: Callable[[RolloutGroup], torch.Tensor],
     groups_needed: int,
     max_rounds: int,
@@ -33,52 +86,29 @@ def fill_with_informative_groups(
     Args:
         next_round: generates and scores one round; returns the scored group and its reward metrics.
         metric_of: `(samples,)` the filter metric of a scored group.
-        groups_needed: groups (prompts) this rank trains on: its share of data.train_batch_size.
-        max_rounds: rounds at most (0: no limit).
-        global_min: the minimum of an int over the ranks (identity on one rank).
+        groups_needed, max_rounds, global_min: as `informative_rounds`.
 
     Returns:
         the batch (exactly `groups_needed` groups, informative ones first), the reward metrics averaged over rounds,
-        and the counts `rounds`, `generated`, `kept`, `dropped`, `padded` (groups, this rank).
+        and the counts of `informative_rounds`.
     """
-    kept: list[RolloutGroup] = []
-    spare: list[RolloutGroup] = []
-    round_metrics: list[dict[str, float]] = []
-    counts = {"rounds": 0, "generated": 0, "kept": 0, "dropped": 0, "padded": 0}
-    while True:
-        group, metrics = next_round()
-        round_metrics.append(metrics)
-        counts["rounds"] += 1
-        keep = informative_groups(metric_of(group), group.uid)
-        counts["generated"] += len(keep)
-        good = [uid for uid, k in keep.items() if k][: groups_needed - counts["kept"]]
-        bad = [uid for uid, k in keep.items() if not k]
-        counts["dropped"] += len(bad)
-        counts["kept"] += len(good)
-        kept.append(_groups(group, good))
-        spare.append(_groups(group, bad))
-        if global_min(counts["kept"]) >= groups_needed or 0 < max_rounds <= counts["rounds"]:
-            break
-    missing = groups_needed - counts["kept"]
-    if missing > 0:
-        filler = concat_groups(spare, pad_token_id) if any(len(s.uid) for s in spare) else None
-        uids = list(dict.fromkeys(filler.uid))[:missing] if filler is not None else []
-        if len(uids) < missing:
-            raise RuntimeError(
-                f"dynamic sampling: {counts['generated']} groups generated in {counts['rounds']} "
-                f"rounds, fewer than the {groups_needed} this rank trains on"
-            )
-        kept.append(_groups(filler, uids))
-        counts["padded"] = missing
+    rounds, picks, counts = informative_rounds(
+        next_round,
+        lambda scored: informative_groups(metric_of(scored[0]), scored[0].uid),
+        groups_needed,
+        max_rounds,
+        global_min,
+    )
+    batch = concat_groups([_group(rounds[number][0], uid) for number, uid in picks], pad_token_id)
+    round_metrics = [metrics for _, metrics in rounds]
     names = sorted({k for m in round_metrics for k in m})
     mean = {k: sum(m.get(k, 0.0) for m in round_metrics) / len(round_metrics) for k in names}
-    return concat_groups([g for g in kept if len(g.uid)], pad_token_id), mean, counts
+    return batch, mean, counts
 
 
-def _groups(group: RolloutGroup, uids: list) -> RolloutGroup:
-    """The samples of the groups `uids`, in batch order."""
-    wanted = set(uids)
-    return select_rows(group, [row for row, uid in enumerate(group.uid) if uid in wanted])
+def _group(scored: RolloutGroup, uid: Hashable) -> RolloutGroup:
+    """The samples of group `uid`, in batch order."""
+    return select_rows(scored, [row for row, u in enumerate(scored.uid) if u == uid])
 
 
 FILTER_COUNTS = ("generated", "kept", "dropped", "padded")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from yes_no_rollout import YesNoRollout
 
-from app.trainer.dynamic_sampling import fill_with_informative_groups, filter_metric
+from app.trainer.dynamic_sampling import fill_with_informative_groups, filter_metric, informative_rounds
 from app.trainer.rollout_batch import RolloutGroup, build_rollout_batch, concat_groups
 
 PAD = 0
@@ -90,6 +90,22 @@ def test_when_rounds_run_out_uninformative_groups_fill_the_batch_and_are_counted
     group, _, counts = fill([only], groups_needed=3, max_rounds=1)
     assert list(dict.fromkeys(group.uid)) == ["a1", "a0", "a2"]  # the informative group first
     assert counts == {"rounds": 1, "generated": 3, "kept": 1, "dropped": 2, "padded": 2}
+
+
+def test_the_round_loop_picks_groups_from_any_kind_of_round():
+    # a round here is its {group id: informative} itself; the bench's rounds are lists, the trainer's RolloutGroups
+    def loop(rounds, groups_needed, max_rounds):
+        it = iter(rounds)
+        return informative_rounds(lambda: next(it), lambda r: r, groups_needed, max_rounds, global_min=lambda k: k)
+
+    drawn, picks, counts = loop([{"a": False, "b": True}, {"c": True, "d": True}, None], 2, 0)
+    assert picks == [(0, "b"), (1, "c")] and len(drawn) == 2  # d: more than the batch needs
+    assert counts == {"rounds": 2, "generated": 4, "kept": 2, "dropped": 1, "padded": 0}
+    # out of rounds: alike groups fill the batch after the informative ones, each in the order drawn
+    _, picks, counts = loop([{"a": False, "b": True}, {"c": False, "d": False}], 3, 2)
+    assert picks == [(0, "b"), (0, "a"), (1, "c")] and counts["padded"] == 2
+    with pytest.raises(RuntimeError, match="2 groups generated in 1 rounds, fewer than the 3"):
+        loop([{"a": False, "b": False}], 3, 1)
 
 
 def test_all_ranks_run_the_same_number_of_rounds():
