@@ -5,7 +5,10 @@ sampled reward next to the greedy reward, the share of prompts whose group of `n
 same score: only those give GRPO a non-zero advantage), the share of samples cut at the token limit, and the mean
 reward per difficulty level. Where the reward returns `formatted` and `acc` (the arithmetic task's), a second table
 says how often the samples use the answer format and how often marked and unmarked samples are right: a format
-that is sampled rarely, and right less often than plain answers, is what a run can lose (docs/results.md).
+that is sampled rarely, and right less often than plain answers, is what a run can lose (docs/results.md). A third
+table says, per level, what the samples hold that greedy decoding does not: how often a sample is right, how often
+the group's most common answer is (majority vote), and how often any of the `n` is. A trained policy whose greedy
+answers sit well under its "right in any" share has right answers left to sharpen toward.
 
     python bench/sampling_signal.py [--data data/arithmetic/train.parquet] [--prompts 64] [--n 8]
         [--max-tokens 64] [--temperatures 1.0 0.7 0.5]
@@ -17,7 +20,7 @@ import argparse
 import os
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -42,6 +45,7 @@ def main() -> int:
     from vllm.inputs import TokensPrompt
 
     from algos.rewards.default import default_compute_score
+    from algos.rewards.gsm8k import extract_answer
     from app.config.schema import DataConfig
     from app.data import PromptDataOptions, load_prompt_dataset
     from app.engine.precision import cpu_has_native_bf16, resolve_auto_dtype
@@ -73,7 +77,11 @@ def main() -> int:
                 score, extra = split_score(
                     default_compute_score(rec.data_source, c.text, rec.ground_truth, rec.extra_info)
                 )
-                group.append(Sample(score, c.finish_reason == "length", extra.get("formatted"), extra.get("acc")))
+                # the graded number, as the arithmetic and GSM8K rewards read it: the marked one, else the last
+                answer = extract_answer(c.text, "strict") or extract_answer(c.text, "flexible")
+                group.append(
+                    Sample(score, c.finish_reason == "length", extra.get("formatted"), extra.get("acc"), answer)
+                )
             out.append(group)
         return out
 
@@ -102,6 +110,13 @@ def main() -> int:
     if all(s.formatted is not None and s.acc is not None for g in greedy for s in g):
         print("\nthe answer format (the reward's `formatted`) and accuracy (`acc`) of marked and of unmarked samples:")
         print(format_table([("greedy", greedy)] + [(f"{t:.2f}", sampled[t]) for t in args.temperatures]))
+        for t in args.temperatures:
+            print(f"\nwhat the {args.n} samples at temperature {t:.2f} hold, per level (accuracy):")
+            problems = [
+                (rec.extra_info.get("level"), rec.ground_truth, g[0], s)
+                for rec, g, s in zip(records, greedy, sampled[t])
+            ]
+            print(holdings_table(problems))
     return 0
 
 
@@ -111,6 +126,7 @@ class Sample:
     cut: bool  # stopped at the token limit
     formatted: Optional[float]  # the reward's extras, where it returns them
     acc: Optional[float]
+    answer: Optional[str] = None  # the graded number
 
 
 def _share(values: list) -> str:
@@ -133,6 +149,40 @@ def format_table(rows: list[tuple[str, list[list[Sample]]]]) -> str:
             f"| {_share([any(s.formatted for s in g) for g in groups])} "
             f"| {_share([any(s.formatted and s.acc for s in g) for g in groups])} "
             f"| {_share(marked)} | {_share(plain)} |"
+        )
+    return "\n".join(lines)
+
+
+def majority_right(samples: list[Sample], gold: str) -> bool:
+    """Whether the group's most common graded number is right (numbers compared as the reward does; a tie goes to
+    the answer drawn first; no number at all is an answer of its own)."""
+    from algos.rewards.numbers import numbers_equal, parse_number
+
+    def key(answer: Optional[str]):
+        value = parse_number(answer) if answer is not None else None
+        return value if value is not None else answer
+
+    votes = Counter(key(s.answer) for s in samples)
+    top = votes.most_common(1)[0][0]  # most_common's sort is stable: among equal counts the first drawn
+    return top is not None and numbers_equal(str(top), gold)
+
+
+def holdings_table(problems: list[tuple[object, str, Sample, list[Sample]]]) -> str:
+    """Per level (and all), from ``(level, gold, greedy sample, sampled group)`` per problem: greedy accuracy, the mean
+    accuracy of the samples, majority-vote accuracy, and the share of problems with a right answer among the group."""
+    by_level = defaultdict(list)
+    for problem in problems:
+        by_level[problem[0]].append(problem)
+    lines = [
+        "| level | problems | greedy | a sample | majority vote | right in any |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, rows in [*sorted(by_level.items(), key=lambda kv: str(kv[0])), ("all", problems)]:
+        lines.append(
+            f"| {name} | {len(rows)} | {_share([g.acc for _, _, g, _ in rows])} "
+            f"| {_share([statistics.mean(s.acc for s in group) for _, _, _, group in rows])} "
+            f"| {_share([majority_right(group, gold) for _, gold, _, group in rows])} "
+            f"| {_share([any(s.acc for s in group) for _, _, _, group in rows])} |"
         )
     return "\n".join(lines)
 
