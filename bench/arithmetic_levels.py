@@ -4,7 +4,8 @@ Validation logs one figure per data source. Two runs of the quickstart can end a
 levels, or at different accuracies through one level; this splits the figure by the level each problem was generated
 at (`extra_info.level`, 1-4: app/data/arithmetic_task.py) and prints, per model, how many problems of each level it
 answered right (`acc`), right with the `#### N` line (`strict`) and with the line at all (`formatted`), beside the
-mean reward (`reward`, the quickstart's validation figure).
+mean reward (`reward`, the quickstart's validation figure), and how many mark two different numbers (`marks differ`:
+the reward grades the last, so a right answer followed by another marked number counts as wrong).
 
     python bench/arithmetic_levels.py MODEL_DIR [MODEL_DIR ...] [--data data/arithmetic/test.parquet]
         [--max-samples 128] [--max-tokens 48]
@@ -26,8 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from algos.rewards.arithmetic import compute_score  # noqa: E402
+from algos.rewards.gsm8k import marked_answers  # noqa: E402
+from algos.rewards.numbers import parse_number  # noqa: E402
 
-FIELDS = ("acc", "strict", "formatted")  # shares of answers; the reward's mean (its `score`) comes first
+FIELDS = ("acc", "strict", "formatted", "marks differ")  # shares of answers; the reward's mean comes first
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,9 @@ def level_table(problems: Sequence[Problem], answers: Sequence[str]) -> str:
         raise ValueError(f"{len(answers)} answers for {len(problems)} problems")
     by_level: dict[int, list[dict[str, float]]] = {}
     for problem, answer in zip(problems, answers):
-        by_level.setdefault(problem.level, []).append(compute_score(answer, problem.ground_truth))
+        marks = {parse_number(mark) for mark in marked_answers(answer)}
+        scored = compute_score(answer, problem.ground_truth) | {"marks differ": float(len(marks) > 1)}
+        by_level.setdefault(problem.level, []).append(scored)
     rows = [(f"level {level}", by_level[level]) for level in sorted(by_level)]
     rows.append(("all", [score for scores in by_level.values() for score in scores]))
     lines = ["| level | problems | reward | " + " | ".join(FIELDS) + " |", "|---|---|---|" + "---|" * len(FIELDS)]

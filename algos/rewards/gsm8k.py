@@ -14,13 +14,18 @@ _STRICT_RE = re.compile(r"####\s*\$?\s*(" + NUMBER_PATTERN + ")")
 METHODS = ("strict", "flexible")
 
 
+def marked_answers(solution_str: str) -> list[str]:
+    """Every number marked as ``#### N`` in the text, in order, as written."""
+    return _STRICT_RE.findall(solution_str)
+
+
 def extract_answer(solution_str: str, method: str = "strict") -> str | None:
     """The model's final answer as written (commas kept), or None when none is found.
 
     ``strict`` takes the number after the last ``####``; ``flexible`` takes the last number anywhere.
     """
     if method == "strict":
-        found = _STRICT_RE.findall(solution_str)
+        found = marked_answers(solution_str)
         return found[-1] if found else None
     if method == "flexible":
         return last_number(solution_str)

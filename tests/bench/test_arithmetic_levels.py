@@ -16,18 +16,19 @@ def problem(ground_truth: str, level: int) -> Problem:
 
 
 def test_the_table_scores_each_level_and_all_problems():
-    problems = [problem("3", 1), problem("5", 1), problem("12", 2)]
+    problems = [problem("3", 1), problem("5", 1), problem("12", 2), problem("4", 2)]
     answers = [
-        "2 + 1 = 3\n#### 3",  # right, marked
+        "2 + 1 = 3\n#### 3\n#### 3.0",  # right, marked twice with one number
         "4 + 1 = 5",  # right, unmarked: acc without strict
         "#### 11",  # marked, wrong: formatted only
+        "3 + 1 = 4\n#### 4\n#### 3",  # a right mark, then another number: graded wrong, marks differ
     ]
     lines = level_table(problems, answers).splitlines()
-    assert lines[0] == "| level | problems | reward | acc | strict | formatted |"
+    assert lines[0] == "| level | problems | reward | acc | strict | formatted | marks differ |"
     assert lines[2:] == [
-        "| level 1 | 2 | 0.750 | 1.00 | 0.50 | 0.50 |",  # rewards 1 and 0.5
-        "| level 2 | 1 | 0.100 | 0.00 | 0.00 | 1.00 |",  # the format's 0.1
-        "| all | 3 | 0.533 | 0.67 | 0.33 | 0.67 |",  # 1.6 / 3; 2, 1 and 2 of 3
+        "| level 1 | 2 | 0.750 | 1.00 | 0.50 | 0.50 | 0.00 |",  # rewards 1 and 0.5
+        "| level 2 | 2 | 0.100 | 0.00 | 0.00 | 1.00 | 0.50 |",  # the format's 0.1 twice
+        "| all | 4 | 0.425 | 0.50 | 0.25 | 0.75 | 0.25 |",  # 1.7 / 4; 2, 1, 3 and 1 of 4
     ]
 
 
@@ -52,7 +53,7 @@ def test_a_model_folder_is_answered_greedily_and_counted_by_the_levels_of_the_da
     assert counted == {f"level {level}": count for level, count in levels.items()}
     [all_row] = [line for line in out.splitlines() if line.startswith("| all |")]
     # ten problems; a random tiny model writes no "#### N" line in 3 tokens
-    assert all_row.startswith("| all | 10 | 0.") and all_row.endswith("| 0.00 |")
+    assert all_row.startswith("| all | 10 | 0.") and all_row.endswith("| 0.00 | 0.00 |")
 
 
 def test_prompts_of_another_task_are_refused_naming_the_file(tmp_path):

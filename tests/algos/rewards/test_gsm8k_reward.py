@@ -1,6 +1,6 @@
 import pytest
 
-from algos.rewards.gsm8k import compute_score, extract_answer
+from algos.rewards.gsm8k import compute_score, extract_answer, marked_answers
 
 
 @pytest.mark.parametrize(
@@ -19,6 +19,12 @@ from algos.rewards.gsm8k import compute_score, extract_answer
 def test_extract_answer(text, strict, flexible):
     assert extract_answer(text, "strict") == strict
     assert extract_answer(text, "flexible") == flexible
+
+
+def test_marked_answers_are_every_marked_number_in_order():
+    assert marked_answers("9 - 8 = 1\n#### 1\n#### 9") == ["1", "9"]  # the strict answer is the last: 9
+    assert marked_answers("#### 1,250 then ####$18") == ["1,250", "18"]
+    assert marked_answers("no marker, 12") == []
 
 
 def test_unknown_method_is_an_error():
