@@ -8,16 +8,18 @@ mean reward (`reward`, the quickstart's validation figure), and how many mark tw
 the reward grades the last, so a right answer followed by another marked number counts as wrong).
 
     python bench/arithmetic_levels.py MODEL_DIR [MODEL_DIR ...] [--data data/arithmetic/test.parquet]
-        [--max-samples 128] [--max-tokens 48]
+        [--max-samples 128] [--max-tokens 48] [--answers FILE.jsonl]
 
 MODEL_DIR is a Hugging Face folder: the imported base model or a run's `hf_model`. The defaults are the quickstart's
-validation: its first 128 problems, 48 new tokens. Generation is greedy with transformers (bf16 where the CPU has
+validation: its first 128 problems, 48 new tokens. `--answers` writes every answer, one JSON line each (model, level,
+ground truth, answer), to read what a model got wrong. Generation is greedy with transformers (bf16 where the CPU has
 native bf16, else fp32), not vLLM, so a total can differ from the run's logged validation by an answer or two.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,10 +127,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=REPO / "data/arithmetic/test.parquet")
     parser.add_argument("--max-samples", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--answers", type=Path, help="write every answer here as JSON lines")
     args = parser.parse_args(argv)
     problems = load_problems(args.data, args.max_samples)
+    dumped = []
     for model_dir in args.models:
-        print(f"{model_dir}\n\n{level_table(problems, greedy_answers(model_dir, problems, args.max_tokens))}\n")
+        answers = greedy_answers(model_dir, problems, args.max_tokens)
+        print(f"{model_dir}\n\n{level_table(problems, answers)}\n")
+        dumped += [
+            {"model": str(model_dir), "level": p.level, "ground_truth": p.ground_truth, "answer": a}
+            for p, a in zip(problems, answers)
+        ]
+    if args.answers:
+        args.answers.write_text("".join(json.dumps(row) + "\n" for row in dumped))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """bench/arithmetic_levels.py: greedy answers of a model on the arithmetic task, scored per difficulty level."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -42,8 +43,16 @@ def test_a_model_folder_is_answered_greedily_and_counted_by_the_levels_of_the_da
 
     prepare_arithmetic(str(tmp_path), train_size=4, test_size=12, seed=3)
     data = tmp_path / "test.parquet"
-    main([str(tiny_model_dir), "--data", str(data), "--max-samples", "10", "--max-tokens", "3"])
+    dump = tmp_path / "answers.jsonl"
+    main([str(tiny_model_dir), "--data", str(data), "--max-samples", "10", "--max-tokens", "3", "--answers", str(dump)])
     out = capsys.readouterr().out
+    rows = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert all(set(r) == {"model", "level", "ground_truth", "answer"} and isinstance(r["answer"], str) for r in rows)
+    # one line per problem, in the data's order, with the model, its level and ground truth
+    assert [(r["model"], r["level"], r["ground_truth"]) for r in rows] == [
+        (str(tiny_model_dir), int(info["level"]), str(truth["ground_truth"]))
+        for info, truth in zip(pd.read_parquet(data).extra_info[:10], pd.read_parquet(data).reward_model[:10])
+    ]
     levels = pd.Series([row["level"] for row in pd.read_parquet(data).extra_info[:10]]).value_counts()
     counted = {
         cells[0]: int(cells[1])
