@@ -163,7 +163,7 @@ def majority_right(samples: list[Sample], gold: str) -> bool:
         return value if value is not None else answer
 
     votes = Counter(key(s.answer) for s in samples)
-    top = votes.most_common(1)[0][0]  # most_common's sort is stable: among equal counts the first drawn
+    top = votes.most_common(1)[0][0]  # of equal counts, most_common keeps the one counted first
     return top is not None and numbers_equal(str(top), gold)
 
 
