@@ -46,14 +46,15 @@ def test_a_model_folder_is_answered_greedily_and_counted_by_the_levels_of_the_da
     dump = tmp_path / "answers.jsonl"
     main([str(tiny_model_dir), "--data", str(data), "--max-samples", "10", "--max-tokens", "3", "--answers", str(dump)])
     out = capsys.readouterr().out
+    frame = pd.read_parquet(data)
     rows = [json.loads(line) for line in dump.read_text().splitlines()]
     assert all(set(r) == {"model", "level", "ground_truth", "answer"} and isinstance(r["answer"], str) for r in rows)
     # one line per problem, in the data's order, with the model, its level and ground truth
     assert [(r["model"], r["level"], r["ground_truth"]) for r in rows] == [
         (str(tiny_model_dir), int(info["level"]), str(truth["ground_truth"]))
-        for info, truth in zip(pd.read_parquet(data).extra_info[:10], pd.read_parquet(data).reward_model[:10])
+        for info, truth in zip(frame.extra_info[:10], frame.reward_model[:10])
     ]
-    levels = pd.Series([row["level"] for row in pd.read_parquet(data).extra_info[:10]]).value_counts()
+    levels = pd.Series([row["level"] for row in frame.extra_info[:10]]).value_counts()
     counted = {
         cells[0]: int(cells[1])
         for cells in (line.strip("| ").split(" | ") for line in out.splitlines())
