@@ -8,6 +8,7 @@ warnings and errors from every library, and this package's INFO notices (such as
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -35,9 +36,12 @@ QUIET_ENV = {
     # libraries' deprecation notices about their own internals, printed by every replica and worker
     "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
 }
-# loggers that print INFO lines about the machinery on the driver and in the workers (Serve's app start, handles;
-# huggingface_hub's "Model weights successfully saved" when the final model is written)
+# loggers that print INFO lines about the machinery on the driver and in the workers (Serve's app start, handles)
 CHATTY_LOGGERS = ("ray.serve", "huggingface_hub")
+# modules whose logger is named after their file (`get_logger(__file__)`), outside their package's hierarchy, so
+# CHATTY_LOGGERS' levels do not reach them: huggingface_hub's "Model weights successfully saved to <temporary
+# folder>" when the train worker writes the final model
+CHATTY_FILE_LOGGERS = ("huggingface_hub.serialization._torch",)
 # loggers whose warnings are notices, not problems: Ray's "token authentication is enabled" at every local start
 NOTICE_LOGGERS = ("ray._private.authentication.authentication_token_setup",)
 
@@ -55,15 +59,17 @@ def setup_logging() -> None:
 
 
 def quiet_loggers() -> None:
-    """CHATTY_LOGGERS at WARNING and NOTICE_LOGGERS at ERROR unless verbose (on the driver, and in each train
-    worker). Ray Serve sets its logger to INFO when it is imported, so this imports it first (the callers use it
-    anyway)."""
+    """CHATTY_LOGGERS and CHATTY_FILE_LOGGERS at WARNING and NOTICE_LOGGERS at ERROR unless verbose (on the driver,
+    and in each train worker). Ray Serve sets its logger to INFO when it is imported, so this imports it first (the
+    callers use it anyway)."""
     if verbose():
         return
     import ray.serve  # noqa: F401
 
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for module in CHATTY_FILE_LOGGERS:
+        logging.getLogger(importlib.import_module(module).__file__).setLevel(logging.WARNING)
     for name in NOTICE_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
 

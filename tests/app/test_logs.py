@@ -78,13 +78,19 @@ def test_app_notices_reach_stderr_at_info_and_other_libraries_only_from_warning(
 
 
 def test_quiet_loggers_drop_the_hub_saves_info_line(quiet):
-    # the train worker writes the final model with huggingface_hub, whose INFO line named the temporary folder
-    saver = logging.getLogger("huggingface_hub.serialization._torch")
-    before = {name: logging.getLogger(name).level for name in logs.CHATTY_LOGGERS}
+    # the train worker writes the final model with huggingface_hub, whose INFO line named the temporary folder; its
+    # logger is the module's own (named after the file), so a root logger at INFO, as in a Ray worker, would print it
+    from huggingface_hub.serialization import _torch as hub_saving
+
+    saver = hub_saving.logger
+    root = logging.getLogger()
+    before = {name: logging.getLogger(name).level for name in logs.CHATTY_LOGGERS} | {"": root.level}
+    before[saver.name] = saver.level
     try:
+        root.setLevel(logging.INFO)
         logging.getLogger("huggingface_hub").setLevel(logging.INFO)
         logs.quiet_loggers()
         assert not saver.isEnabledFor(logging.INFO) and saver.isEnabledFor(logging.WARNING)
     finally:  # setLevel, not assignment: it also clears logging's cached answers
         for name, level in before.items():
-            logging.getLogger(name).setLevel(level)
+            logging.getLogger(name or None).setLevel(level)
