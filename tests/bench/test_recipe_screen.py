@@ -25,7 +25,7 @@ def test_the_recipe_is_read_from_the_config_with_a_settings_overrides():
     base = recipe_from_config(compose_setting("quickstart", []))
     assert (base.prompts_per_step, base.n, base.temperature, base.max_response_length) == (4, 8, 0.7, 48)
     assert base.loss_agg_mode == "seq-mean-token-sum-norm" and base.loss_scale_factor == 48  # the response budget
-    assert base.imitation_coef == 0.5 and not base.use_kl_loss and not base.norm_adv_by_std
+    assert base.imitation_coef == 1.0 and not base.use_kl_loss and not base.norm_adv_by_std  # configs/quickstart.yaml
     kl = recipe_from_config(
         compose_setting("quickstart", parse_setting("kl=actor_rollout_ref.actor.use_kl_loss=true")[1])
     )
