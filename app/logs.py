@@ -69,7 +69,7 @@ def quiet_loggers() -> None:
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     for module in CHATTY_FILE_LOGGERS:
-        logging.getLogger(importlib.import_module(module).__file__).setLevel(logging.WARNING)
+        _file_named_logger(module).setLevel(logging.WARNING)
     for name in NOTICE_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
 
@@ -94,7 +94,10 @@ def quiet_train_reports() -> None:
     logs it, not `ray.train`, so LoggingConfig(log_level=...) does not reach it. Also CHATTY_LOGGERS."""
     if verbose():
         return
-    from ray.train.v2._internal.execution import context
-
-    logging.getLogger(context.__file__).setLevel(logging.WARNING)
+    _file_named_logger("ray.train.v2._internal.execution.context").setLevel(logging.WARNING)
     quiet_loggers()
+
+
+def _file_named_logger(module: str) -> logging.Logger:
+    """The logger a module names after its file (`getLogger(__file__)`), which no package logger's level reaches."""
+    return logging.getLogger(importlib.import_module(module).__file__)

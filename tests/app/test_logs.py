@@ -56,6 +56,7 @@ def test_ray_trains_per_report_line_is_dropped_unless_verbose(quiet, monkeypatch
     monkeypatch.setattr(logging.getLogger(logs.NOTICE_LOGGERS[0]), "level", logging.NOTSET)
     logs.quiet_train_reports()
     assert not reports.isEnabledFor(logging.INFO) and reports.isEnabledFor(logging.WARNING)
+    assert reports.level == logging.WARNING  # its own level: a root logger at INFO, as in a Ray worker, cannot print
     assert serve_logger.level == logging.WARNING  # "Started <SharedRouterLongPollClient ...>" and the like
     assert logging.getLogger(logs.NOTICE_LOGGERS[0]).level == logging.ERROR  # "token authentication is enabled"
     monkeypatch.setenv(logs.VERBOSE_ENV, "1")
