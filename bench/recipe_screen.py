@@ -26,7 +26,8 @@ The step (as `app/trainer/loop.py` with one mini-batch and one PPO epoch, the qu
 one optimiser step on the policy loss at ratio 1 (on-policy: PPO's clip is inactive), plus the replayed answers, the
 KL-to-reference term (the base model, LoRA off) and the entropy bonus, each aggregated over the response budget as the
 actor does; with `algorithm.filter_groups`, DAPO's dynamic sampling draws rounds of prompts until the step's groups
-score unlike, as the trainer does. Validation: greedy answers to the first `val_max_samples` prompts, as the trainer's.
+differ on its metric (`score` or `acc`), as the trainer does. Validation: greedy answers to the first
+`val_max_samples` prompts, as the trainer's.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class Recipe:
     kl_loss_type: str
     entropy_coeff: float
     filter_groups: bool
+    filter_metric: str  # what a group's answers must differ in to be kept: "score" or "acc"
     max_gen_batches: int
     # the lr of each training step (index 0: step 1), the engine's schedule computed when the plan is made, so that
     # the device needs neither the config stack nor the engine
@@ -144,6 +146,7 @@ RECIPE_KEYS = {
     "kl_loss_type": "actor_rollout_ref.actor.kl_loss_type",
     "entropy_coeff": "actor_rollout_ref.actor.entropy_coeff",
     "filter_groups": "algorithm.filter_groups.enable",
+    "filter_metric": "algorithm.filter_groups.metric",
     "max_gen_batches": "algorithm.filter_groups.max_num_gen_batches",
 }
 
@@ -176,7 +179,7 @@ def step_lr(recipe: Recipe, step: int) -> float:
 def recipe_from_config(cfg: Any) -> Recipe:
     """The validated `TrainerRunConfig`'s values for the step; SystemExit naming the key for what the bench does not
     run (several mini-batches or epochs, another estimator or loss, an lr decay, dynamic sampling on another metric
-    than `score`, a reward model)."""
+    than `score` or `acc`, a reward model)."""
     actor = cfg.actor_rollout_ref.actor
     optim = actor.optim
     _refuse_unless(cfg.algorithm.adv_estimator in ADVANTAGES, f"algorithm.adv_estimator={cfg.algorithm.adv_estimator}")
@@ -193,8 +196,8 @@ def recipe_from_config(cfg: Any) -> Recipe:
         "actor.optim has a decay or a warm-up ratio (lr_warmup_steps is run)",
     )
     _refuse_unless(
-        not cfg.algorithm.filter_groups.enable or cfg.algorithm.filter_groups.metric == "score",
-        f"algorithm.filter_groups.metric={cfg.algorithm.filter_groups.metric} (dynamic sampling is run on `score`)",
+        not cfg.algorithm.filter_groups.enable or cfg.algorithm.filter_groups.metric in ("score", "acc"),
+        f"algorithm.filter_groups.metric={cfg.algorithm.filter_groups.metric} (dynamic sampling runs on score or acc)",
     )
     _refuse_unless(
         cfg.data.gen_batch_size == cfg.data.train_batch_size,
@@ -422,8 +425,8 @@ class Runner:
 
         One round without `filter_groups`. With it, the trainer's dynamic sampling loop
         (`app.trainer.dynamic_sampling.informative_rounds`): rounds of the next `prompts_per_step` prompts until that
-        many groups score unlike or `max_gen_batches` rounds ran (0: no limit), informative groups first, then alike
-        ones to fill the batch."""
+        many groups differ on `filter_metric` or `max_gen_batches` rounds ran (0: no limit), informative groups
+        first, then alike ones to fill the batch."""
         per, n = recipe.prompts_per_step, recipe.n
         index = [i // n for i in range(per * n)]  # group ids of a round's answers
         number = 0  # rounds drawn so far: where the next round's prompts start, and its sampling seed
@@ -440,7 +443,7 @@ class Runner:
         def informative_of(scored) -> dict[int, bool]:
             if not recipe.filter_groups:
                 return dict.fromkeys(range(per), True)
-            return informative_groups(torch.tensor([s["score"] for s in scored[2]]), index)
+            return informative_groups(torch.tensor([float(s[recipe.filter_metric]) for s in scored[2]]), index)
 
         rounds, picks, counts = informative_rounds(
             next_round,

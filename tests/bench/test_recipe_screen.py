@@ -53,7 +53,7 @@ def test_a_step_the_bench_does_not_run_is_refused_by_its_key(tmp_path):
         "actor_rollout_ref.actor.ppo_mini_batch_size=2": "ppo_mini_batch_size=2 is not data.train_batch_size",
         "actor_rollout_ref.actor.optim.lr_scheduler_type=cosine": "has a decay or a warm-up ratio",
         f"custom_reward_function.path={reward}": "custom_reward_function.path is set",
-        "algorithm.filter_groups.metric=acc": "filter_groups.metric=acc",
+        "algorithm.filter_groups.metric=seq_reward": "filter_groups.metric=seq_reward",
         "data.gen_batch_size=8": "data.gen_batch_size=8",
     }
     for override, message in refused.items():
@@ -65,11 +65,11 @@ def test_a_step_the_bench_does_not_run_is_refused_by_its_key(tmp_path):
 
 class ScriptedRunner(recipe_screen.Runner):
     """A Runner whose answers are each prompt's id and round, and whose groups score unlike exactly for the
-    (round, prompt) pairs in `unlike`."""
+    (round, prompt) pairs in `unlike`, and differ in `acc` exactly for those in `acc_unlike`."""
 
-    def __init__(self, unlike: set[tuple[int, int]], prompts: int):
+    def __init__(self, unlike: set[tuple[int, int]], prompts: int, acc_unlike: frozenset = frozenset()):
         self.train = [recipe_screen.Prompt(ids=[p], ground_truth="0", level=1) for p in range(prompts)]
-        self.unlike, self.round = unlike, 0
+        self.unlike, self.acc_unlike, self.round = unlike, acc_unlike, 0
 
     def generate(self, model, prompts, recipe, greedy):
         self.round += 1
@@ -80,7 +80,8 @@ class ScriptedRunner(recipe_screen.Runner):
         for answer in answers:
             rank = seen[answer[0]] = seen.get(answer[0], -1) + 1  # the answer's place in its group
             unlike = (answer[1], answer[0]) in self.unlike
-            scores.append({"score": float(rank == 0) if unlike else 0.5})
+            acc_unlike = (answer[1], answer[0]) in self.acc_unlike
+            scores.append({"score": float(rank == 0) if unlike else 0.5, "acc": rank == 0 and acc_unlike})
         return scores
 
 
@@ -103,6 +104,12 @@ def test_dynamic_sampling_draws_rounds_until_the_groups_score_unlike():
     assert drawn(ScriptedRunner(unlike, 12), replace(recipe, max_gen_batches=1)) == ([1, 3, 0, 2], 1)
     # without it: one round, the prompts as drawn
     assert drawn(ScriptedRunner(unlike, 12), replace(recipe, filter_groups=False)) == ([0, 1, 2, 3], 1)
+    # on `acc` (algorithm.filter_groups.metric=acc): groups whose answers differ in being right, here prompt 3 of
+    # round 1, prompts 6 and 7 of round 2, 8 of round 3; those that differ in score only (1, 4, 5) are dropped
+    on_acc = recipe_from_config(compose_setting("quickstart", ["algorithm.filter_groups.metric=acc"]))
+    assert on_acc.filter_metric == "acc"
+    acc_unlike = frozenset({(1, 3), (2, 6), (2, 7), (3, 8)})
+    assert drawn(ScriptedRunner(unlike, 12, acc_unlike), on_acc) == ([3, 6, 7, 8], 3)
 
 
 def test_the_summary_counts_the_seeds_every_setting_finished():
