@@ -12,8 +12,16 @@ SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
     for text, native in ((AVX2_ONLY, False), (SAPPHIRE, True), ("processor\t: 0\n", False)):
         (tmp_path / "cpuinfo").write_text(text)
-        assert cpu_has_native_bf16(tmp_path / "cpuinfo") is native
-    assert cpu_has_native_bf16(tmp_path / "missing") is False
+        assert cpu_has_native_bf16(tmp_path / "cpuinfo", {}) is native
+    assert cpu_has_native_bf16(tmp_path / "missing", {}) is False
+
+
+def test_onednn_capped_below_bf16_makes_it_emulated(tmp_path):
+    # ONEDNN_MAX_CPU_ISA=AVX2 on a bf16 CPU: oneDNN then runs bf16 matmuls without the CPU's bf16 instructions
+    (tmp_path / "cpuinfo").write_text(SAPPHIRE)
+    for cap, native in (("AVX2", False), ("avx512_core", False), ("AVX512_CORE_BF16", True), ("", True)):
+        assert cpu_has_native_bf16(tmp_path / "cpuinfo", {"ONEDNN_MAX_CPU_ISA": cap}) is native, cap
+    assert cpu_has_native_bf16(tmp_path / "cpuinfo", {}) is True
 
 
 def test_auto_is_bf16_on_gpus_and_native_cpus_and_fp32_elsewhere():
