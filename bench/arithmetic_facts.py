@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from arithmetic_levels import generate_batch  # noqa: E402
+from arithmetic_levels import greedy_continuations, load_model  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -70,29 +70,15 @@ def fact_table(results: Sequence[tuple[str, Sequence[Fact], Sequence[Optional[in
     return "\n".join(lines)
 
 
-def model_answers(model_dir: Path, facts: Sequence[Fact], batch_size: int = 32) -> list[Optional[int]]:
+def model_answers(model_dir: Path, facts: Sequence[Fact]) -> list[Optional[int]]:
     """The number `model_dir` writes after each fact's equation, prefilled into its answer to the task's question."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
     from app.data.arithmetic_task import INSTRUCTION
-    from app.data.prompts import render_prompts, tokenize_prompts
-    from app.engine.precision import cpu_has_native_bf16
+    from app.data.prompts import render_prompts
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+    tokenizer, model = load_model(model_dir)
     questions = [[{"role": "user", "content": f"What is {f.a} {f.op} {f.b}?\n{INSTRUCTION}"}] for f in facts]
     texts = [text + f.equation for text, f in zip(render_prompts(tokenizer, questions), facts)]
-    prompts = tokenize_prompts(tokenizer, texts)
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    config = GenerationConfig(max_new_tokens=4, do_sample=False, eos_token_id=eos, pad_token_id=pad)
-    answers: list[Optional[int]] = []
-    for start in range(0, len(prompts), batch_size):
-        continuations = generate_batch(model, prompts[start : start + batch_size], config, pad, eos)
-        answers += [first_integer(text) for text in tokenizer.batch_decode(continuations, skip_special_tokens=True)]
-    return answers
+    return [first_integer(text) for text in greedy_continuations(tokenizer, model, texts, max_tokens=4)]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

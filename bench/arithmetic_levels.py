@@ -79,19 +79,25 @@ def generate_batch(model, prompts: Sequence[list[int]], config, pad: int, eos: i
     return answers
 
 
-def greedy_answers(model_dir: Path, problems: Sequence[Problem], max_tokens: int, batch_size: int = 32) -> list[str]:
-    """Each problem's greedy response (special tokens dropped), through the model's chat template."""
+def load_model(model_dir: Path):
+    """`model_dir`'s tokenizer and model, in bf16 where the CPU has native bf16, else fp32."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from app.data.prompts import render_prompts, tokenize_prompts
     from app.engine.precision import cpu_has_native_bf16
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dtype = torch.bfloat16 if cpu_has_native_bf16() else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
-    # the trainer's templating and tokenization
-    prompts = tokenize_prompts(tokenizer, render_prompts(tokenizer, [p.messages for p in problems]))
+    return tokenizer, AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+
+
+def greedy_continuations(tokenizer, model, texts: Sequence[str], max_tokens: int, batch_size: int = 32) -> list[str]:
+    """Each already-templated text's greedy continuation (special tokens dropped), `batch_size` texts a call."""
+    from transformers import GenerationConfig
+
+    from app.data.prompts import tokenize_prompts
+
+    prompts = tokenize_prompts(tokenizer, texts)  # the trainer's tokenization
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False, eos_token_id=eos, pad_token_id=pad)
@@ -99,6 +105,15 @@ def greedy_answers(model_dir: Path, problems: Sequence[Problem], max_tokens: int
     for start in range(0, len(prompts), batch_size):
         answers.extend(generate_batch(model, prompts[start : start + batch_size], config, pad, eos))
     return tokenizer.batch_decode(answers, skip_special_tokens=True)
+
+
+def greedy_answers(model_dir: Path, problems: Sequence[Problem], max_tokens: int) -> list[str]:
+    """Each problem's greedy response (special tokens dropped), through the model's chat template."""
+    from app.data.prompts import render_prompts
+
+    tokenizer, model = load_model(model_dir)
+    texts = render_prompts(tokenizer, [p.messages for p in problems])  # the trainer's templating
+    return greedy_continuations(tokenizer, model, texts, max_tokens)
 
 
 def level_table(problems: Sequence[Problem], answers: Sequence[str]) -> str:

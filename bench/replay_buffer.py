@@ -18,18 +18,22 @@ from pathlib import Path
 from typing import Sequence
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 
 def checkpoint_dir(path: Path) -> Path:
-    """`path` if it is a checkpoint (holds a replay file), else the run folder's latest `global_step_N`."""
+    """`path` if it is a checkpoint (holds a replay file), else the run folder's latest complete `global_step_N`."""
+    from app.trainer.checkpoints import list_checkpoints
+
     if any(path.glob("self_imitation_rank*.pt")):
         return path
-    steps = sorted(path.glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
-    if not steps:
+    checkpoints = list_checkpoints(path)
+    if not checkpoints:
         raise SystemExit(f"{path}: neither a checkpoint with a replay buffer nor a run folder with global_step_N")
-    if not any(steps[-1].glob("self_imitation_rank*.pt")):
-        raise SystemExit(f"{steps[-1]}: no self_imitation_rank*.pt (was actor.self_imitation.coef 0?)")
-    return steps[-1]
+    latest = checkpoints[-1][1]
+    if not any(latest.glob("self_imitation_rank*.pt")):
+        raise SystemExit(f"{latest}: no self_imitation_rank*.pt (was actor.self_imitation.coef 0?)")
+    return latest
 
 
 def prompt_counts(state: dict) -> list[int]:
