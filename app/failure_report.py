@@ -76,9 +76,11 @@ def failed_rank(exc: BaseException) -> int | None:
 def failure_line(exc: BaseException, max_failures: int) -> str:
     """What stopped the run, on one line: the worker and its own exception; where trainer.max_failures is 0, the
     keys that let a run resume. A rollout replica that could not be replaced in time (serve.ReplicaRetryExhausted)
-    says so in its own words."""
+    and replicas that could not start (serve.RolloutStartFailed) say so in their own words: no restart of the train
+    workers mends them."""
     cause = root_cause(exc)
-    if type(cause).__name__ == "ReplicaRetryExhausted":  # its message names the replica, Ray's cause and the keys
+    # their messages name the application or replica and Serve's or Ray's cause
+    if type(cause).__name__ in ("ReplicaRetryExhausted", "RolloutStartFailed"):
         return one_line(str(cause))
     message = one_line(str(cause)).removeprefix(type(cause).__name__ + ":").strip()
     what = f"{type(cause).__name__}: {message}" if message else type(cause).__name__

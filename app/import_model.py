@@ -8,6 +8,7 @@ A second run with the same source returns the first run's output without redoing
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -152,12 +153,12 @@ def _write_model(source: str, out: Path, dtype: str) -> None:
     kind, path = _classify(source)
     if kind == "gguf":
         folder, name = str(path.parent), path.name
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        config = AutoConfig.from_pretrained(folder, gguf_file=name)
-        # Dequantise in fp32 (the fast path for GGUF kernels), then copy into a plain model built from the config so
-        # that what we save is an ordinary safetensors checkpoint with no GGUF metadata attached.
-        # the config is passed so that transformers does not parse the GGUF file again for it (some 10 s)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config, dtype=torch.float32)
+        with gguf_read_once():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            config = AutoConfig.from_pretrained(folder, gguf_file=name)
+            # Dequantise in fp32 (the fast path for GGUF kernels), then copy into a plain model built from the config
+            # so that what we save is an ordinary safetensors checkpoint with no GGUF metadata attached.
+            loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=config, dtype=torch.float32)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
         real_missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
@@ -177,6 +178,38 @@ def _write_model(source: str, out: Path, dtype: str) -> None:
     model.to(torch_dtype).save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     _check_chat_template(tokenizer, source)
+
+
+@contextlib.contextmanager
+def gguf_read_once():
+    """Within the block, gguf-py's reader parses a file once and its tensor-name map is built once per architecture.
+
+    transformers parses the whole GGUF file for the tokenizer, again for the config and again for the weights (some
+    4 s each for SmolLM2's 49k-token vocabulary), and builds the tensor-name map once per module of the model (397
+    times for SmolLM2, 6 s): about half of an import (docs/performance.md). It calls both through the `gguf` package
+    at call time, so they are swapped there for memoised ones while the block runs; both are read-only objects."""
+    import gguf
+
+    reader_class, name_map_function = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+    name_maps: dict = {}
+
+    def read(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = reader_class(path, mode)
+        return readers[key]
+
+    def tensor_name_map(arch, n_blocks):
+        if (arch, n_blocks) not in name_maps:
+            name_maps[arch, n_blocks] = name_map_function(arch, n_blocks)
+        return name_maps[arch, n_blocks]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = read, tensor_name_map
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map_function
 
 
 def _mlflow_model_dir(path: Path) -> Path:

@@ -17,6 +17,7 @@ the engine is now an `LLMEngine` stepped by a thread of the replica, `serve/engi
 Public API (see each docstring):
     deploy_rollout(rollout_cfg, model_path, app_name, *, trust_remote_code, max_lora_rank=None, placement=None, ...)
         -> RolloutClient                                                # placement: a ReplicaPlacement
+    RolloutClient.wait_until_running()    # after deploy_rollout(..., wait=False); else RolloutStartFailed
     get_rollout_client(app_name, rollout_cfg) -> RolloutClient         # e.g. inside a Ray Train worker
     RolloutClient.generate(prompt_token_ids, *, expect_version, sampling=None, validation=False) -> [RolloutSample]
     RolloutClient.generate_iter(...)                                    # chunks as they finish
@@ -42,6 +43,7 @@ _EXPORTS = {
     "RolloutAsleep": "serve.replica_gate",
     "RolloutClient": "serve.client",
     "RolloutSample": "serve.types",
+    "RolloutStartFailed": "serve.client",
     "SamplingOptions": "serve.types",
     "deploy_rollout": "serve.client",
     "get_rollout_client": "serve.client",
@@ -50,7 +52,13 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from serve.client import RolloutClient, deploy_rollout, get_rollout_client, wait_for_replicas  # noqa: F401
+    from serve.client import (  # noqa: F401
+        RolloutClient,
+        RolloutStartFailed,
+        deploy_rollout,
+        get_rollout_client,
+        wait_for_replicas,
+    )
     from serve.deployment import ReplicaPlacement  # noqa: F401
     from serve.replica_gate import RolloutAsleep  # noqa: F401
     from serve.replica_retry import ReplicaRetryExhausted  # noqa: F401

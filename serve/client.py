@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 
 DEPLOYMENT = "rollout"
 logger = logging.getLogger(__name__)
+# how often `RolloutClient.wait_until_running` asks Serve's controller (serve.run itself asks every 0.1 s)
+STATUS_POLL_S = 0.5
+
+
+class RolloutStartFailed(RuntimeError):
+    """The rollout application's replicas could not start (Serve's DEPLOY_FAILED, with its message), or the
+    application is gone."""
 
 
 class RolloutClient:
@@ -55,6 +62,23 @@ class RolloutClient:
     def take_faults(self) -> tuple[set[str], int]:
         """(the replicas seen dying, the calls resent) since the last call."""
         return self.faults.take()
+
+    def wait_until_running(self) -> None:
+        """Return once every replica of the application serves (Serve's RUNNING); `RolloutStartFailed` if they cannot
+        start. For an application deployed with `deploy_rollout(..., wait=False)`; at once for any other."""
+        while True:
+            status = serve.status().applications.get(self.app_name)
+            if status is None:
+                raise RolloutStartFailed(f"the rollout application {self.app_name!r} is no longer deployed")
+            if status.status == "RUNNING":
+                return
+            if status.status == "DEPLOY_FAILED":  # Serve's message ends with the replica constructor's exception
+                lines = [line.strip() for line in (status.message or "").splitlines() if line.strip()]
+                raise RolloutStartFailed(
+                    f"the rollout application {self.app_name!r} failed to start: "
+                    f"{lines[-1] if lines else 'Serve gave no reason'} (Serve's controller log has the traceback)"
+                )
+            time.sleep(STATUS_POLL_S)  # Serve offers no call that blocks until an application runs; serve.run polls too
 
     @property
     def handle(self):
@@ -303,10 +327,13 @@ def deploy_rollout(
     route_prefix: Optional[str] = "/",
     seed: int = 0,
     placement: Optional["ReplicaPlacement"] = None,
+    wait: bool = True,
 ) -> RolloutClient:
     """Deploy the rollout application `app_name` for `rollout` (a `RolloutConfig`) and return its client.
 
-    Blocks until every replica's engine is up and serving policy version 0 (the weights at `model_path`).
+    Blocks until every replica's engine is up and serving policy version 0 (the weights at `model_path`); with
+    `wait=False`, only until Serve holds the application, so that the caller can start other work while the replicas
+    start (`RolloutClient.wait_until_running` then waits for them, or raises `RolloutStartFailed`).
     `trust_remote_code` is `actor_rollout_ref.model.trust_remote_code`. `max_lora_rank` enables LoRA (each
     `update_weights(LoraAdapter)` then adds an adapter). The HTTP proxy binds to
     `rollout.http_host:rollout.http_port` (127.0.0.1 by default) if Serve is not running yet; `route_prefix=None`
@@ -327,7 +354,12 @@ def deploy_rollout(
         served_model_name=app_name,
         placement=placement,
     )
-    serve.run(app, name=app_name, route_prefix=route_prefix)
+    if wait:
+        serve.run(app, name=app_name, route_prefix=route_prefix)
+    else:
+        serve.run_many(
+            [serve.RunTarget(app, name=app_name, route_prefix=route_prefix)], wait_for_applications_running=False
+        )
     return RolloutClient(app_name, rollout)
 
 

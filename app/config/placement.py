@@ -75,6 +75,12 @@ class ResourcePlan:
                 out[name] = out.get(name, 0.0) + amount
         return out
 
+    @property
+    def rollout_starts_first(self) -> bool:
+        """Colocated GPUs: the replicas must hold their GPU shares before a train rank asks for its own (above), so
+        the rollout is up before the trainer starts; otherwise the two start side by side."""
+        return self.placement == "colocated" and "GPU" in self.rollout.total()
+
     def replica_engine_env(self) -> dict[str, str]:
         """Environment of a replica's vLLM: where its tensor-parallel workers go (bundles 1..TP of the replica's
         placement group, each a GPU share) when they run as Ray actors, on CUDA with TP > 1; else nothing."""

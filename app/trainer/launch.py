@@ -17,8 +17,9 @@ def rollout_app_name(cfg: TrainerRunConfig) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", raw)[:100]
 
 
-def ensure_ray(cfg: TrainerRunConfig) -> None:
-    """Join the cluster named by trainer.ray_address / RAY_ADDRESS (ray job submit sets it), else start a local one.
+def ensure_ray(cfg: TrainerRunConfig) -> bool:
+    """Join the cluster named by trainer.ray_address / RAY_ADDRESS (ray job submit sets it), else start a local one;
+    True when it started one.
 
     An address must answer within seconds (a PreflightError names it and where it came from otherwise). Without one
     the run starts its own cluster even when a cluster that died without `ray stop` left its address file in Ray's
@@ -33,7 +34,7 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
     plan = plan_resources(cfg)
     if ray.is_initialized():
         check_cluster_fits(plan)
-        return
+        return False
     given = cluster_address(cfg)
     from app.logs import quiet_env
 
@@ -42,7 +43,7 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
         check_cluster_answers(cfg)
         ray.init(address=given[0], runtime_env=runtime_env, log_to_driver=True)
         check_cluster_fits(plan)
-        return
+        return False
     if wants_custom_resources(cfg):
         from app.config.errors import ConfigError
 
@@ -73,6 +74,7 @@ def ensure_ray(cfg: TrainerRunConfig) -> None:
     )
     _exit_on_sigterm_again()
     check_cluster_fits(plan)
+    return True
 
 
 def cluster_nodes() -> list[dict[str, float]]:
@@ -180,7 +182,10 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
 
         torch.cuda.set_device(get_device())
     rollout = get_rollout_client(loop_config["rollout_app"], cfg.actor_rollout_ref.rollout)
-    trainer = build_trainer(cfg, rollout, report=lambda metrics: ray.train.report(metrics))
+    # the replicas start beside this worker's model load (train); it waits for them before its first rollout call
+    trainer = build_trainer(
+        cfg, rollout, report=lambda metrics: ray.train.report(metrics), rollout_ready=rollout.wait_until_running
+    )
     try:
         trainer.fit()
     finally:
@@ -221,7 +226,9 @@ def train(
     the loop then pushes its own initial weights before the first rollout.
     `route_prefix`: the HTTP route of the chat-completions endpoint of the deployed application; only one
     application can hold a route, so concurrent runs (sweep trials) pass their own or None (no HTTP).
+    A local cluster this call starts (no cluster joined before, no address given) is shut down when it returns.
     """
+    import ray
     from ray import serve
     from ray.train import FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -232,13 +239,15 @@ def train(
     from serve import deploy_rollout
 
     quiet_loggers()
-    ensure_ray(cfg)
+    started_cluster = ensure_ray(cfg)
     cfg = with_absolute_paths(cfg)
     out_dir = Path(cfg.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plan = plan_resources(cfg)
     app_name = rollout_app or rollout_app_name(cfg)
-    if rollout_app is None:  # first: on shared GPUs the replicas take the larger share (app.config.placement)
+    if rollout_app is None:
+        # the replicas start while the train workers load the model, unless they share GPUs: the replicas must then
+        # hold theirs first (app.config.placement); the workers wait for them before the first rollout
         model = cfg.actor_rollout_ref.model
         adapters = model.lora_rank and cfg.actor_rollout_ref.rollout.lora_sync == "adapter"
         deploy_rollout(
@@ -250,6 +259,7 @@ def train(
             seed=cfg.trainer.seed,
             route_prefix=route_prefix,
             placement=replica_placement(cfg, plan),
+            wait=plan.rollout_starts_first,
         )
     [worker] = plan.train.bundles
     trainer = TorchTrainer(
@@ -272,7 +282,9 @@ def train(
         with follow_progress(out_dir):
             trainer.fit()
     finally:
-        if rollout_app is None:
+        if started_cluster:  # the replicas end with the cluster; deleting the application first took seconds
+            ray.shutdown()
+        elif rollout_app is None:
             serve.delete(app_name)
     return _final_validation(out_dir)
 

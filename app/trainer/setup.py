@@ -54,9 +54,16 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
 
 
 def build_trainer(
-    cfg: TrainerRunConfig, rollout, *, report: Optional[Callable[[dict], None]] = None, device: Optional[str] = None
+    cfg: TrainerRunConfig,
+    rollout,
+    *,
+    report: Optional[Callable[[dict], None]] = None,
+    device: Optional[str] = None,
+    rollout_ready: Optional[Callable[[], None]] = None,
 ):
-    """Everything one rank needs; collective (all ranks call it together). `device`: trainer.device unless given."""
+    """Everything one rank needs; collective (all ranks call it together). `device`: trainer.device unless given.
+    `rollout_ready`: called once the roles hold their models, before the first call to `rollout` (launch.train starts
+    the replicas beside this rank's model load, and waits for them here)."""
     from app.roles.factory import build_actor, build_critic, build_reference
     from app.trainer.loop import RLTrainer
     from app.trainer.scoring import build_scorer
@@ -103,6 +110,8 @@ def build_trainer(
             experiment=cfg.trainer.experiment_name,
             config=_loggable(cfg),
         )
+    if rollout_ready is not None:
+        rollout_ready()
     return RLTrainer(
         cfg,
         tokenizer=tokenizer,

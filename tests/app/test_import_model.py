@@ -112,3 +112,30 @@ def test_a_missing_option_ends_with_one_line(capfd):
     assert capfd.readouterr().err.strip().splitlines() == [
         "error: python -m app.import_model: the following arguments are required: --source (--help lists the options)"
     ]
+
+
+def test_within_gguf_read_once_a_file_is_parsed_once_and_the_name_map_built_once(tmp_path):
+    import gguf
+
+    from app.import_model import gguf_read_once
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader_class, name_map_function = gguf.GGUFReader, gguf.get_tensor_name_map
+    llama = gguf.MODEL_ARCH.LLAMA
+    with pytest.raises(RuntimeError, match="inside"):
+        with gguf_read_once():
+            first = gguf.GGUFReader(str(path))
+            assert gguf.GGUFReader(path) is first  # the same file, named as a str or a Path: one parse
+            assert first.fields["llama.block_count"].parts[-1][0] == 2  # a real reader of the file
+            assert gguf.get_tensor_name_map(llama, 2) is gguf.get_tensor_name_map(llama, 2)
+            assert gguf.get_tensor_name_map(llama, 3) is not gguf.get_tensor_name_map(llama, 2)
+            raise RuntimeError("inside")
+    # gguf-py's own functions are back, even after an error in the block: outside it nothing is memoised
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_class, name_map_function)
+    assert gguf.GGUFReader(str(path)) is not gguf.GGUFReader(str(path))

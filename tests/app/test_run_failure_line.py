@@ -8,6 +8,7 @@ from ray.train import WorkerGroupError
 from ray.train.v2._internal.exceptions import UserExceptionWithTraceback, WorkerHealthCheckFailedError
 
 from app.failure_report import failure_line
+from serve.client import RolloutStartFailed
 from serve.replica_retry import ReplicaRetryExhausted
 
 
@@ -47,3 +48,15 @@ def test_a_rollout_replica_past_its_retry_bound_is_reported_in_its_own_words():
     err = WorkerGroupError("...", {0: UserExceptionWithTraceback(exhausted, "Traceback ...")})
 
     assert failure_line(err, max_failures=0) == str(exhausted)
+
+
+def test_replicas_that_could_not_start_are_reported_in_their_own_words():
+    failed = RolloutStartFailed(
+        "the rollout application 'rollout-x' failed to start: ValueError: max_model_len 64 is too small "
+        "(Serve's controller log has the traceback)"
+    )
+    err = WorkerGroupError("...", {0: UserExceptionWithTraceback(failed, "Traceback ...")})
+
+    # no restart of the train workers mends it, so no advice on trainer.max_failures
+    assert failure_line(err, max_failures=0) == str(failed)
+    assert failure_line(err, max_failures=3) == str(failed)

@@ -107,6 +107,16 @@ def test_colocated_plan_gives_each_gpu_one_rank_and_one_vllm_worker():
     check_fits(plan, described_cluster(1, 8, 4))
 
 
+def test_only_replicas_that_share_gpus_with_the_trainer_start_before_it():
+    # colocated GPUs, real or simulated: the replicas take their shares first (app.config.placement)
+    assert plan_resources(gpu_cfg(gpus=4, tp=2)).rollout_starts_first
+    assert plan_resources(gpu_cfg(gpus=4, tp=2, **{"trainer.device": "cpu"})).rollout_starts_first
+    # GPUs of their own, or none: replicas and train workers start side by side
+    split = gpu_cfg(gpus=4, tp=2, **{"trainer.placement": "split", "actor_rollout_ref.rollout.replicas": 2})
+    assert not plan_resources(split).rollout_starts_first
+    assert not plan_resources(load_config(with_dotted(BASE))).rollout_starts_first
+
+
 def test_simulated_gpus_keep_the_gpu_plan_but_run_one_vllm_worker():
     plan = plan_resources(gpu_cfg(gpus=4, tp=2, **{"trainer.device": "cpu"}))
     assert plan.total() == pytest.approx({"CPU": 6.0, "GPU": 4.0})

@@ -32,7 +32,7 @@ def test_a_local_cluster_turns_the_preemption_watcher_off_and_keeps_the_tokenize
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(WATCHER, raising=False)
-    ensure_ray(load_config(with_dotted(BASE)))
+    assert ensure_ray(load_config(with_dotted(BASE))) is True  # started here: launch.train shuts it down
     (kwargs,) = init_calls
     from app.logs import quiet_env
 
@@ -62,7 +62,7 @@ def test_a_joined_cluster_keeps_its_watcher(monkeypatch, init_calls):
         head.listen()
         address = f"127.0.0.1:{head.getsockname()[1]}"
         monkeypatch.setenv("RAY_ADDRESS", address)
-        ensure_ray(load_config(with_dotted(BASE)))
+        assert ensure_ray(load_config(with_dotted(BASE))) is False  # someone else's: launch.train leaves it running
     (kwargs,) = init_calls
     assert kwargs["address"] == address
     assert "_system_config" not in kwargs  # a joined cluster's raylets were configured by whoever started them
@@ -166,3 +166,41 @@ def test_a_local_cluster_keeps_no_idle_prestarted_workers(prestart_off):
     assert done.returncode == 0, done.stderr[-2000:]
     idle = int(done.stdout.strip().splitlines()[-1])
     assert (idle == 0) if prestart_off else (idle > 0)
+
+
+@pytest.mark.parametrize(
+    "overrides, waits",
+    [
+        ({}, False),  # CPU: the replica starts while the train worker loads the model
+        ({"trainer.n_gpus_per_node": 2, "trainer.num_workers": None}, True),  # colocated GPUs: the replica first
+    ],
+)
+@pytest.mark.parametrize("started_cluster", [True, False])
+def test_the_rollout_starts_beside_the_trainer_unless_they_share_gpus(
+    monkeypatch, tmp_path, overrides, waits, started_cluster
+):
+    import ray
+    import ray.train.torch
+
+    import serve
+    from app.trainer import launch, progress
+
+    monkeypatch.chdir(tmp_path)  # the run's output folder goes here
+    events = []
+
+    class RecordingTrainer:
+        def __init__(self, entry, **kwargs):
+            events.append("trainer")
+
+        def fit(self):
+            events.append("fit")
+
+    monkeypatch.setattr(launch, "ensure_ray", lambda cfg: started_cluster)
+    monkeypatch.setattr(serve, "deploy_rollout", lambda *args, wait, **kwargs: events.append(("deploy", wait)))
+    monkeypatch.setattr(ray.train.torch, "TorchTrainer", RecordingTrainer)
+    monkeypatch.setattr(progress, "follow_progress", lambda out_dir: __import__("contextlib").nullcontext())
+    monkeypatch.setattr(ray.serve, "delete", lambda name: events.append("delete"))
+    monkeypatch.setattr(ray, "shutdown", lambda: events.append("shutdown"))
+    launch.train(load_config(with_dotted(BASE, **overrides)))
+    # a cluster started for this run ends with it (the replicas with it); a joined one keeps running, less the app
+    assert events == [("deploy", waits), "trainer", "fit", "shutdown" if started_cluster else "delete"]

@@ -63,3 +63,35 @@ def test_actor_and_critic_divide_seq_mean_token_sum_norm_by_the_response_budget(
     learner = build_trainer(cfg, RecordingRollout(vocab_size=1000, n=2, response_len=8), device="cpu").learner
     assert learner.actor.config.loss_scale_factor == 8
     assert learner.critic.loss_scale_factor == 8
+
+
+def test_the_rollout_is_waited_for_after_the_models_load_and_before_it_is_first_asked(
+    compose, tiny_model_dir, small_arith_data, tmp_path, monkeypatch
+):
+    # launch.train starts the replicas beside the rank's model load: the rank may ask them nothing before it waits
+    from recording_rollout import RecordingRollout
+
+    from app.roles import factory
+    from app.trainer.setup import build_trainer
+
+    events = []
+
+    class AskedRollout(RecordingRollout):
+        def replica_versions(self):
+            events.append("asked")
+            return super().replica_versions()
+
+    real_build_actor = factory.build_actor
+    monkeypatch.setattr(factory, "build_actor", lambda *a, **k: events.append("actor") or real_build_actor(*a, **k))
+    cfg = compose(
+        [
+            *in_process_run_overrides(tiny_model_dir, small_arith_data),
+            "trainer.num_workers=1",
+            "trainer.logger=[jsonl]",
+            f"trainer.default_local_dir={tmp_path / 'run'}",
+            "reward_model.num_workers=0",
+        ]
+    )
+    rollout = AskedRollout(vocab_size=1000, n=2, response_len=8)
+    build_trainer(cfg, rollout, device="cpu", rollout_ready=lambda: events.append("ready"))
+    assert events[:3] == ["actor", "ready", "asked"]
