@@ -83,7 +83,8 @@ def run(cfg: DictConfig, preflight_skip: tuple[str, ...] = ()) -> int:
 
 def exit_on_sigterm() -> None:
     """`ray job stop` and `kill` send SIGTERM, which ends Python at once; raise SystemExit instead, so the finally
-    blocks run (the rollout application is deleted, the trainer's workers stopped, a local Ray cluster shut down) and
+    blocks run (the trainer's workers stopped, a local Ray cluster shut down, or on a joined cluster the rollout
+    application deleted) and
     nothing is left holding the CPUs or the HTTP port. Ctrl-C takes the same path as KeyboardInterrupt."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
