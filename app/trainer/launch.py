@@ -246,8 +246,10 @@ def train(
     plan = plan_resources(cfg)
     app_name = rollout_app or rollout_app_name(cfg)
     if rollout_app is None:
-        # the replicas start while the train workers load the model, unless they share GPUs: the replicas must then
-        # hold theirs first (app.config.placement); the workers wait for them before the first rollout
+        # the replicas start while the train workers load the model (the workers wait for them before the first
+        # rollout), unless they share GPUs: the replicas must then hold theirs first (app.config.placement); or unless
+        # the worker group may restart: replicas that cannot start would fail every restart, where waited for here
+        # they end the run once
         model = cfg.actor_rollout_ref.model
         adapters = model.lora_rank and cfg.actor_rollout_ref.rollout.lora_sync == "adapter"
         deploy_rollout(
@@ -259,7 +261,7 @@ def train(
             seed=cfg.trainer.seed,
             route_prefix=route_prefix,
             placement=replica_placement(cfg, plan),
-            wait=plan.rollout_starts_first,
+            wait=plan.rollout_starts_first or cfg.trainer.max_failures != 0,
         )
     [worker] = plan.train.bundles
     trainer = TorchTrainer(

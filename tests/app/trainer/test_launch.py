@@ -173,6 +173,9 @@ def test_a_local_cluster_keeps_no_idle_prestarted_workers(prestart_off):
     [
         ({}, False),  # CPU: the replica starts while the train worker loads the model
         ({"trainer.n_gpus_per_node": 2, "trainer.num_workers": None}, True),  # colocated GPUs: the replica first
+        # restarts allowed: a replica that cannot start fails the driver once, not every restart of the workers
+        ({"trainer.max_failures": 2}, True),
+        ({"trainer.max_failures": -1}, True),
     ],
 )
 @pytest.mark.parametrize("started_cluster", [True, False])
