@@ -9,6 +9,7 @@ A second run with the same source returns the first run's output without redoing
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -192,7 +193,6 @@ def gguf_read_once():
 
     reader_class, name_map_function = gguf.GGUFReader, gguf.get_tensor_name_map
     readers: dict = {}
-    name_maps: dict = {}
 
     def read(path, mode="r"):
         key = (os.path.realpath(path), mode)
@@ -200,12 +200,7 @@ def gguf_read_once():
             readers[key] = reader_class(path, mode)
         return readers[key]
 
-    def tensor_name_map(arch, n_blocks):
-        if (arch, n_blocks) not in name_maps:
-            name_maps[arch, n_blocks] = name_map_function(arch, n_blocks)
-        return name_maps[arch, n_blocks]
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = read, tensor_name_map
+    gguf.GGUFReader, gguf.get_tensor_name_map = read, functools.cache(name_map_function)
     try:
         yield
     finally:

@@ -354,12 +354,7 @@ def deploy_rollout(
         served_model_name=app_name,
         placement=placement,
     )
-    if wait:
-        serve.run(app, name=app_name, route_prefix=route_prefix)
-    else:
-        serve.run_many(
-            [serve.RunTarget(app, name=app_name, route_prefix=route_prefix)], wait_for_applications_running=False
-        )
+    serve.run_many([serve.RunTarget(app, name=app_name, route_prefix=route_prefix)], wait_for_applications_running=wait)
     return RolloutClient(app_name, rollout)
 
 

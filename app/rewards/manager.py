@@ -63,7 +63,7 @@ class RewardManager:
 
     Args:
         compute_score: a RewardFnSpec (custom_reward_function.path/.name/.reward_kwargs; path None = built-in rules)
-            or a module-level function with that signature.
+            or a function with that signature importable by module and name.
         num_workers: worker processes; 0 runs in this process, where the time limit cannot be enforced.
         timeout_s: per-sample time limit; a sample past it has its worker killed and replaced.
         on_error: "raise" -> RewardComputeError naming the sample; "zero" -> score 0.0, counted in
@@ -74,7 +74,6 @@ class RewardManager:
         batched: verl's ``reward_manager=batch``: one call per batch, ``compute_score(data_sources=,
             solution_strs=, ground_truths=, extra_infos=)`` with lists, returning one score (or dict) per response;
             ``timeout_s`` then bounds that one call, and a failed call fails every sample of the batch.
-        mp_context: multiprocessing start method for the workers.
     """
 
     def __init__(
@@ -87,7 +86,6 @@ class RewardManager:
         on_error: str,
         max_failed_fraction: float,
         batched: bool = False,
-        mp_context: str = "forkserver",
     ):
         if on_error not in ON_ERROR_MODES:
             raise ValueError(f"on_error must be one of {ON_ERROR_MODES}, got {on_error!r}")
@@ -103,7 +101,6 @@ class RewardManager:
         self.on_error = on_error
         self.max_failed_fraction = max_failed_fraction
         self.batched = batched
-        self.mp_context = mp_context
         self._pool: RewardWorkerPool | None = None
 
     def _run(self, tasks: list[dict[str, Any]]) -> list[TaskOutcome | None]:
@@ -145,7 +142,7 @@ class RewardManager:
                         break
             return outcomes + [None] * (len(tasks) - len(outcomes))
         if self._pool is None:
-            self._pool = RewardWorkerPool(self.target, self.num_workers, self.timeout_s, self.mp_context)
+            self._pool = RewardWorkerPool(self.target, self.num_workers, self.timeout_s)
         return self._pool.run(tasks, stop_on_failure=self.on_error == "raise")
 
     def score(

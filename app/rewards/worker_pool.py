@@ -2,16 +2,23 @@
 
 A sample that runs past the limit gets its worker killed and replaced, so one hung reward call costs one timeout, not
 the run. Kept free of torch and of the rest of the app so a worker starts in a fraction of a second.
+
+Workers are fresh interpreters that import only this module and the reward function, not multiprocessing's children:
+a spawned or forkserver child first runs the parent's main module again, which in a Ray worker is Ray's worker script
+(Ray imported in every reward process, about 30 MiB each and most of a second to start; docs/performance.md).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Sequence
 
 
@@ -33,9 +40,11 @@ def resolve_reward_fn(target: Any) -> Callable[..., Any]:
     return load_reward_fn(target) if isinstance(target, RewardFnSpec) else target
 
 
-def _worker_main(conn: Any, target: Any) -> None:
+def _worker_main(conn: Any) -> None:
+    """The worker's loop: receive the target (first message), load it, then answer ``(task_id, kwargs)`` messages
+    until ``None`` or the parent's end closes."""
     try:
-        fn = resolve_reward_fn(target)
+        fn = resolve_reward_fn(conn.recv())
     except BaseException as err:  # report why this worker is useless, then stop
         conn.send(("load_error", f"{type(err).__name__}: {err}"))
         return
@@ -58,64 +67,81 @@ def _worker_main(conn: Any, target: Any) -> None:
             conn.send((task_id, None, f"returned a value that cannot be sent back ({type(err).__name__}: {err})", ""))
 
 
+def serve_connection(fd: int) -> None:
+    """A worker process's entry point: the pipe end it inherited as file descriptor ``fd``."""
+    _worker_main(Connection(fd))
+
+
+# the parent's sys.path goes to the child as PYTHONPATH, so it imports this module and the target as the parent does
+_CHILD_COMMAND = f"import sys; from {__name__} import serve_connection; serve_connection(int(sys.argv[1]))"
+
+
 class _Worker:
-    def __init__(self, ctx: Any, target: Any):
-        self.conn, child_conn = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child_conn, target), daemon=True)
-        self.process.start()
-        child_conn.close()
+    def __init__(self, target: Any):
+        self.conn, child_conn = multiprocessing.Pipe()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _CHILD_COMMAND, str(child_conn.fileno())],
+                pass_fds=(child_conn.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            child_conn.close()
         self.ready = False
         self.task: int | None = None  # index of the sample in flight
         self.deadline = 0.0  # for the sample in flight, or for start-up while not ready
         self.started_at = time.monotonic()
+        try:
+            self.conn.send(target)  # pickled here: a lambda or a local function fails in this process
+        except BaseException:
+            self.kill()
+            raise
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
+    def join(self, timeout: float) -> int | None:
+        """The exit code (negative: killed by that signal), None if still running after ``timeout`` seconds."""
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def kill(self) -> None:
-        if self.process.is_alive():
+        if self.is_alive():
             self.process.kill()  # SIGKILL: a hung reward may ignore SIGTERM
-        self.process.join(timeout=10)
+        self.join(timeout=10)
         self.conn.close()
 
     def stop(self) -> None:
         try:
-            if self.process.is_alive() and self.task is None:
+            if self.is_alive() and self.task is None:
                 self.conn.send(None)
-                self.process.join(timeout=2)
+                self.join(timeout=2)
         except (OSError, BrokenPipeError):
             pass
         self.kill()
 
 
 class RewardWorkerPool:
-    """``num_workers`` processes calling ``target(**kwargs)``; ``target`` is a RewardFnSpec or a picklable function.
+    """``num_workers`` processes calling ``target(**kwargs)``; ``target`` is a RewardFnSpec or a function importable
+    by module and name (a function of the main script is not: the workers do not run it)."""
 
-    ``forkserver`` (default) starts workers by forking a clean, single-threaded server process that has the reward
-    modules imported: safe in a process with threads (Ray, torch) and quick to replace a killed worker.
-    """
-
-    def __init__(
-        self,
-        target: Any,
-        num_workers: int,
-        timeout_s: float,
-        mp_context: str = "forkserver",
-        start_timeout_s: float = 120.0,
-    ):
+    def __init__(self, target: Any, num_workers: int, timeout_s: float, start_timeout_s: float = 120.0):
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         self.target = target
         self.num_workers = num_workers
         self.timeout_s = float(timeout_s)
         self.start_timeout_s = float(start_timeout_s)
-        self._ctx = multiprocessing.get_context(mp_context)
-        if mp_context == "forkserver":
-            # Imported once in the fork server, so each (re)started worker is a cheap fork that already has them.
-            self._ctx.set_forkserver_preload([__name__, "app.rewards.custom", "algos.rewards"])
         self._workers: list[_Worker] = []
         self.workers_replaced = 0
 
     def _start_worker(self) -> _Worker:
         try:
-            return _Worker(self._ctx, self.target)
+            return _Worker(self.target)
         except Exception as err:  # typically: a lambda or local function cannot be pickled for a spawned worker
             raise ValueError(
                 f"cannot start a reward worker process with {self.target!r}: {type(err).__name__}: {err}. "
@@ -123,7 +149,7 @@ class RewardWorkerPool:
             ) from err
 
     def _fill(self) -> None:
-        self._workers = [w for w in self._workers if w.process.is_alive() or w.task is not None]
+        self._workers = [w for w in self._workers if w.is_alive() or w.task is not None]
         while len(self._workers) < self.num_workers:
             self._workers.append(self._start_worker())
 
@@ -196,8 +222,7 @@ class RewardWorkerPool:
 
     def _lost(self, worker: _Worker, outcomes: list[TaskOutcome | None]) -> bool:
         """A worker died (os._exit, segfault, out of memory): its sample fails, a new worker takes its place."""
-        worker.process.join(timeout=10)
-        code = worker.process.exitcode
+        code = worker.join(timeout=10)
         task = worker.task
         self._replace(worker)
         if task is None:
