@@ -26,6 +26,7 @@ Public API (see each docstring):
     RolloutClient.take_faults() -> ({replicas seen dying}, calls resent)  # since the last call
     PolicyVersionMismatch, RolloutAsleep, SamplingOptions, RolloutSample, FullWeights, LoraAdapter, MergedLora
     ReplicaRetryExhausted   # a call whose replica died, not completed within rollout.replica_retry_max / _timeout_s
+    release_free_heap()     # this process's freed heap back to the OS (the trainer, before it waits on a validation)
 """
 
 import importlib
@@ -40,6 +41,7 @@ _EXPORTS = {
     "PolicyVersionMismatch": "serve.types",
     "ReplicaPlacement": "serve.deployment",
     "ReplicaRetryExhausted": "serve.replica_retry",
+    "release_free_heap": "serve.memory",
     "RolloutAsleep": "serve.replica_gate",
     "RolloutClient": "serve.client",
     "RolloutSample": "serve.types",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
         wait_for_replicas,
     )
     from serve.deployment import ReplicaPlacement  # noqa: F401
+    from serve.memory import release_free_heap  # noqa: F401
     from serve.replica_gate import RolloutAsleep  # noqa: F401
     from serve.replica_retry import ReplicaRetryExhausted  # noqa: F401
     from serve.types import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch, RolloutSample, SamplingOptions  # noqa: F401

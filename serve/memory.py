@@ -3,8 +3,10 @@
 glibc keeps memory that Python or torch freed in its arenas for reuse, so a process that once held a large
 temporary (a weight payload, a batch's activations) keeps that resident size for the rest of its life.
 ``malloc_trim(0)`` returns the free pages. Every process of a job counts towards the machine's memory, so the
-replica and the vLLM worker call this once a weight load's temporaries are gone. The trainer does not: its next
-update needs the same pages again, and faulting them back in cost more time than the memory was worth (README).
+replica and the vLLM worker call this once a weight load's temporaries are gone. The trainer does not between steps:
+its next update needs the same pages again, and faulting them back in cost more time than the memory was worth. It
+does before a validation, where it idles holding its last update's high-water mark while the replicas generate the
+validation answers, the moment a CPU run's memory peaked (docs/performance.md).
 """
 
 from __future__ import annotations

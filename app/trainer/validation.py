@@ -13,6 +13,7 @@ import torch
 from app.agents.rollout import AgentRollout, as_samples
 from app.agents.trajectory import Trajectory
 from app.trainer.collectives import RankGroup
+from serve import release_free_heap
 
 
 def validate(
@@ -46,6 +47,7 @@ def validate(
     sources = sorted({r.data_source for r in val_dataset})
     sums = torch.zeros(len(sources) * 2 + 1, dtype=torch.float64)  # (reward, count) per source, response tokens
     fields: dict[str, list[float]] = {}  # "<source>/<field>" -> [sum, count] of this rank's numeric values
+    release_free_heap()  # this process waits while the replicas generate: its free heap is of no use meanwhile
     if records:
         prompt_ids = [r.prompt_ids for r in records]
         turn_counts: list[dict[str, float]] = []  # per sample, multi-turn only

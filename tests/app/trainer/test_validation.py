@@ -170,3 +170,19 @@ def test_multi_turn_validation_means_turns_calls_errors_and_the_share_of_clean_t
         "val-aux/multi_turn/tool_errors/mean": 1 / 4,
         "val-aux/multi_turn/tool_call_ok/mean": 1 / 4,  # only the first called cleanly
     }
+
+
+def test_the_free_heap_goes_back_before_the_replicas_generate(monkeypatch):
+    # the trainer idles through a validation holding its last update's high-water mark; handed back first, it does not
+    # add to the replicas' own peak (docs/performance.md)
+    events = []
+    monkeypatch.setattr("app.trainer.validation.release_free_heap", lambda: events.append("heap released"))
+
+    class _RecordingRollout(_EchoRollout):
+        def generate(self, prompt_ids, *, validation, expect_version):
+            events.append("generate")
+            return super().generate(prompt_ids, validation=validation, expect_version=expect_version)
+
+    scorer = _TableScorer({"0": (1.0, {})})
+    validate(_RecordingRollout(), scorer, _Tokenizer(), [_record("math")], RankGroup(_OneRank()), version=3)
+    assert events == ["heap released", "generate"]
