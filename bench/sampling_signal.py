@@ -1,8 +1,9 @@
-"""How much GRPO signal the untrained policy's samples carry, per sampling temperature (diagnosis for `make run`).
+"""How much GRPO signal the untrained policy's samples carry, per sampling setting (diagnosis for `make run`).
 
-For each temperature it samples `n` responses to the same training prompts with vLLM (no Ray) and prints: the mean
-sampled reward next to the greedy reward, the share of prompts whose group of `n` samples is *mixed* (not all the
-same score: only those give GRPO a non-zero advantage), the share of samples cut at the token limit, and the mean
+For each setting (a temperature, optionally truncated by top-p or top-k) it samples `n` responses to the same
+training prompts with vLLM (no Ray) and prints: the mean sampled reward next to the greedy reward, the share of
+prompts whose group of `n` samples is *mixed* (not all the same score: only those give GRPO a non-zero advantage),
+the share of samples cut at the token limit, and the mean
 reward per difficulty level. Where the reward returns `formatted` and `acc` (the arithmetic task's), a second table
 says how often the samples use the answer format and how often marked and unmarked samples are right: a format
 that is sampled rarely, and right less often than plain answers, is what a run can lose (docs/results.md). A third
@@ -11,7 +12,10 @@ the group's most common answer is (majority vote), and how often any of the `n` 
 answers sit well under its "right in any" share has right answers left to sharpen toward.
 
     python bench/sampling_signal.py [--data data/arithmetic/train.parquet] [--prompts 64] [--n 8]
-        [--max-tokens 64] [--temperatures 1.0 0.7 0.5]
+        [--max-tokens 64] [--temperatures 1.0 0.7 0.5] [--samplings 0.7 0.7:p0.9 0.7:k20]
+
+A setting of `--samplings` is a temperature, then `:pP` for top-p and `:kK` for top-k; `--temperatures` adds
+untruncated ones.
 """
 
 from __future__ import annotations
@@ -36,9 +40,13 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.7, 0.5])
+    parser.add_argument("--temperatures", type=float, nargs="*", default=[])
+    parser.add_argument("--samplings", type=SamplingSetting.parse, nargs="*", default=[])
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    settings = [SamplingSetting(t) for t in args.temperatures] + args.samplings
+    if not settings:
+        settings = [SamplingSetting(t) for t in (1.0, 0.7, 0.5)]
 
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
@@ -90,13 +98,20 @@ def main() -> int:
     levels = sorted({r.extra_info.get("level") for r in records}, key=str)
     print(f"\n{len(records)} prompts from {args.data}, {args.n} samples each, {args.max_tokens} tokens at most")
     print(f"greedy: mean reward {greedy_mean:.3f}, cut {statistics.mean(g[0].cut for g in greedy):.0%}")
-    header = f"{'temperature':>11}{'mean reward':>13}{'mixed groups':>14}{'cut':>7}" + "".join(
+    header = f"{'sampling':>11}{'mean reward':>13}{'mixed groups':>14}{'cut':>7}" + "".join(
         f"{'level ' + str(lv):>10}" for lv in levels
     )
     print(header)
     sampled = {}
-    for t in args.temperatures:
-        groups = sampled[t] = run(SamplingParams(temperature=t, n=args.n, max_tokens=args.max_tokens))
+    for setting in settings:
+        params = SamplingParams(
+            temperature=setting.temperature,
+            top_p=setting.top_p,
+            top_k=setting.top_k,
+            n=args.n,
+            max_tokens=args.max_tokens,
+        )
+        groups = sampled[setting.label] = run(params)
         scores = [[s.score for s in g] for g in groups]
         mixed = statistics.mean(len(set(g)) > 1 for g in scores)
         cut = statistics.mean(s.cut for g in groups for s in g)
@@ -104,20 +119,51 @@ def main() -> int:
         for rec, g in zip(records, scores):
             per_level[rec.extra_info.get("level")].extend(g)
         print(
-            f"{t:>11.2f}{statistics.mean(s for g in scores for s in g):>13.3f}{mixed:>14.0%}{cut:>7.0%}"
+            f"{setting.label:>11}{statistics.mean(s for g in scores for s in g):>13.3f}{mixed:>14.0%}{cut:>7.0%}"
             + "".join(f"{statistics.mean(per_level[lv]):>10.3f}" for lv in levels)
         )
     if all(s.formatted is not None and s.acc is not None for g in greedy for s in g):
         print("\nthe answer format (the reward's `formatted`) and accuracy (`acc`) of marked and of unmarked samples:")
-        print(format_table([("greedy", greedy)] + [(f"{t:.2f}", sampled[t]) for t in args.temperatures]))
-        for t in args.temperatures:
-            print(f"\nwhat the {args.n} samples at temperature {t:.2f} hold, per level (accuracy):")
+        print(format_table([("greedy", greedy), *sampled.items()]))
+        for label, groups in sampled.items():
+            print(f"\nwhat the {args.n} samples at {label} hold, per level (accuracy):")
             problems = [
-                (rec.extra_info.get("level"), rec.ground_truth, g[0], s)
-                for rec, g, s in zip(records, greedy, sampled[t])
+                (rec.extra_info.get("level"), rec.ground_truth, g[0], s) for rec, g, s in zip(records, greedy, groups)
             ]
             print(holdings_table(problems))
     return 0
+
+
+@dataclass(frozen=True)
+class SamplingSetting:
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = -1  # -1: off, as vLLM reads it
+
+    @classmethod
+    def parse(cls, spec: str) -> "SamplingSetting":
+        """``"0.7"``, ``"0.7:p0.9"``, ``"0.7:k20"`` or ``"0.7:p0.9:k20"``."""
+        temperature, *parts = spec.split(":")
+        try:
+            fields = {"temperature": float(temperature)}
+            for part in parts:
+                if part[:1] == "p":
+                    fields["top_p"] = float(part[1:])
+                elif part[:1] == "k":
+                    fields["top_k"] = int(part[1:])
+                else:
+                    raise ValueError(part)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"{spec!r}: expected a temperature, then :pTOP_P and/or :kTOP_K") from err
+        return cls(**fields)
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.temperature:.2f}"
+            + (f" p{self.top_p:g}" if self.top_p < 1 else "")
+            + (f" k{self.top_k}" if self.top_k > 0 else "")
+        )
 
 
 @dataclass(frozen=True)

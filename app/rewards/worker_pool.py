@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -67,13 +69,36 @@ def _worker_main(conn: Any) -> None:
             conn.send((task_id, None, f"returned a value that cannot be sent back ({type(err).__name__}: {err})", ""))
 
 
-def serve_connection(fd: int) -> None:
-    """A worker process's entry point: the pipe end it inherited as file descriptor ``fd``."""
+def exit_with_parent(parent_pid: int) -> None:
+    """End this process when ``parent_pid``, its parent, ends, however it ends (killed too). An idle worker ends on
+    its closed pipe, but one inside a hung reward call would outlive the run, spinning or holding memory. Where the
+    system has no pidfd (Linux before 5.3, other systems) only the closed pipe ends a worker."""
+    try:
+        pidfd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):
+        return
+    if os.getppid() != parent_pid:  # it ended before the pidfd was open: this process was handed to another parent
+        os._exit(1)
+
+    def wait_for_parent() -> None:
+        select.select([pidfd], [], [])  # readable once the process has ended
+        os._exit(1)
+
+    threading.Thread(target=wait_for_parent, name="exit-with-parent", daemon=True).start()
+
+
+def serve_connection(fd: int, parent_pid: int) -> None:
+    """A worker process's entry point: the pipe end it inherited as file descriptor ``fd``, and its parent's pid."""
+    exit_with_parent(parent_pid)
     _worker_main(Connection(fd))
 
 
 # the parent's sys.path goes to the child as PYTHONPATH, so it imports this module and the target as the parent does
-_CHILD_COMMAND = f"import sys; from {__name__} import serve_connection; serve_connection(int(sys.argv[1]))"
+_CHILD_COMMAND = (
+    f"import sys; from {__name__} import serve_connection; serve_connection(int(sys.argv[1]), int(sys.argv[2]))"
+)
 
 
 class _Worker:
@@ -82,7 +107,7 @@ class _Worker:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", _CHILD_COMMAND, str(child_conn.fileno())],
+                [sys.executable, "-c", _CHILD_COMMAND, str(child_conn.fileno()), str(os.getpid())],
                 pass_fds=(child_conn.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env=env,
@@ -145,7 +170,7 @@ class RewardWorkerPool:
         except Exception as err:  # typically: a lambda or local function cannot be pickled for a spawned worker
             raise ValueError(
                 f"cannot start a reward worker process with {self.target!r}: {type(err).__name__}: {err}. "
-                "Use custom_reward_function.path or a module-level function"
+                "Use custom_reward_function.path or a function importable by module and name"
             ) from err
 
     def _fill(self) -> None:

@@ -1,12 +1,21 @@
 """bench/sampling_signal.py's format table: per sampling setting, how often samples mark their answer, how many groups
 hold a marked (and a right marked) sample, and how often marked and unmarked samples are right."""
 
+import argparse
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from sampling_signal import Sample, format_table, holdings_table, majority_right  # noqa: E402
+from sampling_signal import (  # noqa: E402
+    Sample,
+    SamplingSetting,
+    format_table,
+    holdings_table,
+    majority_right,
+)
 
 
 def sample(formatted: float, acc: float) -> Sample:
@@ -62,3 +71,23 @@ def test_the_holdings_table_gives_greedy_sampled_majority_and_any_accuracy_per_l
     assert lines[3] == "| 2 | 1 | 0.000 | 0.000 | 0.000 | 0.000 |"
     # all: greedy 1/3; a sample (2/3 + 1/3 + 0) / 3 = 1/3; vote 1/3; any 2/3
     assert lines[4] == "| all | 3 | 0.333 | 0.333 | 0.333 | 0.667 |"
+
+
+@pytest.mark.parametrize(
+    "spec, setting, label",
+    [
+        ("0.7", SamplingSetting(0.7), "0.70"),
+        ("0.7:p0.9", SamplingSetting(0.7, top_p=0.9), "0.70 p0.9"),
+        ("1:k20", SamplingSetting(1.0, top_k=20), "1.00 k20"),
+        ("0.5:p0.8:k5", SamplingSetting(0.5, top_p=0.8, top_k=5), "0.50 p0.8 k5"),
+    ],
+)
+def test_a_sampling_setting_reads_a_temperature_then_top_p_and_top_k(spec, setting, label):
+    assert SamplingSetting.parse(spec) == setting
+    assert setting.label == label
+
+
+@pytest.mark.parametrize("spec", ["hot", "0.7:q3", "0.7:pX", "0.7:k0.5"])
+def test_a_sampling_setting_it_cannot_read_is_refused_naming_it(spec):
+    with pytest.raises(argparse.ArgumentTypeError, match=f"'{spec}': expected a temperature"):
+        SamplingSetting.parse(spec)

@@ -1,5 +1,8 @@
 """The reward worker processes: what they import and run, and how a target they cannot take is reported."""
 
+import os
+import select
+import signal
 import subprocess
 import sys
 import textwrap
@@ -97,3 +100,53 @@ def test_a_function_of_the_main_script_is_refused_naming_it(tmp_path):
     done = run_main_script(MAIN_SCRIPT_FUNCTION, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "reward worker could not load its function: AttributeError: Can't get attribute 'score'" in done.stdout
+
+
+# A reward call that hangs: it prints its process's pid (the worker's stdout is the parent's) once it is inside.
+HUNG_REWARD = textwrap.dedent(
+    """
+    import os, time
+
+    def compute_score(**kwargs):
+        print(os.getpid(), flush=True)
+        time.sleep(3600)
+    """
+)
+
+MAIN_SCRIPT_HUNG = textwrap.dedent(
+    """
+    import sys
+    from app.rewards.custom import RewardFnSpec
+    from app.rewards.worker_pool import RewardWorkerPool
+
+    if __name__ == "__main__":
+        RewardWorkerPool(RewardFnSpec(sys.argv[1]), num_workers=1, timeout_s=3600).run([{}])
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the workers watch their parent through a pidfd (Linux)")
+def test_a_worker_in_a_hung_call_ends_when_its_parent_is_killed(tmp_path):
+    (tmp_path / "hung_reward.py").write_text(HUNG_REWARD)
+    (tmp_path / "main.py").write_text(MAIN_SCRIPT_HUNG)
+    parent = subprocess.Popen(
+        [sys.executable, "main.py", str(tmp_path / "hung_reward.py")],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        worker_pid = int(parent.stdout.readline())  # the worker is inside the hung call
+        worker = os.pidfd_open(worker_pid)
+    finally:
+        parent.kill()  # SIGKILL: no exit hook of the parent runs
+        parent.wait(timeout=30)
+    ended = []
+    try:
+        ended, _, _ = select.select([worker], [], [], 30)  # readable once the worker has ended
+        assert ended, f"the reward worker {worker_pid} outlived its killed parent"
+    finally:
+        if not ended:
+            os.kill(worker_pid, signal.SIGKILL)
+        os.close(worker)
