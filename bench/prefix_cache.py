@@ -5,8 +5,9 @@ that is never cached, so each of its `rollout.n` samples computes it again; at `
 samples share its full blocks. For each block size this bench builds one engine with the replica's engine arguments
 (`serve.vllm_engine.engine_args`, from the quickstart's config, in a fresh process bound to the cores a replica
 gets), then times `--rounds` training steps' generation (data.train_batch_size training prompts x rollout.n samples,
-the rollout's temperature and token limit, seeded) and one validation (data.val_max_samples prompts, greedy). The
-engines see the same prompts and seeds, so the bench also says whether every block size sampled the same tokens.
+the rollout's temperature, top-p, top-k and token limit, seeded) and one validation (data.val_max_samples prompts,
+greedy). The engines see the same prompts and seeds, so the bench also says whether every block size sampled the
+same tokens.
 
     python bench/prefix_cache.py [--block-sizes 128,32] [--rounds 3] [key=value ...]
 
@@ -73,7 +74,14 @@ def child(block_size: int, rounds: int, overrides: list[str]) -> dict:
         return seconds, [list(c.token_ids) for o in outputs for c in sorted(o.outputs, key=lambda c: c.index)]
 
     sampled = [
-        SamplingParams(n=rollout.n, temperature=rollout.temperature, max_tokens=rollout.response_length, seed=i)
+        SamplingParams(
+            n=rollout.n,
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            top_k=rollout.top_k,
+            max_tokens=rollout.response_length,
+            seed=i,
+        )
         for i in range(rounds + 1)
     ]
     generate(train[:batch], sampled[0])  # warm-up: the first generation builds kernels

@@ -24,6 +24,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,11 +99,11 @@ def main() -> int:
     levels = sorted({r.extra_info.get("level") for r in records}, key=str)
     print(f"\n{len(records)} prompts from {args.data}, {args.n} samples each, {args.max_tokens} tokens at most")
     print(f"greedy: mean reward {greedy_mean:.3f}, cut {statistics.mean(g[0].cut for g in greedy):.0%}")
-    header = f"{'sampling':>11}{'mean reward':>13}{'mixed groups':>14}{'cut':>7}" + "".join(
+    header = f"{'sampling':>11}{'seconds':>9}{'mean reward':>13}{'mixed groups':>14}{'cut':>7}" + "".join(
         f"{'level ' + str(lv):>10}" for lv in levels
     )
     print(header)
-    sampled = {}
+    sampled = []  # (label, groups) per setting, in the order given
     for setting in settings:
         params = SamplingParams(
             temperature=setting.temperature,
@@ -111,7 +112,10 @@ def main() -> int:
             n=args.n,
             max_tokens=args.max_tokens,
         )
-        groups = sampled[setting.label] = run(params)
+        start = time.perf_counter()
+        groups = run(params)
+        seconds = time.perf_counter() - start
+        sampled.append((setting.label, groups))
         scores = [[s.score for s in g] for g in groups]
         mixed = statistics.mean(len(set(g)) > 1 for g in scores)
         cut = statistics.mean(s.cut for g in groups for s in g)
@@ -119,13 +123,14 @@ def main() -> int:
         for rec, g in zip(records, scores):
             per_level[rec.extra_info.get("level")].extend(g)
         print(
-            f"{setting.label:>11}{statistics.mean(s for g in scores for s in g):>13.3f}{mixed:>14.0%}{cut:>7.0%}"
+            f"{setting.label:>11}{seconds:>9.1f}"
+            f"{statistics.mean(s for g in scores for s in g):>13.3f}{mixed:>14.0%}{cut:>7.0%}"
             + "".join(f"{statistics.mean(per_level[lv]):>10.3f}" for lv in levels)
         )
     if all(s.formatted is not None and s.acc is not None for g in greedy for s in g):
         print("\nthe answer format (the reward's `formatted`) and accuracy (`acc`) of marked and of unmarked samples:")
-        print(format_table([("greedy", greedy), *sampled.items()]))
-        for label, groups in sampled.items():
+        print(format_table([("greedy", greedy), *sampled]))
+        for label, groups in sampled:
             print(f"\nwhat the {args.n} samples at {label} hold, per level (accuracy):")
             problems = [
                 (rec.extra_info.get("level"), rec.ground_truth, g[0], s) for rec, g, s in zip(records, greedy, groups)
