@@ -3,18 +3,20 @@ against the one the trainer computes.
 
 Under `merged`, each sync adds the adapter's update `lora_alpha / rank * B @ A` to the base weights in float32 and
 casts the sum back to the weights' dtype (`serve.lora_fold`). In bf16 an element moves only by whole steps of its
-own precision (1/256 of its size), so an update smaller than half a step is lost and a larger one is rounded; the
-trainer instead adds the adapter's output to the base layer's. For the newest checkpoint of each RUN_DIR this prints
-the share of the adapted weights' elements the fold changes, how far the folded update is from the adapter's
-(relative Frobenius error), and the greedy validation of both policies on the arithmetic task: the folded one (the
-run's `hf_model`, what validation graded) and the trainer's (base weights, plus the adapter's update applied to each
-layer's input in float32), with how many answers differ.
+own precision (1/256 to 1/128 of its size), so an update smaller than half a step is lost and a larger one is
+rounded; the trainer instead adds the adapter's output to the base layer's. For the newest checkpoint of each RUN_DIR
+this prints the share of the adapted weights' elements the fold changes, how far the folded update is from the
+adapter's (relative Frobenius error), and the greedy validation of both policies on the arithmetic task: the folded
+one (the run's `hf_model`, what validation graded) and the trainer's (base weights, plus the adapter's update applied
+to each layer's input in float32), with how many answers differ.
 
     python bench/lora_fold_error.py RUN_DIR [RUN_DIR ...] --lora-alpha 32 [--data data/arithmetic/test.parquet]
         [--max-samples 128] [--max-tokens 48] [--base MODEL_DIR]
 
-RUN_DIR is a LoRA run's `trainer.default_local_dir` (the quickstart's `lora_alpha` is 32, from grpo_trainer.yaml).
-Generation is greedy with transformers in the base weights' dtype, as `bench/arithmetic_levels.py`.
+RUN_DIR is a LoRA run's `trainer.default_local_dir` (the quickstart's `lora_alpha` is 32, from grpo_trainer.yaml);
+where it holds the run's `hf_model`, the fold must reproduce it. The fold and the greedy generation (transformers) are
+in the base model file's dtype, bf16 for the quickstart's model: what a run on a bf16 machine syncs. A run in float32
+(a CPU without native bf16) folds in float32 and keeps its updates.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from arithmetic_levels import greedy_continuations, level_table, load_problems  # noqa: E402
-from checkpoint_average import adapter_updates, apply_updates  # noqa: E402
+from checkpoint_average import adapter_updates, apply_updates, check_reproduces  # noqa: E402
 
 
 def fold_error(base: dict[str, torch.Tensor], updates: dict[str, torch.Tensor]) -> tuple[float, float]:
@@ -103,10 +105,15 @@ def main(argv: list[str] | None = None) -> int:
         if not found:
             raise SystemExit(f"{run_dir}: no checkpoint (global_step_<N>/actor)")
         step = max(found)
-        engine_state = torch.load(found[step] / "actor" / "engine_state.pt", weights_only=True)
-        base_dir = args.base or Path(engine_state["model_path"])
+        base_dir = args.base
+        if base_dir is None:
+            base_dir = Path(torch.load(found[step] / "actor" / "engine_state.pt", weights_only=True)["model_path"])
         base = load_file(str(base_dir / "model.safetensors"))
         updates = adapter_updates(found[step] / "actor", args.lora_alpha)
+        folded_weights = apply_updates(base, updates)
+        exported = run_dir / "hf_model" / "model.safetensors"
+        if exported.is_file():  # a wrong --lora-alpha would scale every update: the run's export says so
+            check_reproduces(folded_weights, load_file(str(exported)), base, step, args.lora_alpha)
         changed, error = fold_error(base, updates)
         dtype = next(iter(base.values())).dtype
         print(
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         texts = render_prompts(tokenizer, [p.messages for p in problems])
         model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype).eval()
-        set_weights(model, apply_updates(base, updates))
+        set_weights(model, folded_weights)
         folded = greedy_continuations(tokenizer, model, texts, args.max_tokens)
         set_weights(model, base)
         handles = add_unfolded_updates(model, updates)

@@ -1,6 +1,5 @@
 """bench/checkpoint_average.py: the mean adapter update of a run's last checkpoints, merged into a model folder."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,50 +9,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from checkpoint_average import main, parse_steps  # noqa: E402
 
-RANK, ALPHA = 2, 4  # scaling alpha / rank = 2
 
-
-def write_lora_run(model_dir: Path, root: Path, steps: int) -> None:
-    """A run folder as `trainer.save_freq=1` leaves it: per step a DCP actor folder holding the adapter alone (as the
-    FSDP engine saves a LoRA model), and the newest step merged into `hf_model`. At step k each q_proj's lora_A and
-    lora_B are k at [0, 0], so its merged update is `2 * k * k` at [0, 0] and 0 elsewhere."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from peft import LoraConfig, get_peft_model
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    peft_model = get_peft_model(model, LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=["q_proj"]))
-    for step in range(1, steps + 1):
-        adapter = {}
-        for name, param in peft_model.named_parameters():
-            if param.requires_grad:
-                value = torch.zeros_like(param)
-                value[0, 0] = step
-                adapter[name] = value
-        actor = root / f"global_step_{step}" / "actor"
-        actor.mkdir(parents=True)
-        dcp.save({"model": adapter}, checkpoint_id=str(actor))
-        torch.save({"model_path": str(model_dir), "world_size": 1}, actor / "engine_state.pt")
-        (actor.parent / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    base = load_file(str(model_dir / "model.safetensors"))
-    exported = dict(base)
-    for name in base:
-        if name.endswith("q_proj.weight"):
-            exported[name] = base[name].clone()
-            exported[name][0, 0] += 2.0 * steps * steps
-    (root / "hf_model").mkdir()
-    save_file(exported, str(root / "hf_model" / "model.safetensors"))
-
-
-def test_the_mean_of_the_chosen_steps_updates_is_added_to_the_base(tiny_model_dir, tmp_path, capsys):
+def test_the_mean_of_the_chosen_steps_updates_is_added_to_the_base(tiny_model_dir, write_lora_run, tmp_path, capsys):
     from safetensors.torch import load_file
 
     run = tmp_path / "run"
-    write_lora_run(tiny_model_dir, run, steps=3)
+    write_lora_run(run, steps=3)
     out = tmp_path / "avg"
-    assert main([str(run), "--steps", "2-3", "--lora-alpha", str(ALPHA), "--output", str(out)]) == 0
+    assert main([str(run), "--steps", "2-3", "--lora-alpha", str(write_lora_run.lora_alpha), "--output", str(out)]) == 0
     base, merged = load_file(str(tiny_model_dir / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert set(merged) == set(base)
     # steps 2 and 3 add 2 * 4 and 2 * 9 at [0, 0]: their mean is 13 (averaging A and B apart would give 2 * 2.5 *
@@ -67,18 +30,28 @@ def test_the_mean_of_the_chosen_steps_updates_is_added_to_the_base(tiny_model_di
     assert "steps 2-3 (2 checkpoints)" in capsys.readouterr().out
 
 
-def test_a_wrong_lora_alpha_is_caught_against_the_runs_export(tiny_model_dir, tmp_path):
+def test_a_wrong_lora_alpha_is_caught_against_the_runs_export(write_lora_run, tmp_path):
     run = tmp_path / "run"
-    write_lora_run(tiny_model_dir, run, steps=2)
+    write_lora_run(run, steps=2)
     with pytest.raises(SystemExit, match="lora-alpha 8 is not the run's hf_model .*lora_alpha"):
         main([str(run), "--steps", "1-2", "--lora-alpha", "8", "--output", str(tmp_path / "avg")])
 
 
-def test_a_step_without_a_checkpoint_is_named(tiny_model_dir, tmp_path):
+def test_a_step_without_a_checkpoint_is_named(write_lora_run, tmp_path):
     run = tmp_path / "run"
-    write_lora_run(tiny_model_dir, run, steps=2)
+    write_lora_run(run, steps=2)
     with pytest.raises(SystemExit, match=r"no checkpoint of step 3 \(has \[1, 2\]\)"):
-        main([str(run), "--steps", "2-3", "--lora-alpha", str(ALPHA), "--output", str(tmp_path / "avg")])
+        main(
+            [
+                str(run),
+                "--steps",
+                "2-3",
+                "--lora-alpha",
+                str(write_lora_run.lora_alpha),
+                "--output",
+                str(tmp_path / "avg"),
+            ]
+        )
 
 
 def test_steps_are_a_range_or_one_step():

@@ -8,7 +8,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from lora_fold_error import add_unfolded_updates, fold_error, set_weights  # noqa: E402
+from lora_fold_error import add_unfolded_updates, fold_error, main, set_weights  # noqa: E402
 
 
 def test_the_fold_loses_an_update_under_half_a_bf16_step_and_rounds_a_larger_one():
@@ -55,3 +55,23 @@ def test_set_weights_copies_into_the_models_own_tensors():
     model = torch.nn.Sequential(torch.nn.Linear(2, 2, bias=False))
     set_weights(model, {"0.weight": torch.eye(2)})
     torch.testing.assert_close(model[0].weight.detach(), torch.eye(2))
+
+
+def test_a_float32_run_keeps_its_update_and_both_policies_answer_alike(
+    write_lora_run, small_arith_data, tmp_path, capsys
+):
+    run = tmp_path / "run"
+    write_lora_run(run, steps=2)  # the tiny model is float32: its fold loses nothing
+    data = ["--data", str(small_arith_data / "test.parquet"), "--max-tokens", "4"]
+    assert main([str(run), "--lora-alpha", str(write_lora_run.lora_alpha), *data]) == 0
+    out = capsys.readouterr().out
+    assert "step 2: the fold to float32 changes" in out
+    assert "the folded update differs from the adapter's by 0%" in out
+    assert "greedy answers that differ: 0 of 2" in out
+
+
+def test_a_wrong_lora_alpha_is_caught_against_the_runs_export(write_lora_run, small_arith_data, tmp_path):
+    run = tmp_path / "run"
+    write_lora_run(run, steps=1)
+    with pytest.raises(SystemExit, match="lora-alpha 8 is not the run's hf_model"):
+        main([str(run), "--lora-alpha", "8", "--data", str(small_arith_data / "test.parquet")])
