@@ -37,17 +37,18 @@ from arithmetic_levels import greedy_continuations, level_table, load_problems  
 from checkpoint_average import adapter_updates, apply_updates, check_reproduces  # noqa: E402
 
 
-def fold_error(base: dict[str, torch.Tensor], updates: dict[str, torch.Tensor]) -> tuple[float, float]:
-    """``(share of elements the fold changes, |folded - update| / |update|)`` over every adapted weight, where the
-    folded update is ``cast(W + update) - W`` in float32 and ``cast`` is the weight's own dtype."""
+def fold_error(
+    base: dict[str, torch.Tensor], folded: dict[str, torch.Tensor], updates: dict[str, torch.Tensor]
+) -> tuple[float, float]:
+    """``(share of elements the fold changes, |folded update - update| / |update|)`` over every adapted weight, where
+    the folded update is ``folded - base`` in float32 (`folded`: `apply_updates(base, updates)`)."""
     changed = elements = 0
     error_sq = update_sq = 0.0
     for name, update in updates.items():
-        weight = base[name].float()
-        folded = (weight + update).to(base[name].dtype).float() - weight
-        changed += int((folded != 0).sum())
-        elements += folded.numel()
-        error_sq += float((folded - update).pow(2).sum())
+        kept = folded[name].float() - base[name].float()
+        changed += int((kept != 0).sum())
+        elements += kept.numel()
+        error_sq += float((kept - update).pow(2).sum())
         update_sq += float(update.pow(2).sum())
     return changed / max(elements, 1), (error_sq / update_sq) ** 0.5 if update_sq else 0.0
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         exported = run_dir / "hf_model" / "model.safetensors"
         if exported.is_file():  # a wrong --lora-alpha would scale every update: the run's export says so
             check_reproduces(folded_weights, load_file(str(exported)), base, step, args.lora_alpha)
-        changed, error = fold_error(base, updates)
+        changed, error = fold_error(base, folded_weights, updates)
         dtype = next(iter(base.values())).dtype
         print(
             f"\n{run_dir}, step {step}: the fold to {str(dtype).removeprefix('torch.')} changes {changed:.1%} of the "

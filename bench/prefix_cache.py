@@ -5,9 +5,10 @@ that is never cached, so each of its `rollout.n` samples computes it again; at `
 samples share its full blocks. For each block size this bench builds one engine with the replica's engine arguments
 (`serve.vllm_engine.engine_args`, from the quickstart's config, in a fresh process bound to the cores a replica
 gets), then times `--rounds` training steps' generation (data.train_batch_size training prompts x rollout.n samples,
-the rollout's temperature, top-p, top-k and token limit, seeded) and one validation (data.val_max_samples prompts,
-greedy). The engines see the same prompts and seeds, so the bench also says whether every block size sampled the
-same tokens.
+seeded) and one validation (data.val_max_samples prompts), each sampled as the replica samples it from the rollout
+config (`serve.vllm_engine.vllm_sampling_params`: temperature, top-p, top-k, token limit; validation's `val_kwargs`,
+greedy by default). The engines see the same prompts and seeds, so the bench also says whether every block size
+sampled the same tokens.
 
     python bench/prefix_cache.py [--block-sizes 128,32] [--rounds 3] [key=value ...]
 
@@ -40,7 +41,7 @@ def _config(overrides: list[str]):
 def child(block_size: int, rounds: int, overrides: list[str]) -> dict:
     """One engine at `block_size`: seconds and sampled tokens of each training round, then of the validation."""
     from serve.deployment import engine_spec_from_config
-    from serve.vllm_engine import engine_args, engine_build_env
+    from serve.vllm_engine import engine_args, engine_build_env, vllm_sampling_params
 
     os.chdir(REPO)  # the config's model and data paths are relative to the repository, as for `make run`
     cfg = _config(overrides)
@@ -54,10 +55,11 @@ def child(block_size: int, rounds: int, overrides: list[str]) -> dict:
 
     torch.set_num_threads(int(env["OMP_NUM_THREADS"]))  # the config's loading imported torch already
     from transformers import AutoTokenizer
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
     from vllm.inputs import TokensPrompt
 
     from app.data import PromptDataOptions, load_prompt_dataset
+    from serve.types import SamplingOptions
 
     tokenizer = AutoTokenizer.from_pretrained(model.path)
     options = PromptDataOptions.from_mapping(cfg.data)
@@ -73,24 +75,17 @@ def child(block_size: int, rounds: int, overrides: list[str]) -> dict:
         seconds = time.perf_counter() - start
         return seconds, [list(c.token_ids) for o in outputs for c in sorted(o.outputs, key=lambda c: c.index)]
 
-    sampled = [
-        SamplingParams(
-            n=rollout.n,
-            temperature=rollout.temperature,
-            top_p=rollout.top_p,
-            top_k=rollout.top_k,
-            max_tokens=rollout.response_length,
-            seed=i,
-        )
-        for i in range(rounds + 1)
-    ]
+    # the replica's sampling of a training round and of a validation, from the config
+    train_opts = SamplingOptions.from_rollout_config(rollout)
+    sampled = [vllm_sampling_params(train_opts, train_opts.n, seed=i) for i in range(rounds + 1)]
     generate(train[:batch], sampled[0])  # warm-up: the first generation builds kernels
     seconds, tokens = [], []
     for i in range(1, rounds + 1):
         s, t = generate(train[i * batch : (i + 1) * batch], sampled[i])
         seconds.append(s)
         tokens.append(t)
-    val_seconds, val_tokens = generate(val, SamplingParams(temperature=0.0, max_tokens=rollout.response_length))
+    val_opts = SamplingOptions.from_rollout_config(rollout, validation=True)
+    val_seconds, val_tokens = generate(val, vllm_sampling_params(val_opts, val_opts.n, seed=None))
     return {
         "block_size": block_size,
         "round_s": seconds,

@@ -124,6 +124,27 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+def vllm_sampling_params(opts: SamplingOptions, n: int, seed: Optional[int], stream: bool = False):
+    """vLLM's `SamplingParams` for `n` sequences of a prompt under `opts`, as the replica asks for them."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        n=n,
+        temperature=opts.temperature if opts.do_sample else 0.0,
+        top_p=opts.top_p if opts.do_sample else 1.0,
+        top_k=opts.top_k if opts.do_sample and opts.top_k > 0 else 0,  # vLLM: 0 = off
+        max_tokens=opts.max_tokens,
+        ignore_eos=opts.ignore_eos,
+        seed=seed,
+        logprobs=0,  # only the sampled token's log-prob
+        flat_logprobs=True,
+        detokenize=False,  # token ids are what the trainer needs; text would only cost CPU
+        # a stream gets each step's new tokens; the trainer only the finished sequences
+        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
+    )
+
+
 class VLLMRolloutEngine:
     """One vLLM `LLMEngine` per Serve replica, stepped by a thread of its own (`serve.engine_thread`), with the
     operations the rollout deployment needs."""
@@ -168,25 +189,6 @@ class VLLMRolloutEngine:
         self._llm.check_health()
 
     # ------------------------------------------------------------------ generation
-    def _sampling_params(self, opts: SamplingOptions, n: int, seed: Optional[int], stream: bool = False):
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        return SamplingParams(
-            n=n,
-            temperature=opts.temperature if opts.do_sample else 0.0,
-            top_p=opts.top_p if opts.do_sample else 1.0,
-            top_k=opts.top_k if opts.do_sample and opts.top_k > 0 else 0,  # vLLM: 0 = off
-            max_tokens=opts.max_tokens,
-            ignore_eos=opts.ignore_eos,
-            seed=seed,
-            logprobs=0,  # only the sampled token's log-prob
-            flat_logprobs=True,
-            detokenize=False,  # token ids are what the trainer needs; text would only cost CPU
-            # a stream gets each step's new tokens; the trainer only the finished sequences
-            output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
-        )
-
     async def generate(self, prompts: list[list[int]], opts: SamplingOptions) -> list[list[GeneratedSequence]]:
         """`opts.n` sequences for each prompt, in order. Greedy decoding runs once and is repeated n times."""
         from vllm.inputs import TokensPrompt
@@ -198,7 +200,7 @@ class VLLMRolloutEngine:
                 (
                     f"{batch}-{index}",
                     TokensPrompt(prompt_token_ids=list(ids)),
-                    self._sampling_params(opts, runs, None if opts.seed is None else opts.seed + index),
+                    vllm_sampling_params(opts, runs, None if opts.seed is None else opts.seed + index),
                 )
                 for index, ids in enumerate(prompts)
             ],
@@ -225,7 +227,7 @@ class VLLMRolloutEngine:
                 (
                     f"stream-{uuid.uuid4().hex[:12]}",
                     TokensPrompt(prompt_token_ids=list(prompt)),
-                    self._sampling_params(opts, runs, opts.seed, stream=True),
+                    vllm_sampling_params(opts, runs, opts.seed, stream=True),
                 )
             ],
             lora_request=self._lora_request,

@@ -8,6 +8,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
+from checkpoint_average import apply_updates  # noqa: E402
 from lora_fold_error import add_unfolded_updates, fold_error, main, set_weights  # noqa: E402
 
 
@@ -15,7 +16,7 @@ def test_the_fold_loses_an_update_under_half_a_bf16_step_and_rounds_a_larger_one
     # bf16 keeps 8 significant bits: next to 1.0 a weight moves in steps of 2**-7 = 0.0078125.
     base = {"w": torch.tensor([[1.0, 1.0]], dtype=torch.bfloat16)}
     update = {"w": torch.tensor([[0.001, 0.01]])}
-    changed, error = fold_error(base, update)
+    changed, error = fold_error(base, apply_updates(base, update), update)
     # 1.001 rounds back to 1.0 (update lost); 1.01 rounds to 1.0078125 (folded update 0.0078125, off by 0.0021875)
     assert changed == 0.5
     expected = ((0.001**2 + 0.0021875**2) / (0.001**2 + 0.01**2)) ** 0.5
@@ -24,7 +25,8 @@ def test_the_fold_loses_an_update_under_half_a_bf16_step_and_rounds_a_larger_one
 
 def test_an_update_folded_into_float32_weights_is_kept():
     base = {"w": torch.tensor([[1.0, -2.0]])}
-    changed, error = fold_error(base, {"w": torch.tensor([[0.001, 0.01]])})
+    update = {"w": torch.tensor([[0.001, 0.01]])}
+    changed, error = fold_error(base, apply_updates(base, update), update)
     assert changed == 1.0
     assert error < 1e-4  # float32's own rounding of 1.001 and -1.99, some 1e-7 against updates of 1e-3
 
