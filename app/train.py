@@ -68,17 +68,32 @@ def run(cfg: DictConfig, preflight_skip: tuple[str, ...] = ()) -> int:
             # the driver disconnects: disconnect first, so the worker's error is the last line
             ray.shutdown()
         return report_run_failure(exc, run_cfg.trainer.max_failures)
-    history = validation_history(Path(run_cfg.trainer.default_local_dir).resolve())
-    if history:
-        (first_step, first), (last_step, last) = history[0], history[-1]
-        print(
-            f"validation reward: {first['val-core/reward/mean']:.3f} at step {first_step} -> "
-            f"{last['val-core/reward/mean']:.3f} at step {last_step}"
-        )
-        for key in sorted(k for k in first.keys() & last.keys() if k.startswith("val-aux/")):
-            print(f"  {key.removeprefix('val-aux/').removesuffix('/mean')}: {first[key]:.3f} -> {last[key]:.3f}")
-    print(f"model: {Path(run_cfg.trainer.default_local_dir).resolve() / 'hf_model'}")
+    out_dir = Path(run_cfg.trainer.default_local_dir).resolve()
+    val_only = run_cfg.trainer.val_only
+    for line in validation_summary(validation_history(out_dir, val_only)):
+        print(line)
+    if not val_only:  # a validation-only run writes no model
+        print(f"model: {out_dir / 'hf_model'}")
     return 0
+
+
+def validation_summary(history: list[tuple[int, dict[str, float]]]) -> list[str]:
+    """The console's last lines: the reward and every `val-aux/` mean at the first and the last validation, or at the
+    only one (a validation-only run)."""
+    if not history:
+        return []
+    (first_step, first), (last_step, last) = history[0], history[-1]
+
+    def reading(key: str, steps: bool = False) -> str:
+        text = f"{first[key]:.3f}" + (f" at step {first_step}" if steps else "")
+        if len(history) > 1:
+            text += f" -> {last[key]:.3f}" + (f" at step {last_step}" if steps else "")
+        return text
+
+    aux = sorted(k for k in first.keys() & last.keys() if k.startswith("val-aux/"))
+    return [f"validation reward: {reading('val-core/reward/mean', steps=True)}"] + [
+        f"  {key.removeprefix('val-aux/').removesuffix('/mean')}: {reading(key)}" for key in aux
+    ]
 
 
 def exit_on_sigterm() -> None:

@@ -268,10 +268,11 @@ def sections(root: Any = None, path: str = "", doc: str = "") -> Iterator[Sectio
         key = f"{path}.{f.name}" if path else f.name
         value = getattr(root, f.name)
         cls_name = type(root).__name__
+        # a verl key refused or without effect: verl_compat's reason, not the schema's comment above its group
         meaning = (
-            comments.get((cls_name, f.name))
+            verl_reason(key)
+            or comments.get((cls_name, f.name))
             or MEANINGS.get((cls_name, f.name))
-            or verl_reason(key)
             or SECTION_MEANINGS.get(cls_name, "")
         )
         if dataclasses.is_dataclass(value):

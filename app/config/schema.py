@@ -342,7 +342,7 @@ class AgentLoopConfig:
     """verl's agent loop (multi-turn tool use on the async server)."""
 
     num_workers: int = 8  # no effect: the rollout here is one Serve deployment
-    agent_loop_config_path: Optional[str] = None  # verl's default only: agent loops are not supported
+    agent_loop_config_path: Optional[str] = None  # verl's default only: custom agent loop classes
     custom_async_server: ClassRefConfig = field(default_factory=ClassRefConfig)  # verl's default only
 
 
@@ -726,8 +726,11 @@ class TrainerConfig:
     # verl's per-role limits: here one limit covers the whole checkpoint, so they must agree; they set max_ckpt_to_keep
     max_actor_ckpt_to_keep: Optional[int] = None
     max_critic_ckpt_to_keep: Optional[int] = None  # the critic's, as max_actor_ckpt_to_keep
-    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
+    # validate and stop: the model a resume would train from (resume_mode: the newest checkpoint, a given one, or with
+    # disable model.path) answers the validation prompts; no step, checkpoint or export, and the run's metrics.jsonl
+    # is left as it is: the result is a row of val_only.jsonl
     val_only: bool = False
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
     default_hdfs_dir: Optional[str] = None
     del_local_ckpt_after_load: bool = False
     # verl keys with no effect here (verl_compat.NO_EFFECT)

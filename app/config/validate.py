@@ -83,6 +83,15 @@ def _check_required(cfg: TrainerRunConfig) -> None:
         )
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         raise ConfigError("reward_model.enable=true needs reward_model.model.path")
+    if cfg.trainer.val_only:
+        if not cfg.data.val_files:
+            raise ConfigError("trainer.val_only=true validates and stops, which needs data.val_files")
+        if not cfg.trainer.val_before_train:
+            # verl reads val_only only inside its validation before training, so there the pair trains
+            raise ConfigError(
+                "trainer.val_only=true and trainer.val_before_train=false: a validation-only run validates "
+                "before it would train, then stops; drop one of them"
+            )
 
 
 def _check_batch_sizes(cfg: TrainerRunConfig) -> None:

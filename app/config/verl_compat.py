@@ -206,7 +206,8 @@ DEFAULT_ONLY = {
     "actor_rollout_ref.rollout.over_sample_rate": "over-sampling (dropping the slowest rollouts) is not supported",
     "actor_rollout_ref.rollout.skip_rollout": "dumping and replaying rollouts is not supported",
     "actor_rollout_ref.rollout.engine_kwargs.vllm": "extra vLLM engine arguments are not passed through yet",
-    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "agent loops (multi-turn tool use) are not supported",
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "custom agent loop classes are not loaded here; "
+    "multi-turn tool use and interactions are actor_rollout_ref.rollout.multi_turn (docs/agents.md)",
     "actor_rollout_ref.rollout.agent.custom_async_server.path": "custom rollout servers are not supported",
     "actor_rollout_ref.rollout.agent.custom_async_server.name": "custom rollout servers are not supported",
     "critic.model.external_lib": "importing a module to register model classes is not supported",
@@ -219,7 +220,6 @@ DEFAULT_ONLY = {
     "reward_model.sandbox_fusion.url": "sandboxed code-execution rewards are not supported; a custom reward function "
     "(custom_reward_function.path) can call a sandbox itself",
     "algorithm.use_pf_ppo": "PF-PPO sample reweighting is not supported",
-    "trainer.val_only": "a validation-only run is not supported",
     "trainer.default_hdfs_dir": "checkpoints are not copied to HDFS; trainer.default_local_dir is where they go",
     "trainer.del_local_ckpt_after_load": "local checkpoints are kept after resuming",
 }

@@ -288,7 +288,7 @@ def train(
             ray.shutdown()
         elif rollout_app is None:
             serve.delete(app_name)
-    return _final_validation(out_dir)
+    return _final_validation(out_dir, cfg.trainer.val_only)
 
 
 def replica_placement(cfg: TrainerRunConfig, plan):
@@ -305,20 +305,19 @@ def replica_placement(cfg: TrainerRunConfig, plan):
     )
 
 
-def _final_validation(out_dir: Path) -> dict[str, float]:
-    from app.trainer.tracking import read_metrics
-
-    rows = read_metrics(out_dir / "metrics.jsonl")
-    return {k: v for r in rows for k, v in r.items() if k.startswith("val-core/")}
+def _final_validation(out_dir: Path, val_only: bool = False) -> dict[str, float]:
+    history = validation_history(out_dir, val_only)
+    return {k: v for k, v in history[-1][1].items() if k.startswith("val-core/")} if history else {}
 
 
-def validation_history(out_dir: Path) -> list[tuple[int, dict[str, float]]]:
+def validation_history(out_dir: Path, val_only: bool = False) -> list[tuple[int, dict[str, float]]]:
     """(step, validation metrics) of each validation of a run that logged `val-core/reward/mean`, for the before/after
-    summary."""
-    from app.trainer.tracking import read_metrics
+    summary; `val_only`: the latest validation-only run's one validation."""
+    from app.trainer.tracking import read_jsonl, record_path
 
-    return [
+    rows = [
         (int(r["step"]), {k: v for k, v in r.items() if k.startswith("val-")})
-        for r in read_metrics(out_dir / "metrics.jsonl")
+        for r in read_jsonl(record_path(out_dir, val_only))
         if "val-core/reward/mean" in r
     ]
+    return rows[-1:] if val_only else sorted(rows, key=lambda row: row[0])

@@ -105,9 +105,12 @@ class RLTrainer:
             state.version = self.rollout.served_version()
         if resumed or state.version != 0:  # a reused rollout service holds another run's policy, not ours
             self.sync_weights()
-        if self.cfg.trainer.val_before_train and state.step == 0:
+        val_only = self.cfg.trainer.val_only
+        if val_only or (self.cfg.trainer.val_before_train and state.step == 0):
             state.last_val = self.validate()
-            self._log(state.last_val, step=0)
+            self._log(state.last_val, step=state.step)
+        if val_only:  # the model it would train from, validated: nothing is trained, saved or exported
+            return state.last_val
         with running_ahead(
             self.cfg.async_training,
             self.total_steps - state.step,

@@ -66,8 +66,14 @@ class StepLines:
             return None
         self.last_step = step
         val = row.get("val-core/reward/mean")
-        if step == 0 or "timing_s/step" not in row:
-            return f"validation before training: reward {val:.3f}" if val is not None else None
+        if "timing_s/step" not in row:  # a validation outside a step: before training, or a validation-only run's
+            if val is None:
+                return None
+            return (
+                f"validation before training: reward {val:.3f}"
+                if step == 0
+                else f"validation at step {step}: reward {val:.3f}"
+            )
         self._step_seconds.append(row["timing_s/step"])
         parts = [f"step {step}/{self.total}" if self.total else f"step {step}"]
         if "critic/score/mean" in row:

@@ -101,14 +101,16 @@ def build_trainer(
 
         resume = checkpoints.find_resume_dir(out_dir, cfg.trainer.resume_mode)
         start = checkpoints.read_state(resume)["global_step"] if resume else 0
+        val_only = cfg.trainer.val_only
         tracking = Tracking(
             cfg.trainer.logger,
             out_dir,
-            total_steps=cfg.trainer.total_training_steps,
+            total_steps=0 if val_only else cfg.trainer.total_training_steps,
             start_step=start,
             project=cfg.trainer.project_name,
             experiment=cfg.trainer.experiment_name,
             config=_loggable(cfg),
+            val_only=val_only,
         )
     if rollout_ready is not None:
         rollout_ready()

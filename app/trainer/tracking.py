@@ -24,14 +24,24 @@ class MetricSink(Protocol):
     def close(self) -> None: ...
 
 
+METRICS_FILE = "metrics.jsonl"
+# trainer.val_only's record: a row per validation-only run, beside the training history it would otherwise break
+VAL_ONLY_FILE = "val_only.jsonl"
+
+
+def record_path(out_dir: Path, val_only: bool) -> Path:
+    """The run's JSONL record in its `trainer.default_local_dir`."""
+    return out_dir / (VAL_ONLY_FILE if val_only else METRICS_FILE)
+
+
 class JsonlSink:
     """Appends; on resume, lines past the resumed step are dropped so the file tells one consistent history, and a
-    fresh run replaces an old file."""
+    fresh run replaces an old file. `keep_all`: every earlier line is kept (a record of separate runs)."""
 
-    def __init__(self, path: Path, resume_step: int = 0) -> None:
+    def __init__(self, path: Path, resume_step: int = 0, keep_all: bool = False) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
+        if path.exists() and not keep_all:
             # a fresh run (resume_step 0) starts a new history; a resumed one keeps the steps its checkpoint covers
             kept = [
                 line
@@ -218,8 +228,10 @@ class Tracking:
         project: str,
         experiment: str,
         config: Optional[dict[str, Any]] = None,
+        val_only: bool = False,
     ) -> None:
-        """`config`: the run's resolved config as a nested dict, attached to the MLflow (flattened) and W&B runs."""
+        """`config`: the run's resolved config as a nested dict, attached to the MLflow (flattened) and W&B runs.
+        `val_only`: a validation-only run (`trainer.val_only`), whose JSONL record is val_only.jsonl."""
         check_loggers(loggers)
         config = config or {}
         self.sinks: list[MetricSink] = []
@@ -227,7 +239,7 @@ class Tracking:
             if name == "console":
                 self.sinks.append(ProgressWriter(out_dir / PROGRESS_FILE, total_steps, start_step))
             elif name == "jsonl":
-                self.sinks.append(JsonlSink(out_dir / "metrics.jsonl", start_step))
+                self.sinks.append(JsonlSink(record_path(out_dir, val_only), start_step, keep_all=val_only))
             elif name == "console_samples":
                 self.sinks.append(ConsoleSamplesSink())
             elif name == "tensorboard":
@@ -253,12 +265,16 @@ class Tracking:
             sink.close()
 
 
-def read_metrics(path: Path) -> list[dict[str, float]]:
-    """The records of a metrics.jsonl file, in step order."""
+def read_jsonl(path: Path) -> list[dict[str, float]]:
+    """The records of a JSONL record (metrics.jsonl, val_only.jsonl), in the order they were written."""
     if not path.is_file():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return sorted(rows, key=lambda r: r.get("step", 0))
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """The records of a metrics.jsonl file, in step order."""
+    return sorted(read_jsonl(path), key=lambda r: r.get("step", 0))
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

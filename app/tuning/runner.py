@@ -74,6 +74,8 @@ def make_context(
 
 def check_param_values(spec: SweepSpec, ctx: TrialContext) -> None:
     """Every listed value (and both ends of every range) gives a valid trainer config, checked before Tune starts."""
+    if ctx.base_cfg.trainer.val_only:
+        raise ConfigError("trainer.val_only=true in a sweep's base config: its trials would train nothing to compare")
     if spec.metric.startswith("val") and not ctx.base_cfg.data.val_files:
         raise ConfigError(
             f"sweep search.metric={spec.metric!r} is a validation metric but the base config has no data.val_files"

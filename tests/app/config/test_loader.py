@@ -314,6 +314,17 @@ def test_restarts_need_auto_resume_and_a_sane_limit():
         load_config(with_(**{"trainer.max_failures": 2, "trainer.resume_mode": "disable"}))
 
 
+def test_a_validation_only_run_needs_validation_data_and_its_validation_before_training():
+    assert load_config(with_(**{"trainer.val_only": True, "data.val_files": "test.parquet"})).trainer.val_only
+    with pytest.raises(ConfigError, match=r"^trainer\.val_only=true validates and stops, which needs data\.val_files"):
+        load_config(with_(**{"trainer.val_only": True}))
+    # verl reads val_only inside its validation before training: with that off, verl trains; refused here
+    with pytest.raises(ConfigError, match=r"^trainer\.val_only=true and trainer\.val_before_train=false: .*drop one"):
+        load_config(
+            with_(**{"trainer.val_only": True, "data.val_files": "test.parquet", "trainer.val_before_train": False})
+        )
+
+
 def test_default_data_source_reaches_the_data_options():
     from app.data import PromptDataOptions
 

@@ -188,10 +188,10 @@ REQUIRED = ("actor_rollout_ref.model.path=/m", "data.train_files=/d/train.parque
 def test_a_default_only_refusal_through_hydra_says_why():
     with pytest.raises(
         ConfigError,
-        match=r"^trainer\.val_only=True: a validation-only run is not supported; only "
-        r"verl's default False is accepted",
+        match=r"^trainer\.default_hdfs_dir='hdfs://n/ckpt': checkpoints are not copied to HDFS; .*only "
+        r"verl's default None is accepted",
     ):
-        load_config(compose([*REQUIRED, "trainer.val_only=true"]))
+        load_config(compose([*REQUIRED, "trainer.default_hdfs_dir=hdfs://n/ckpt"]))
     with pytest.raises(
         ConfigError,
         match=r"^actor_rollout_ref\.actor\.tis_imp_ratio_cap=2\.0: .*"

@@ -35,6 +35,12 @@ def test_lines_say_step_reward_validation_seconds_and_eta():
     assert lines.line({"step": 2, "critic/score/mean": 0.5, "timing_s/step": 10.0}) is None  # a restart's repeat
 
 
+def test_a_validation_outside_a_step_says_which_step_it_validated():
+    lines = StepLines()
+    assert lines.line({"total_steps": 0, "start_step": 20}) is None  # a validation-only run trains no step
+    assert lines.line({"step": 20, "val-core/reward/mean": 0.507}) == "validation at step 20: reward 0.507"
+
+
 def test_one_mean_summed_in_two_precisions_is_not_told_as_two():
     # the trained batch's mean comes from a float32 tensor, all samples' from float64 (step 1 of a run without
     # dynamic sampling printed "reward 0.134 (all samples 0.134)")

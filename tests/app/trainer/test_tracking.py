@@ -11,7 +11,7 @@ import pytest
 from support import wandb_run_records
 
 from app.config import ConfigError
-from app.trainer.tracking import JsonlSink, Tracking, check_loggers, read_metrics, wandb_mode
+from app.trainer.tracking import JsonlSink, Tracking, check_loggers, read_jsonl, read_metrics, wandb_mode
 
 STEPS = {
     1: {"critic/score/mean": 0.1, "actor/pg_loss": -1.5},
@@ -65,6 +65,20 @@ def test_fresh_run_replaces_an_old_history(tmp_path):
     sink.log({"val-core/reward/mean": 0.3}, 0)
     sink.close()
     assert read_metrics(path) == [{"step": 0, "val-core/reward/mean": 0.3}]
+
+
+def test_a_validation_only_record_keeps_every_run_in_the_order_written(tmp_path):
+    # trainer.val_only: one row per run, whatever step each validated; the training history stays as it was
+    (tmp_path / "metrics.jsonl").write_text('{"step": 20, "val-core/reward/mean": 0.5}\n')
+    for step, reward in ((20, 0.5), (10, 0.4)):
+        tracking = Tracking(["jsonl"], tmp_path, 0, step, project="p", experiment="e", val_only=True)
+        tracking.log({"val-core/reward/mean": reward}, step)
+        tracking.close()
+    assert read_jsonl(tmp_path / "val_only.jsonl") == [
+        {"step": 20, "val-core/reward/mean": 0.5},
+        {"step": 10, "val-core/reward/mean": 0.4},
+    ]
+    assert read_metrics(tmp_path / "metrics.jsonl") == [{"step": 20, "val-core/reward/mean": 0.5}]
 
 
 def test_tensorboard_holds_the_logged_scalars(tmp_path):

@@ -95,7 +95,14 @@ def test_param_values_are_checked_against_the_whole_config_before_tune_starts(tm
         check_param_values(spec, ctx)
 
 
-def test_a_validation_metric_needs_validation_data(tmp_path, compose):
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.val_files=''", r"search.metric='val-core/reward/mean' .* no data.val_files"),
+        ("trainer.val_only=true", r"^trainer\.val_only=true in a sweep's base config: its trials would train"),
+    ],
+)
+def test_a_base_config_the_sweep_cannot_compare_trials_on_is_refused(tmp_path, compose, override, message):
     spec = parse_sweep(
         {
             "name": "s",
@@ -104,9 +111,8 @@ def test_a_validation_metric_needs_validation_data(tmp_path, compose):
             "params": {"actor_rollout_ref.actor.optim.lr": {"choice": [1e-4]}},
         }
     )
-    tree = compose("quickstart", ["data.val_files=''"])
-    with pytest.raises(ConfigError, match=r"search.metric='val-core/reward/mean' .* no data.val_files"):
-        check_param_values(spec, make_context(spec, tree, total_steps=3))
+    with pytest.raises(ConfigError, match=message):
+        check_param_values(spec, make_context(spec, compose("quickstart", [override]), total_steps=3))
 
 
 def test_a_sweep_types_the_base_tree_once_for_its_checks_and_three_trials(tmp_path, compose, monkeypatch):
