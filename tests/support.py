@@ -291,3 +291,11 @@ def wandb_records(path: Path):
             record.ParseFromString(pieces)
             pieces = b""
             yield record
+
+
+# Qwen3's switch, cut down: with enable_thinking false the generation prompt carries an empty thinking block
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)

@@ -63,6 +63,7 @@ class AgentLoop:
         runner: ToolRunner,
         limits: AgentLoopLimits,
         interactions: Optional[Mapping[str, BaseInteraction]] = None,
+        template_kwargs: Optional[Mapping[str, Any]] = None,
     ):
         self.client = client
         self.tokenizer = tokenizer
@@ -70,7 +71,7 @@ class AgentLoop:
         self.runner = runner
         self.limits = limits
         self.interactions = dict(interactions or {})
-        self.glue = ChatGlue(tokenizer)
+        self.glue = ChatGlue(tokenizer, template_kwargs)
         marker = MARKERS[limits.format]
         # the format's marker as one token of this vocabulary (None: absent, or written as plain text)
         self.marker_id = tokenizer.get_vocab().get(marker) if marker else None

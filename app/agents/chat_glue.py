@@ -4,14 +4,17 @@ tokens are templated, so the tokens the model sampled are kept exactly as it sam
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 _SYSTEM, _USER, _ASSISTANT = "<<system>>", "<<user>>", "<<assistant>>"
 
 
 class ChatGlue:
-    def __init__(self, tokenizer):
+    """`template_kwargs`: more variables for the chat template (`data.apply_chat_template_kwargs`), as the prompts."""
+
+    def __init__(self, tokenizer, template_kwargs: Optional[Mapping[str, Any]] = None):
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
         self._base = [
             {"role": "system", "content": _SYSTEM},
             {"role": "user", "content": _USER},
@@ -28,7 +31,7 @@ class ChatGlue:
 
     def _render(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, **self.template_kwargs
         )
 
     def after_turn(self, last_token_id: int, messages: Sequence[Mapping[str, Any]]) -> list[int]:

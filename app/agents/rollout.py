@@ -17,8 +17,12 @@ PromptMessages = Optional[Sequence[Sequence[Mapping[str, Any]]]]  # per prompt: 
 
 
 class AgentRollout:
-    def __init__(self, client: Any, tokenizer: Any, rollout_cfg: Any):
-        """`rollout_cfg`: `actor_rollout_ref.rollout` (its `multi_turn` section, budget and sampling keys)."""
+    def __init__(
+        self, client: Any, tokenizer: Any, rollout_cfg: Any, template_kwargs: Optional[Mapping[str, Any]] = None
+    ):
+        """`rollout_cfg`: `actor_rollout_ref.rollout` (its `multi_turn` section, budget and sampling keys);
+        `template_kwargs`: the chat template's variables the prompts were templated with
+        (`data.apply_chat_template_kwargs`), for the turns templated here too."""
         mt = rollout_cfg.multi_turn
         self.client = client
         self.rollout_cfg = rollout_cfg
@@ -37,6 +41,7 @@ class AgentRollout:
             runner,
             AgentLoopLimits.from_config(mt, rollout_cfg.response_length, rollout_cfg.max_num_seqs),
             load_interactions(mt.interaction_config_path) if mt.interaction_config_path else None,
+            template_kwargs=template_kwargs,
         )
 
     def trajectories(

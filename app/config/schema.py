@@ -77,6 +77,9 @@ class DataConfig:
     seed: int = 1
     val_max_samples: Optional[int] = None  # cap on validation prompts (None: all)
     train_max_samples: Optional[int] = None  # cap on training prompts (None: all)
+    # more variables for the chat template, passed to apply_chat_template wherever the policy's messages are templated
+    # (prompts, multi-turn glue), e.g. {enable_thinking: false} for Qwen3; not the reward model's
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     # verl: also hand the rollout the chat messages. Batches here always carry them (raw_prompt): no effect
     return_raw_chat: bool = False
     # verl keys with no effect here, at any value (app/config/verl_compat.py NO_EFFECT says why for each)
@@ -95,7 +98,6 @@ class DataConfig:
     custom_cls: ClassRefConfig = field(default_factory=ClassRefConfig)
     sampler: SamplerRefConfig = field(default_factory=SamplerRefConfig)
     datagen: ClassRefConfig = field(default_factory=ClassRefConfig)
-    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- model

@@ -175,8 +175,6 @@ DEFAULT_ONLY = {
     "data.sampler.class_name": "custom samplers are not supported",
     "data.datagen.path": "dynamic data generation is not supported",
     "data.datagen.name": "dynamic data generation is not supported",
-    "data.apply_chat_template_kwargs": "extra chat-template arguments are not passed to the template yet; the "
-    "tokenizer's template runs with its defaults",
     "actor_rollout_ref.model.hf_config_path": "the model's config is read from model.path",
     "actor_rollout_ref.model.tokenizer_path": "the tokenizer is read from model.path",
     "actor_rollout_ref.model.custom_chat_template": "the chat template is the tokenizer's, in model.path",

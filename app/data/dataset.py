@@ -117,7 +117,8 @@ def load_prompt_dataset(
     if not pending:
         raise DataError(f"dataset is empty: no rows in {', '.join(paths)}")
 
-    ids_per_row = tokenize_prompts(tokenizer, render_prompts(tokenizer, [m for _, _, m in pending]))
+    texts = render_prompts(tokenizer, [m for _, _, m in pending], options.apply_chat_template_kwargs)
+    ids_per_row = tokenize_prompts(tokenizer, texts)
 
     records: list[PromptRecord] = []
     filtered: list[str] = []

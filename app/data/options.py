@@ -8,6 +8,25 @@ from typing import Any, Mapping
 from app.data.errors import DataError
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
+# apply_chat_template's own arguments, which the trainer sets: a template variable of the same name never reaches it
+TEMPLATE_ARGUMENTS = (
+    "conversation",
+    "tools",
+    "tokenize",
+    "add_generation_prompt",
+    "continue_final_message",
+    "return_dict",
+)
+
+
+def check_template_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """DataError naming a `data.apply_chat_template_kwargs` key that is one of apply_chat_template's own arguments."""
+    taken = [key for key in kwargs if key in TEMPLATE_ARGUMENTS]
+    if taken:
+        raise DataError(
+            f"data.apply_chat_template_kwargs.{taken[0]}: the trainer sets apply_chat_template's {taken[0]} itself; "
+            "the mapping holds the chat template's own variables (e.g. enable_thinking)"
+        )
 
 
 @dataclass
@@ -27,6 +46,7 @@ class PromptDataOptions:
         filter_overlong_prompts: drop longer prompts (and report how many) instead of truncating.
         truncation: for longer prompts when not filtering: ``error`` (name file, row and length), ``left`` (keep the
             end), ``right`` (keep the start), ``middle`` (keep both ends).
+        apply_chat_template_kwargs: more variables for the chat template (e.g. ``{"enable_thinking": False}``).
         extra_info_key: column with per-row metadata passed to reward functions (not a config key).
     """
 
@@ -38,6 +58,7 @@ class PromptDataOptions:
     max_prompt_length: int
     filter_overlong_prompts: bool
     truncation: str
+    apply_chat_template_kwargs: Mapping[str, Any]
     extra_info_key: str = "extra_info"
 
     def __post_init__(self) -> None:
@@ -47,6 +68,7 @@ class PromptDataOptions:
             raise DataError(f"data.max_prompt_length must be a positive integer, got {self.max_prompt_length!r}")
         if not self.prompt_key:
             raise DataError("data.prompt_key is empty")
+        check_template_kwargs(self.apply_chat_template_kwargs)
 
     @classmethod
     def from_mapping(cls, source: Mapping[str, Any] | Any) -> "PromptDataOptions":

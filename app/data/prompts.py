@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from app.data.errors import DataError
 
 
-def render_prompts(tokenizer: Any, conversations: Sequence[list[dict[str, str]]]) -> list[str]:
-    """Each conversation through the tokenizer's chat template, ending with the assistant generation prompt."""
+def render_prompts(
+    tokenizer: Any, conversations: Sequence[list[dict[str, str]]], template_kwargs: Optional[Mapping[str, Any]] = None
+) -> list[str]:
+    """Each conversation through the tokenizer's chat template, ending with the assistant generation prompt;
+    `template_kwargs`: more variables for the template (`data.apply_chat_template_kwargs`)."""
     if not getattr(tokenizer, "chat_template", None):
         name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
         raise DataError(f"tokenizer {name} has no chat template; prompts cannot be formatted as chat")
-    return [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
+    return [
+        tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False, **(template_kwargs or {}))
+        for c in conversations
+    ]
 
 
 def tokenize_prompts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:

@@ -19,7 +19,9 @@ COUNTS = ("assistant_turns", "tool_turns", "tool_calls", "tool_errors", "tool_ti
 def agent_rollout(cfg: Any, rollout: Any, tokenizer: Any) -> Optional[AgentRollout]:
     """The agent loop over `rollout` when `multi_turn.enable`, else None (single-turn generate)."""
     arr = cfg.actor_rollout_ref.rollout
-    return AgentRollout(rollout, tokenizer, arr) if arr.multi_turn.enable else None
+    if not arr.multi_turn.enable:
+        return None
+    return AgentRollout(rollout, tokenizer, arr, template_kwargs=cfg.data.apply_chat_template_kwargs)
 
 
 def trajectory_group(

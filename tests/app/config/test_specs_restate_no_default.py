@@ -105,6 +105,7 @@ PROMPT_DATA = _same_names(
     "default_data_source",
     "max_prompt_length",
     "filter_overlong_prompts",
+    "apply_chat_template_kwargs",
     "truncation",
 )
 POLICY_LOSS = {

@@ -192,3 +192,19 @@ def test_step_lengths_count_model_tokens_and_prompt_columns(tokenizer, tmp_path)
     )  # each turn ends with its stop token
     assert metrics["response_length/mean"] == model_tokens
     assert metrics["prompt_length/mean"] == len(batch.raw_prompt_ids[0])
+
+
+def test_the_trainers_agent_loop_templates_turns_with_the_prompts_template_variables(tokenizer, tmp_path):
+    import yaml
+
+    from app.config.schema import TrainerRunConfig
+    from app.trainer.multi_turn import agent_rollout as trainer_agent_rollout
+
+    path = tmp_path / "tools.yaml"
+    path.write_text(yaml.safe_dump(TOOL_CONFIG))
+    cfg = TrainerRunConfig()
+    cfg.actor_rollout_ref.rollout.multi_turn.enable = True
+    cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path = str(path)
+    cfg.data.apply_chat_template_kwargs = {"enable_thinking": False}
+    agents = trainer_agent_rollout(cfg, ScriptedPolicy(tokenizer, [ANSWER]), tokenizer)
+    assert agents.loop.glue.template_kwargs == {"enable_thinking": False}  # what the prompts were templated with
