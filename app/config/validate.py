@@ -6,6 +6,7 @@ import logging
 
 from app.config.async_check import check_async_training
 from app.config.deepspeed_check import check_deepspeed
+from app.config.engine_kwargs_check import check_vllm_engine_kwargs
 from app.config.errors import ConfigError
 from app.config.layout import derive_layout
 from app.config.placement import check_placement
@@ -28,6 +29,7 @@ def validate(cfg: TrainerRunConfig) -> None:
     _check_overlong_buffer(cfg)
     check_placement(cfg)
     check_unsupported(cfg)
+    check_vllm_engine_kwargs(cfg)
     check_deepspeed(cfg, needs_critic=_estimator(cfg).needs_critic)
     check_async_training(cfg, needs_greedy_baseline=_estimator(cfg).needs_greedy_baseline)
 

@@ -203,7 +203,6 @@ DEFAULT_ONLY = {
     "actor_rollout_ref.rollout.expert_parallel_size": "vLLM's expert parallelism is not set up here",
     "actor_rollout_ref.rollout.over_sample_rate": "over-sampling (dropping the slowest rollouts) is not supported",
     "actor_rollout_ref.rollout.skip_rollout": "dumping and replaying rollouts is not supported",
-    "actor_rollout_ref.rollout.engine_kwargs.vllm": "extra vLLM engine arguments are not passed through yet",
     "actor_rollout_ref.rollout.agent.agent_loop_config_path": "custom agent loop classes are not loaded here; "
     "multi-turn tool use and interactions are actor_rollout_ref.rollout.multi_turn (docs/agents.md)",
     "actor_rollout_ref.rollout.agent.custom_async_server.path": "custom rollout servers are not supported",

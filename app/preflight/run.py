@@ -25,6 +25,7 @@ from app.preflight.http_port import check_http_port
 from app.preflight.model_path import check_model_paths
 from app.preflight.reward_file import check_reward_function
 from app.preflight.tokenizer import check_tokenizer
+from app.preflight.vllm_engine_kwargs import check_vllm_engine_kwargs_names
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ CHECKS: list[Check] = [
     Check("reward_function", check_reward_function, apart=True),
     # before the tokenizer and the full data read (seconds for a large file): a wrong checkpoint fails sooner
     Check("checkpoint_model", check_checkpoint_model, apart=True),
+    Check("vllm_engine_kwargs", check_vllm_engine_kwargs_names, apart=True),  # imports vLLM where the key is given
     Check("tokenizer", check_tokenizer, apart=True),
     Check("data", check_data_rows, apart=True),  # the same child: transformers and the tokenizer are loaded there
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
@@ -11,7 +12,7 @@ from serve.types import RolloutEngineSpec
 from serve.vllm_engine import _ARG_UTILS_LOGGER, InProcessSeedWarning, engine_args, engine_build_env, environment
 
 
-def _spec(threads: int, tensor_parallel_size: int = 1) -> RolloutEngineSpec:
+def _spec(threads: int, tensor_parallel_size: int = 1, **engine_kwargs) -> RolloutEngineSpec:
     return RolloutEngineSpec(
         model_path="m",
         dtype="bfloat16",
@@ -27,6 +28,7 @@ def _spec(threads: int, tensor_parallel_size: int = 1) -> RolloutEngineSpec:
         cpu_threads=threads,
         max_lora_rank=None,
         trust_remote_code=False,
+        vllm_engine_kwargs=engine_kwargs,
     )
 
 
@@ -99,3 +101,19 @@ def test_only_vllms_in_process_seed_warning_is_dropped(monkeypatch):
     )
     assert not InProcessSeedWarning().filter(seed)
     assert InProcessSeedWarning().filter(other)
+
+
+def test_engine_kwargs_reach_vllm_and_none_replaces_an_argument_the_replica_sets():
+    assert engine_args(_spec(threads=1, max_logprobs=0), on_cpu=True)["max_logprobs"] == 0
+    # the config refuses these, naming the key that sets them (app.config.engine_kwargs_check); the engine too
+    with pytest.raises(ValueError, match=r"engine_kwargs\.vllm\.block_size: the replica sets this engine argument"):
+        engine_args(_spec(threads=1, block_size=16), on_cpu=True)
+    assert engine_args(_spec(threads=1, block_size=16), on_cpu=False)["block_size"] == 16  # GPUs: vLLM's own otherwise
+
+
+@pytest.mark.parametrize("on_cpu", [True, False])
+def test_every_argument_the_replica_sets_is_one_the_config_refuses(on_cpu):
+    from serve.types import VLLM_ARGS_FROM_CONFIG
+
+    spec = dataclasses.replace(_spec(threads=1), max_lora_rank=16, max_model_len=512, enable_sleep_mode=not on_cpu)
+    assert engine_args(spec, on_cpu).keys() <= VLLM_ARGS_FROM_CONFIG.keys()

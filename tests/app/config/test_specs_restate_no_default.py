@@ -83,6 +83,7 @@ ROLLOUT_ENGINE = {
     "model_path": f"{MODEL}.path",
     "trust_remote_code": f"{MODEL}.trust_remote_code",
     "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
+    "vllm_engine_kwargs": f"{ROLLOUT}.engine_kwargs.vllm",
     **_same_names(
         ROLLOUT,
         "dtype",
