@@ -106,7 +106,6 @@ MEANINGS = {
     ("FSDPConfig", "param_offload"): "keep the parameters on the CPU between uses (GPU)",
     ("FSDPConfig", "optimizer_offload"): "keep the optimizer state on the CPU (GPU)",
     ("MixedPrecisionConfig", "buffer_dtype"): "dtype of the model's buffers",
-    ("CheckpointConfig", "save_contents"): "what a checkpoint holds: model, optimizer and extra, always",
     ("RolloutConfig", "max_num_batched_tokens"): "vLLM: tokens per scheduler step",
     ("RolloutConfig", "max_num_seqs"): "vLLM: sequences per scheduler step",
     ("RolloutConfig", "enable_chunked_prefill"): "vLLM: split long prefills over steps",

@@ -195,13 +195,18 @@ class DeepSpeedConfig:
     config_path: Optional[str] = None
 
 
+# checkpoint.save_contents: a Hugging Face copy of the policy in the checkpoint's actor/huggingface/ (verl's layout)
+CHECKPOINT_HF = "hf_model"
+
+
 @dataclass
 class CheckpointConfig:
     """What a checkpoint holds (verl's `checkpoint` section). Here always model, optimizer and extra (LR schedule,
-    RNG, data position), so only that set is accepted (any order)."""
+    RNG, data position), which a resume needs, in any order; the actor's may add hf_model."""
 
+    # hf_model (the actor's): a Hugging Face copy of the policy (LoRA merged) in each checkpoint's actor/huggingface/
     save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
-    load_contents: Optional[list[str]] = None  # None: save_contents
+    load_contents: Optional[list[str]] = None  # None: save_contents; hf_model is never loaded
     async_save: bool = False  # verl's default only: checkpoints are written before the step returns here
 
 

@@ -13,6 +13,7 @@ from app.config.errors import ConfigError
 from app.config.multi_turn import check_multi_turn
 from app.config.ranks import ranks_named
 from app.config.schema import (
+    CHECKPOINT_HF,
     RM_MICRO_BATCH_PER_GPU,
     CheckpointConfig,
     FSDPConfig,
@@ -417,14 +418,7 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
             )
     check_multi_turn(cfg)
     for path, checkpoint in _sections_of_type(cfg, CheckpointConfig):
-        for name in ("save_contents", "load_contents"):
-            value = getattr(checkpoint, name)
-            if sorted(value) != sorted(CheckpointConfig().save_contents):
-                raise ConfigError(
-                    f"{path}.{name}={value!r}: checkpoints here always hold the model, the optimizer and the extra "
-                    "state (LR schedule, RNG, data position), which resuming needs, and no Hugging Face copy (the run "
-                    "exports hf_model/ at the end); drop the key or give all three"
-                )
+        _check_checkpoint_contents(path, checkpoint)
     if cfg.reward_model.reward_manager == "batch" and not cfg.custom_reward_function.path:
         raise ConfigError(
             "reward_model.reward_manager='batch' calls a custom compute_score once with lists of all responses; the "
@@ -438,6 +432,21 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
             f"actor_rollout_ref.rollout.max_model_len={rollout.max_model_len} is shorter than a prompt and its "
             f"response (rollout.prompt_length + response_length = {rollout.prompt_length + rollout.response_length})"
         )
+
+
+def _check_checkpoint_contents(path: str, checkpoint: CheckpointConfig) -> None:
+    """model, optimizer and extra (what a resume needs), in any order; the actor's checkpoints may add hf_model."""
+    always = sorted(CheckpointConfig().save_contents)
+    extra = {CHECKPOINT_HF} if path.startswith("actor_rollout_ref.") else set()
+    for name in ("save_contents", "load_contents"):
+        value = getattr(checkpoint, name)
+        if sorted(set(value) - extra) != always or len(set(value)) != len(value):
+            also = " (hf_model adds a Hugging Face copy of the policy)" if extra else ""
+            raise ConfigError(
+                f"{path}.{name}={value!r}: checkpoints here always hold the model, the optimizer and the extra "
+                f"state (LR schedule, RNG, data position), which resuming needs; give all three{also}, or drop the "
+                "key. The run exports hf_model/ at the end in any case"
+            )
 
 
 def _differences(value: Any, default: Any, key: str) -> Iterator[tuple[str, Any]]:

@@ -25,6 +25,7 @@ _SP = "Ulysses sequence parallelism on FSDP2: groups of this many ranks share ea
 _SP_COPY = "verl's engine-level copy of the role's key, which is the one read: 1 or the role's value"
 _FSDP_SIZE = "hybrid sharding is not supported: -1 only (or the rank count, the same layout)"
 _CKPT = "checkpoints always hold model, optimizer and extra: that set only (any order)"
+_ACTOR_CKPT = "model, optimizer and extra always (any order); hf_model adds a Hugging Face copy in actor/huggingface/"
 
 # read here, with a mapping onto this framework's keys or a check that they agree
 READ_NOTES = {
@@ -45,8 +46,8 @@ READ_NOTES = {
 LIMITED = {
     "actor_rollout_ref.model.override_config": "the trainer and vLLM load model.path as it is: {} only",
     "critic.model.override_config": "the critic loads its model path as it is: {} only",
-    "actor_rollout_ref.actor.checkpoint.save_contents": _CKPT,
-    "actor_rollout_ref.actor.checkpoint.load_contents": _CKPT,
+    "actor_rollout_ref.actor.checkpoint.save_contents": _ACTOR_CKPT,
+    "actor_rollout_ref.actor.checkpoint.load_contents": _ACTOR_CKPT,
     "critic.checkpoint.save_contents": _CKPT,
     "critic.checkpoint.load_contents": _CKPT,
 }

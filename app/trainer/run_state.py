@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from app.config.schema import TrainerRunConfig
+from app.config.schema import CHECKPOINT_HF, TrainerRunConfig
 from app.trainer import checkpoints
 from app.trainer.collectives import RankGroup
 from app.trainer.self_imitation import ReplayBuffer
@@ -87,6 +87,8 @@ class RunStore:
             staging.mkdir(parents=True)
         self.ranks.barrier()
         self.engine.save_checkpoint(str(staging / "actor"))
+        if CHECKPOINT_HF in self.cfg.actor_rollout_ref.actor.checkpoint.save_contents:
+            self._write_hf(staging / "actor" / "huggingface")
         if self.critic_engine is not None:
             self.critic_engine.save_checkpoint(str(staging / "critic"))
         torch.save(_rng_state(), staging / f"rng_rank{rank}.pt")
@@ -137,15 +139,20 @@ class RunStore:
         if self.ranks.rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
         self.ranks.barrier()
-        self.engine.export_hf(str(staging))
-        self.ranks.barrier()
+        self._write_hf(staging)
         if self.ranks.rank == 0:
-            self.tokenizer.save_pretrained(staging)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(staging, final)
         self.ranks.barrier()
         return final
+
+    def _write_hf(self, folder: Path) -> None:
+        """The policy as a Hugging Face folder (LoRA merged) with its tokenizer; collective."""
+        self.engine.export_hf(str(folder))
+        self.ranks.barrier()
+        if self.ranks.rank == 0:
+            self.tokenizer.save_pretrained(folder)
 
 
 def _rng_state() -> dict[str, Any]:

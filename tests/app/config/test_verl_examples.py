@@ -320,7 +320,7 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
         "critic.model.fsdp_config.fsdp_size=-1",
         "actor_rollout_ref.model.override_config={}",
         "actor_rollout_ref.rollout.multi_turn.format=hermes",
-        "actor_rollout_ref.actor.checkpoint.save_contents=[extra,model,optimizer]",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[extra,model,optimizer,hf_model]",
         "actor_rollout_ref.rollout.max_model_len=1536",
         "actor_rollout_ref.rollout.mode=sync",
         "trainer.logger=[console,jsonl]",
@@ -329,7 +329,8 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
     )
     arr = cfg.actor_rollout_ref
     assert arr.actor.fsdp_config.fsdp_size == 8  # all the ranks (8 GPUs): the one layout there is
-    assert arr.actor.checkpoint.load_contents == ["extra", "model", "optimizer"]  # verl: ${.save_contents}
+    # verl: ${.save_contents}; the hf_model copy is never loaded
+    assert arr.actor.checkpoint.load_contents == ["extra", "model", "optimizer", "hf_model"]
 
 
 # ---------------------------------------------------------------- refusals name the key, the value and why
@@ -368,9 +369,13 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
             r"actor_rollout_ref\.rollout\.multi_turn\.tool_config_path='/no/such/tools.yaml': no such file",
         ),
         (
-            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
-            r"actor_rollout_ref\.actor\.checkpoint\.save_contents=\['model', 'optimizer', 'extra', 'hf_model'\]: "
-            r"checkpoints here always hold",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,hf_model]",
+            r"actor_rollout_ref\.actor\.checkpoint\.save_contents=\['model', 'hf_model'\]: "
+            r"checkpoints here always hold .* give all three \(hf_model adds a Hugging Face copy of the policy\)",
+        ),
+        (
+            "critic.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+            r"critic\.checkpoint\.save_contents=\['model', 'optimizer', 'extra', 'hf_model'\]: .* give all three, or",
         ),
         ("critic.checkpoint.load_contents=[model]", r"critic\.checkpoint\.load_contents=\['model'\]"),
         (
