@@ -40,14 +40,14 @@ READ_NOTES = {
     "reward_model.micro_batch_size": "verl's older global name, divided by the ranks",
     "actor_rollout_ref.actor.optim.warmup_style": "also spelled optim.lr_scheduler_type (newer verl)",
     "critic.optim.warmup_style": "also spelled optim.lr_scheduler_type (newer verl)",
+    "actor_rollout_ref.actor.checkpoint.save_contents": _ACTOR_CKPT,
+    "actor_rollout_ref.actor.checkpoint.load_contents": _ACTOR_CKPT,
 }
 
 # accepted at verl's default only, by checks of their own in verl_compat.check_unsupported
 LIMITED = {
     "actor_rollout_ref.model.override_config": "the trainer and vLLM load model.path as it is: {} only",
     "critic.model.override_config": "the critic loads its model path as it is: {} only",
-    "actor_rollout_ref.actor.checkpoint.save_contents": _ACTOR_CKPT,
-    "actor_rollout_ref.actor.checkpoint.load_contents": _ACTOR_CKPT,
     "critic.checkpoint.save_contents": _CKPT,
     "critic.checkpoint.load_contents": _CKPT,
 }
