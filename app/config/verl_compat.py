@@ -178,7 +178,6 @@ DEFAULT_ONLY = {
     "data.datagen.name": "dynamic data generation is not supported",
     "actor_rollout_ref.model.hf_config_path": "the model's config is read from model.path",
     "actor_rollout_ref.model.tokenizer_path": "the tokenizer is read from model.path",
-    "actor_rollout_ref.model.custom_chat_template": "the chat template is the tokenizer's, in model.path",
     "actor_rollout_ref.model.external_lib": "importing a module to register model classes is not supported",
     "actor_rollout_ref.hybrid_engine": "verl supports only true; the layout here is trainer.placement",
     "actor_rollout_ref.actor.tis_imp_ratio_cap": "truncated importance sampling is "

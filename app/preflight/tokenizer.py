@@ -20,9 +20,25 @@ def check_tokenizer(cfg: TrainerRunConfig) -> None:
             f"{key}={model.path}: its tokenizer cannot be loaded ({first}); the folder needs "
             "tokenizer.json or tokenizer_config.json with the vocabulary files"
         ) from None
+    if model.custom_chat_template:
+        check_custom_template(tokenizer, model.custom_chat_template)
+        return
     if not getattr(tokenizer, "chat_template", None):
         raise PreflightError(
             f"{key}={model.path}: its tokenizer has no chat template, which the prompts of data.train_files need "
             "(chat messages, data.prompt_key); use an instruct/chat model, or add a `chat_template` to its "
             "tokenizer_config.json (or a chat_template.jinja file beside it)"
         )
+
+
+def check_custom_template(tokenizer, template: str) -> None:
+    """`actor_rollout_ref.model.custom_chat_template` renders a conversation with this tokenizer."""
+    conversation = [{"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": "2"}]
+    try:
+        tokenizer.apply_chat_template(conversation, chat_template=template, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001  jinja2's TemplateSyntaxError, UndefinedError, ...: all name the flaw
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PreflightError(
+            f"actor_rollout_ref.model.custom_chat_template: the template does not render a conversation "
+            f"({type(exc).__name__}: {first}); give a Jinja chat template as in a tokenizer_config.json"
+        ) from None

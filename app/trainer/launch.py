@@ -261,6 +261,7 @@ def train(
             seed=cfg.trainer.seed,
             route_prefix=route_prefix,
             placement=replica_placement(cfg, plan),
+            chat_template=model.custom_chat_template,
             wait=plan.rollout_starts_first or cfg.trainer.max_failures != 0,
         )
     [worker] = plan.train.bundles

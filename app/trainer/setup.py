@@ -16,6 +16,8 @@ def load_tokenizer(cfg: TrainerRunConfig):
 
     model = cfg.actor_rollout_ref.model
     tokenizer = AutoTokenizer.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
+    if model.custom_chat_template:
+        tokenizer.chat_template = model.custom_chat_template
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

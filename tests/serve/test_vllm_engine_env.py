@@ -29,6 +29,7 @@ def _spec(threads: int, tensor_parallel_size: int = 1, **engine_kwargs) -> Rollo
         max_lora_rank=None,
         trust_remote_code=False,
         vllm_engine_kwargs=engine_kwargs,
+        chat_template=None,
     )
 
 

@@ -84,6 +84,7 @@ ROLLOUT_ENGINE = {
     "trust_remote_code": f"{MODEL}.trust_remote_code",
     "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
     "vllm_engine_kwargs": f"{ROLLOUT}.engine_kwargs.vllm",
+    "chat_template": f"{MODEL}.custom_chat_template",
     **_same_names(
         ROLLOUT,
         "dtype",
@@ -180,7 +181,9 @@ def test_data_options_and_policy_loss_config_hold_the_configs_values(cfg):
 
 def test_rollout_engine_spec_holds_the_configs_values(cfg):
     model, rollout = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout
-    spec = engine_spec_from_config(rollout, model.path, trust_remote_code=model.trust_remote_code)
+    spec = engine_spec_from_config(
+        rollout, model.path, trust_remote_code=model.trust_remote_code, chat_template=model.custom_chat_template
+    )
     _assert_mirrors(spec, ROLLOUT_ENGINE, cfg)
     assert rollout.max_model_len is None and spec.max_model_len == rollout.prompt_length + rollout.response_length
     assert spec.cpu_kv_cache_bytes == rollout.cpu_kv_cache_gib * 2**30
