@@ -326,6 +326,7 @@ def run_case(
         warmup_style="constant",
         min_lr_ratio=0.0,
         lr_decay_steps_ratio=1.0,
+        num_cycles=0.5,
         total_training_steps=-1,
     )
     spec = EngineSpec(

@@ -100,6 +100,7 @@ def _optim() -> OptimSpec:
         warmup_style="constant",
         min_lr_ratio=0.0,
         lr_decay_steps_ratio=1.0,
+        num_cycles=0.5,
         total_training_steps=-1,
     )
 

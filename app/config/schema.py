@@ -146,8 +146,10 @@ class OptimConfig:
     # 1.0 decays from the end of warm-up, as verl does
     lr_decay_steps_ratio: float = 1.0
     total_training_steps: int = -1  # filled in by the trainer from the data size
+    # cosine periods over the decay: 0.5 falls from lr to min_lr_ratio x lr once; 1.5 falls, rises and falls again (the
+    # factor never below min_lr_ratio), as verl's get_cosine_schedule_with_warmup
+    num_cycles: float = 0.5
     clip_grad: float = 1.0  # verl's engine-level copy of grad_clip: its default only (the role's grad_clip is read)
-    num_cycles: float = 0.5  # cosine cycles: the cosine schedule here is a half cycle, verl's default only
 
 
 @dataclass

@@ -389,6 +389,8 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
 
 
 def _check_lr_decay(path: str, optim) -> None:
+    if optim.num_cycles <= 0:
+        raise ConfigError(f"{path}.num_cycles={optim.num_cycles} must be > 0 (0.5: one fall from lr to its minimum)")
     ratio = optim.lr_decay_steps_ratio
     if not 0 < ratio <= 1:
         raise ConfigError(f"{path}.lr_decay_steps_ratio={ratio} must lie in (0, 1] (1: decay from the end of warm-up)")

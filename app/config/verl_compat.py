@@ -189,7 +189,6 @@ DEFAULT_ONLY = {
         "clip_grad",
         "gradients are clipped by the role's grad_clip here (actor.grad_clip, critic.grad_clip); set that",
     ),
-    **_each(_OPTIM, "num_cycles", "the cosine schedule here is a half cosine from lr to min_lr_ratio x lr"),
     **_each(_CHECKPOINT, "async_save", "checkpoints are written before the step returns here"),
     **_each(_FSDP, "wrap_policy", "FSDP2 here shards each decoder layer and the rest of the model as one unit"),
     **_each(

@@ -1,9 +1,11 @@
 """Learning-rate factor per training step: linear warm-up, then constant, cosine or linear decay.
 
 Warm-up follows verl/transformers: the factor is ``step / warmup_steps`` during warm-up, so step 0 runs at lr 0.
-Cosine (verl) and linear (transformers' and TRL's default) go from 1 to ``min_lr_ratio`` at ``total_training_steps``,
-starting at the end of warm-up, or later where ``lr_decay_steps_ratio`` < 1 holds the lr until the run's last
-``lr_decay_steps_ratio`` of steps (warm-up, stable, decay).
+Linear (transformers' and TRL's default) goes from 1 to ``min_lr_ratio`` at ``total_training_steps``; cosine (verl)
+runs ``num_cycles`` periods of a cosine between 1 and ``min_lr_ratio``, by default half a period: from 1 down to
+``min_lr_ratio`` at ``total_training_steps``. Either starts at the end of warm-up, or later where
+``lr_decay_steps_ratio`` < 1 holds the lr until the run's last ``lr_decay_steps_ratio`` of steps (warm-up, stable,
+decay).
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ def lr_factor(step: int, optim: OptimSpec) -> float:
     if step < start:
         return 1.0
     progress = min(1.0, (step - start) / max(1, total - start))
-    decay = 0.5 * (1.0 + math.cos(math.pi * progress)) if optim.warmup_style == "cosine" else 1.0 - progress
+    if optim.warmup_style == "linear":
+        return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * (1.0 - progress)
+    decay = 0.5 * (1.0 + math.cos(2.0 * math.pi * optim.num_cycles * progress))
     return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * decay
 
 

@@ -45,6 +45,7 @@ class OptimSpec:
     warmup_style: Literal["constant", "cosine", "linear"]  # schedule after warm-up
     min_lr_ratio: float  # where the decay ends, as a fraction of lr
     lr_decay_steps_ratio: float  # the decay spans this last fraction of total_training_steps; the lr holds before it
+    num_cycles: float  # cosine periods over the decay (0.5: one fall from lr to min_lr_ratio x lr)
     total_training_steps: int  # needed by cosine and by the warm-up ratio
 
     @classmethod
@@ -59,6 +60,7 @@ class OptimSpec:
             warmup_style=optim.warmup_style,
             min_lr_ratio=optim.min_lr_ratio,
             lr_decay_steps_ratio=optim.lr_decay_steps_ratio,
+            num_cycles=optim.num_cycles,
             total_training_steps=optim.total_training_steps,
         )
 

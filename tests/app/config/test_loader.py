@@ -281,6 +281,8 @@ def test_a_late_lr_decay_needs_a_decaying_schedule_and_a_share_in_0_1():
         load_config(with_(**{f"{actor}.lr_decay_steps_ratio": 0.5}))  # the default schedule is constant
     with pytest.raises(ConfigError, match=r"actor\.optim\.lr_decay_steps_ratio=1\.5 must lie in \(0, 1\]"):
         load_config(with_(**{f"{actor}.warmup_style": "cosine", f"{actor}.lr_decay_steps_ratio": 1.5}))
+    with pytest.raises(ConfigError, match=r"actor\.optim\.num_cycles=0(\.0)? must be > 0"):
+        load_config(with_(**{f"{actor}.warmup_style": "cosine", f"{actor}.num_cycles": 0}))
     # the critic's schedule is checked only where a critic trains
     critic = {"critic.optim.lr_decay_steps_ratio": 0.5}
     assert load_config(with_(**critic)).critic.optim.lr_decay_steps_ratio == 0.5  # GRPO: no critic

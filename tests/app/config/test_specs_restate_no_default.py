@@ -60,6 +60,7 @@ OPTIM = _same_names(
     "warmup_style",
     "min_lr_ratio",
     "lr_decay_steps_ratio",
+    "num_cycles",
     "total_training_steps",
 )  # under the role's section
 # under the role's section

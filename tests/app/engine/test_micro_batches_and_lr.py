@@ -88,6 +88,17 @@ def test_lr_warmup_then_constant_and_cosine():
     assert [lr_factor(s, lin) for s in range(7)] == pytest.approx([0.0, 0.5, 1.0, 0.8, 0.6, 0.4, 0.2])
 
 
+def test_cosine_cycles_fall_and_rise_between_lr_and_its_minimum():
+    # verl's num_cycles: 1.0 falls to min_lr_ratio halfway through the decay and is back at lr at its end
+    cycle = optim_spec(lr=1.0, lr_warmup_steps=0, warmup_style="cosine", total_training_steps=4, num_cycles=1.0)
+    assert [lr_factor(s, cycle) for s in range(5)] == pytest.approx([1.0, 0.5, 0.0, 0.5, 1.0])
+    # 1.5 with a floor of 0.2: 0.2 + 0.8 * 0.5 * (1 + cos(3 pi s / 6)) at s = 0..6
+    floor = optim_spec(
+        lr=1.0, lr_warmup_steps=0, warmup_style="cosine", total_training_steps=6, num_cycles=1.5, min_lr_ratio=0.2
+    )
+    assert [lr_factor(s, floor) for s in range(7)] == pytest.approx([1.0, 0.6, 0.2, 0.6, 1.0, 0.6, 0.2])
+
+
 def test_lr_holds_until_the_last_share_of_steps_then_decays():
     # warm-up, stable, decay: 10 steps, the last half decaying linearly to 0 over scheduler steps 5..10
     wsd = optim_spec(
