@@ -149,7 +149,7 @@ class OptimConfig:
     # cosine periods over the decay: 0.5 falls from lr to min_lr_ratio x lr once; 1.5 falls, rises and falls again (the
     # factor never below min_lr_ratio), as verl's get_cosine_schedule_with_warmup
     num_cycles: float = 0.5
-    clip_grad: float = 1.0  # verl's engine-level copy of grad_clip: its default only (the role's grad_clip is read)
+    clip_grad: float = 1.0  # newer verl's name for the role's grad_clip, which it sets where given
 
 
 @dataclass

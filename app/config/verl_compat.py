@@ -184,11 +184,6 @@ DEFAULT_ONLY = {
     "algorithm.rollout_correction.rollout_is=token with "
     "rollout_is_threshold=<the cap> here (the same weight)",
     "actor_rollout_ref.ref.model": "the reference is the actor's initial model (actor_rollout_ref.model.path)",
-    **_each(
-        _OPTIM,
-        "clip_grad",
-        "gradients are clipped by the role's grad_clip here (actor.grad_clip, critic.grad_clip); set that",
-    ),
     **_each(_CHECKPOINT, "async_save", "checkpoints are written before the step returns here"),
     **_each(_FSDP, "wrap_policy", "FSDP2 here shards each decoder layer and the rest of the model as one unit"),
     **_each(
@@ -250,6 +245,7 @@ def apply_verl_names(cfg: TrainerRunConfig) -> None:
         rm.micro_batch_size_per_gpu = RM_MICRO_BATCH_PER_GPU
     _map_dapo_reward_kwargs(cfg)
     _map_lr_scheduler_type(cfg)
+    _map_clip_grad(cfg)
     _map_rollout_name(cfg)
     _map_resume_path(cfg)
     _map_checkpoint_limits(cfg)
@@ -312,6 +308,20 @@ def _map_lr_scheduler_type(cfg: TrainerRunConfig) -> None:
                 "setting; set only one of them"
             )
         optim.warmup_style = new
+
+
+def _map_clip_grad(cfg: TrainerRunConfig) -> None:
+    """Newer verl clips at the role's `optim.clip_grad`; older verl (and the engine here) at the role's `grad_clip`."""
+    default = OptimConfig().clip_grad
+    for path, role in (("actor_rollout_ref.actor", cfg.actor_rollout_ref.actor), ("critic", cfg.critic)):
+        new, old = role.optim.clip_grad, role.grad_clip
+        if new == default:
+            continue
+        if old != default and old != new:  # the default is what a user who did not set grad_clip has
+            raise ConfigError(
+                f"{path}.optim.clip_grad={new} and {path}.grad_clip={old} name the same setting; set only one of them"
+            )
+        role.grad_clip = new
 
 
 def _section(cfg: Any, dotted: str) -> Any:

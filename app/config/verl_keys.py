@@ -40,6 +40,8 @@ READ_NOTES = {
     "reward_model.micro_batch_size": "verl's older global name, divided by the ranks",
     "actor_rollout_ref.actor.optim.warmup_style": "also spelled optim.lr_scheduler_type (newer verl)",
     "critic.optim.warmup_style": "also spelled optim.lr_scheduler_type (newer verl)",
+    "actor_rollout_ref.actor.optim.clip_grad": "newer verl's name for actor.grad_clip, which it sets",
+    "critic.optim.clip_grad": "newer verl's name for critic.grad_clip, which it sets",
     "actor_rollout_ref.actor.checkpoint.save_contents": _ACTOR_CKPT,
     "actor_rollout_ref.actor.checkpoint.load_contents": _ACTOR_CKPT,
 }

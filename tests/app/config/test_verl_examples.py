@@ -492,6 +492,19 @@ def test_newer_verl_lr_scheduler_type_is_warmup_style(paths):
         run_script(GRPO, paths, "critic.optim.lr_scheduler_type=constant", "critic.optim.warmup_style=cosine")
 
 
+def test_newer_verl_optim_clip_grad_is_the_roles_grad_clip(paths):
+    from app.roles.factory import actor_engine_spec
+
+    cfg = run_script(GRPO, paths, "actor_rollout_ref.actor.optim.clip_grad=0.5")
+    arr = cfg.actor_rollout_ref
+    assert (arr.actor.grad_clip, cfg.critic.grad_clip) == (0.5, 1.0)  # only the role that named it
+    assert actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n).grad_clip == 0.5  # the engine's
+    with pytest.raises(
+        ConfigError, match=r"^critic\.optim\.clip_grad=0\.5 and critic\.grad_clip=2\.0 name the same setting"
+    ):
+        run_script(GRPO, paths, "critic.optim.clip_grad=0.5", "critic.grad_clip=2.0")
+
+
 # ---------------------------------------------------------------- --dry-run: each script's layout on the GPUs it names
 @pytest.mark.parametrize(
     "script, extra",
