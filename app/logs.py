@@ -36,6 +36,9 @@ QUIET_ENV = {
     # libraries' deprecation notices about their own internals, printed by every replica and worker
     "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
 }
+# Every run, verbose or not: Ray Train hands a train worker's print() to the root logger and, since Ray wraps a
+# worker's stdout, to stdout as well, so each line reached the console twice ("resumed from ..."); unpatched, once
+CONSOLE_ENV = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
 # loggers that print INFO lines about the machinery on the driver and in the workers (Serve's app start, handles)
 CHATTY_LOGGERS = ("ray.serve", "huggingface_hub")
 # modules whose logger is named after their file (`get_logger(__file__)`), outside their package's hierarchy, so
@@ -75,11 +78,10 @@ def quiet_loggers() -> None:
 
 
 def quiet_env() -> dict[str, str]:
-    """Environment variables for the run's Ray processes: QUIET_ENV unless verbose, without those the user set;
-    when verbose, RAYRL_VERBOSE itself, so that processes on other nodes see it too."""
-    if verbose():
-        return {VERBOSE_ENV: "1"}
-    return {name: value for name, value in QUIET_ENV.items() if name not in os.environ}
+    """Environment variables for the run's Ray processes: CONSOLE_ENV, and QUIET_ENV unless verbose, without those the
+    user set; when verbose, RAYRL_VERBOSE itself, so that processes on other nodes see it too."""
+    wanted = {**CONSOLE_ENV, **({VERBOSE_ENV: "1"} if verbose() else QUIET_ENV)}
+    return {name: value for name, value in wanted.items() if name not in os.environ or name == VERBOSE_ENV}
 
 
 def train_log_level() -> str:

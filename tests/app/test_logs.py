@@ -13,7 +13,7 @@ from serve.log_config import serve_logging_config
 @pytest.fixture
 def quiet(monkeypatch):
     monkeypatch.delenv(logs.VERBOSE_ENV, raising=False)
-    for name in logs.QUIET_ENV:
+    for name in (*logs.QUIET_ENV, *logs.CONSOLE_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -23,6 +23,7 @@ def test_a_quiet_run_silences_vllm_serve_access_lines_and_ray_train_info(quiet):
         "TORCH_CPP_LOG_LEVEL": "ERROR",
         "TQDM_DISABLE": "1",
         "PYTHONWARNINGS": "ignore::FutureWarning,ignore::DeprecationWarning",
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",  # a worker's print reaches the console once (Ray Train's patch: twice)
     }
     assert logs.train_log_level() == "WARNING"
     config = serve_logging_config()
@@ -32,7 +33,8 @@ def test_a_quiet_run_silences_vllm_serve_access_lines_and_ray_train_info(quiet):
 @pytest.mark.parametrize("value", ["1", "true", "yes"])
 def test_rayrl_verbose_turns_them_back_on(quiet, monkeypatch, value):
     monkeypatch.setenv(logs.VERBOSE_ENV, value)
-    assert logs.quiet_env() == {logs.VERBOSE_ENV: "1"} and logs.train_log_level() == "INFO"
+    assert logs.quiet_env() == {logs.VERBOSE_ENV: "1", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+    assert logs.train_log_level() == "INFO"
     config = serve_logging_config()
     assert config.enable_access_log is True and config.log_level == "INFO"
 
