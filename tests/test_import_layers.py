@@ -63,6 +63,8 @@ SERVE_EXEMPTIONS = {
     "before a run and the deployment enforces; stdlib only (no Ray, no routes)",
     ("app.agents", "serve.types"): "the rollout client's request and sample types, which the agent loop sends and "
     "receives turn by turn; plain dataclasses (no Ray, no vLLM)",
+    ("app.config", "serve.types"): "the vLLM engine arguments a replica sets itself, which the config refuses in "
+    "rollout.engine_kwargs.vllm naming the key that sets each; plain data (no Ray, no vLLM)",
 }
 
 
