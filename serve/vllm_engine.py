@@ -25,7 +25,7 @@ import uuid
 from typing import Any, AsyncIterator, Iterator, Optional
 
 from serve.engine_thread import EngineThread
-from serve.log_config import verbose
+from serve.log_config import hold_vllm_import_notices, verbose
 from serve.types import GeneratedSequence, RolloutEngineSpec, SamplingOptions, TokenDelta
 
 WORKER_EXTENSION = "serve.vllm_worker.WeightSyncWorkerExtension"
@@ -162,6 +162,7 @@ class VLLMRolloutEngine:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         spec = self.spec
+        hold_vllm_import_notices()  # before this process first imports vLLM (the engine arguments import Triton)
         on_cpu = on_cpu_platform()
         kwargs = engine_args(spec, on_cpu)
         env: dict[str, str] = {}

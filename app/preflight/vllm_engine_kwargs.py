@@ -5,27 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import logging
 
 from app.config.engine_kwargs_check import KEY
 from app.config.schema import TrainerRunConfig
 from app.preflight.errors import PreflightError
+from serve.log_config import hold_vllm_import_notices
 
 
 def check_vllm_engine_kwargs_names(cfg: TrainerRunConfig) -> None:
     kwargs = cfg.actor_rollout_ref.rollout.engine_kwargs.vllm
     if not kwargs:
         return
-    vllm_logger = logging.getLogger("vllm")
-    level = vllm_logger.level
-    vllm_logger.setLevel(logging.ERROR)  # its import-time notices (Triton on a CPU) are not about the run
+    hold_vllm_import_notices()  # its import-time notices (Triton on a CPU) are not about the run
     try:
         import vllm
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:  # a driver without vLLM (a cluster's head node): the replicas' vLLM names it
         return
-    finally:
-        vllm_logger.setLevel(level)
     known = {f.name for f in dataclasses.fields(EngineArgs)}
     for name in kwargs:
         if name not in known:
