@@ -278,7 +278,8 @@ class ActorConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     deepspeed_config: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)  # strategy=deepspeed (the ref's too)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # verl: truncated importance sampling cap; -1 (off) only: algorithm.rollout_correction is the setting here
+    # verl 0.5's truncated importance sampling: > 0 sets algorithm.rollout_correction.rollout_is=token with this
+    # rollout_is_threshold (the same weight); <= 0 is off
     tis_imp_ratio_cap: float = -1.0
     # verl keys with no effect here (verl_compat.NO_EFFECT)
     freeze_vision_tower: bool = False

@@ -180,9 +180,6 @@ DEFAULT_ONLY = {
     "actor_rollout_ref.model.tokenizer_path": "the tokenizer is read from model.path",
     "actor_rollout_ref.model.external_lib": "importing a module to register model classes is not supported",
     "actor_rollout_ref.hybrid_engine": "verl supports only true; the layout here is trainer.placement",
-    "actor_rollout_ref.actor.tis_imp_ratio_cap": "truncated importance sampling is "
-    "algorithm.rollout_correction.rollout_is=token with "
-    "rollout_is_threshold=<the cap> here (the same weight)",
     "actor_rollout_ref.ref.model": "the reference is the actor's initial model (actor_rollout_ref.model.path)",
     **_each(_CHECKPOINT, "async_save", "checkpoints are written before the step returns here"),
     **_each(_FSDP, "wrap_policy", "FSDP2 here shards each decoder layer and the rest of the model as one unit"),
@@ -246,6 +243,7 @@ def apply_verl_names(cfg: TrainerRunConfig) -> None:
     _map_dapo_reward_kwargs(cfg)
     _map_lr_scheduler_type(cfg)
     _map_clip_grad(cfg)
+    _map_tis_imp_ratio_cap(cfg)
     _map_rollout_name(cfg)
     _map_resume_path(cfg)
     _map_checkpoint_limits(cfg)
@@ -322,6 +320,29 @@ def _map_clip_grad(cfg: TrainerRunConfig) -> None:
                 f"{path}.optim.clip_grad={new} and {path}.grad_clip={old} name the same setting; set only one of them"
             )
         role.grad_clip = new
+
+
+def _map_tis_imp_ratio_cap(cfg: TrainerRunConfig) -> None:
+    """verl 0.5's truncated importance sampling multiplies each token's clipped loss by min(pi_old / pi_sampler, cap);
+    verl then replaced it with algorithm.rollout_correction, whose token level is that weight (the losses it allows
+    are linear in the advantage). A cap <= 0 is verl's off."""
+    cap = cfg.actor_rollout_ref.actor.tis_imp_ratio_cap
+    if not cap > 0:
+        return
+    rc = cfg.algorithm.rollout_correction
+    if rc.rollout_is is not None and (rc.rollout_is, rc.rollout_is_threshold) != ("token", cap):
+        raise ConfigError(
+            f"actor_rollout_ref.actor.tis_imp_ratio_cap={cap} is algorithm.rollout_correction.rollout_is=token with "
+            f"rollout_is_threshold={cap}, but rollout_correction sets rollout_is={rc.rollout_is} with "
+            f"rollout_is_threshold={rc.rollout_is_threshold}; set only one of them"
+        )
+    if rc.bypass_mode:
+        # the sampler's log-probs are then the PPO ratio's old policy, so every weight would be 1
+        raise ConfigError(
+            f"actor_rollout_ref.actor.tis_imp_ratio_cap={cap} weights each token by pi_old / pi_sampler, which "
+            "algorithm.rollout_correction.bypass_mode=true makes 1 (pi_old is the sampler's); drop one of them"
+        )
+    rc.rollout_is, rc.rollout_is_threshold = "token", cap
 
 
 def _section(cfg: Any, dotted: str) -> Any:

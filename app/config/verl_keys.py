@@ -42,6 +42,8 @@ READ_NOTES = {
     "critic.optim.warmup_style": "also spelled optim.lr_scheduler_type (newer verl)",
     "actor_rollout_ref.actor.optim.clip_grad": "newer verl's name for actor.grad_clip, which it sets",
     "critic.optim.clip_grad": "newer verl's name for critic.grad_clip, which it sets",
+    "actor_rollout_ref.actor.tis_imp_ratio_cap": "> 0 sets algorithm.rollout_correction.rollout_is=token with "
+    "rollout_is_threshold=<the cap> (the same weight), verl's later name for it",
     "actor_rollout_ref.actor.checkpoint.save_contents": _ACTOR_CKPT,
     "actor_rollout_ref.actor.checkpoint.load_contents": _ACTOR_CKPT,
 }

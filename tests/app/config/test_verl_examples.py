@@ -505,6 +505,47 @@ def test_newer_verl_optim_clip_grad_is_the_roles_grad_clip(paths):
         run_script(GRPO, paths, "critic.optim.clip_grad=0.5", "critic.grad_clip=2.0")
 
 
+def test_verl_truncated_importance_sampling_cap_is_token_level_rollout_correction(paths):
+    off = run_script(GRPO, paths).algorithm.rollout_correction
+    assert (off.rollout_is, off.rollout_is_threshold) == (None, 2.0)  # -1, verl's default: no weights
+    rc = run_script(GRPO, paths, "actor_rollout_ref.actor.tis_imp_ratio_cap=3.0").algorithm.rollout_correction
+    assert (rc.rollout_is, rc.rollout_is_threshold, rc.bypass_mode) == ("token", 3.0, False)
+    assert (
+        run_script(GRPO, paths, "actor_rollout_ref.actor.tis_imp_ratio_cap=0").algorithm.rollout_correction.rollout_is
+        is None
+    )
+    same = run_script(
+        GRPO,
+        paths,
+        "actor_rollout_ref.actor.tis_imp_ratio_cap=3.0",
+        "algorithm.rollout_correction.rollout_is=token",
+        "algorithm.rollout_correction.rollout_is_threshold=3.0",
+    ).algorithm.rollout_correction
+    assert (same.rollout_is, same.rollout_is_threshold) == ("token", 3.0)
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor_rollout_ref\.actor\.tis_imp_ratio_cap=3\.0 is algorithm\.rollout_correction\.rollout_is=token "
+        r"with rollout_is_threshold=3\.0, but rollout_correction sets rollout_is=sequence with "
+        r"rollout_is_threshold=2\.0",
+    ):
+        run_script(
+            GRPO,
+            paths,
+            "actor_rollout_ref.actor.tis_imp_ratio_cap=3.0",
+            "algorithm.rollout_correction.rollout_is=sequence",
+        )
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.tis_imp_ratio_cap=3\.0 .*bypass_mode=true"):
+        run_script(
+            GRPO,
+            paths,
+            "actor_rollout_ref.actor.tis_imp_ratio_cap=3.0",
+            "algorithm.rollout_correction.bypass_mode=true",
+        )
+    # the checks of rollout_correction apply to the mapped setting: the sampler's log-probs of a truncated distribution
+    with pytest.raises(ConfigError, match=r"^algorithm\.rollout_correction\.rollout_is=token reads the sampler's"):
+        run_script(GRPO, paths, "actor_rollout_ref.actor.tis_imp_ratio_cap=3.0", "actor_rollout_ref.rollout.top_p=0.9")
+
+
 # ---------------------------------------------------------------- --dry-run: each script's layout on the GPUs it names
 @pytest.mark.parametrize(
     "script, extra",

@@ -194,10 +194,10 @@ def test_a_default_only_refusal_through_hydra_says_why():
         load_config(compose([*REQUIRED, "trainer.default_hdfs_dir=hdfs://n/ckpt"]))
     with pytest.raises(
         ConfigError,
-        match=r"^actor_rollout_ref\.actor\.tis_imp_ratio_cap=2\.0: .*"
-        r"algorithm\.rollout_correction\.rollout_is=token",
+        match=r"^actor_rollout_ref\.rollout\.skip_rollout=True: dumping and replaying rollouts is not supported; "
+        r"only verl's default False is accepted",
     ):
-        load_config(compose([*REQUIRED, "actor_rollout_ref.actor.tis_imp_ratio_cap=2"]))
+        load_config(compose([*REQUIRED, "actor_rollout_ref.rollout.skip_rollout=true"]))
 
 
 @pytest.mark.parametrize("key", sorted(NO_EFFECT))
