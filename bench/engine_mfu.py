@@ -340,6 +340,7 @@ def run_case(
         buffer_dtype="fp32",
         param_offload=False,
         optimizer_offload=False,
+        fsdp_size=-1,
         use_remove_padding=remove_padding,
         share_prompt_prefix=share_prompts,
         micro_batch_size_per_gpu=micro,

@@ -130,6 +130,7 @@ def _spec(model_dir: Path, device: str, param_dtype: str) -> EngineSpec:
         buffer_dtype="fp32",
         param_offload=False,
         optimizer_offload=False,
+        fsdp_size=-1,
         compile_layers=False,
         device=device,
         load_on_rank0=True,

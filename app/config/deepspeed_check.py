@@ -49,6 +49,11 @@ def check_deepspeed(cfg: TrainerRunConfig, needs_critic: bool) -> None:
                     f"{path}.deepspeed_config.offload_optimizer (parameters: zero_optimization.offload_param in the "
                     f"JSON of {path}.deepspeed_config.config_path, with zero_stage=3)"
                 )
+        if fsdp.fsdp_size != -1:
+            raise ConfigError(
+                f"{fsdp_path}.fsdp_size={fsdp.fsdp_size} is FSDP's hybrid sharding and {path}.strategy=deepspeed "
+                "ignores it; DeepSpeed ZeRO partitions over every rank here"
+            )
         if role is None:
             continue
         if role.use_torch_compile:

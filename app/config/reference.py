@@ -64,7 +64,7 @@ OURS = frozenset(
     }
 )
 # verl features this framework does not have: accepted at verl's default only (app/config/verl_compat.py)
-DEFAULT_ONLY_NAMES = ("fsdp_size", "override_config")
+DEFAULT_ONLY_NAMES = ("override_config",)
 
 # Meanings of the fields the schema leaves uncommented, by (class, field): the schema's own comment wins where it
 # has one (tests/app/config/test_reference.py checks that every key gets a meaning and that no entry here is stale).

@@ -167,7 +167,9 @@ class FSDPConfig:
     # master weights, the ones the optimiser steps; frozen ones (a LoRA base, a reference) stay in param_dtype
     model_dtype: Literal["bf16", "fp16", "fp32"] = "fp32"
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
-    # ranks one copy of the model is sharded over; -1: all trainer.num_workers (the only layout here: no HSDP)
+    # ranks one copy of the model is sharded over: -1 (or trainer.num_workers or more) all of them; a divisor of
+    # num_workers, hybrid sharding (HSDP): each group of that many consecutive ranks, one node's GPUs where it is their
+    # count, shards a copy and the groups all-reduce gradients, so weight gathers stay within a node. FSDP2 only
     fsdp_size: int = -1
     ulysses_sequence_parallel_size: int = 1  # verl's engine-level copy of the role's key: 1 or that value
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): FSDP2 here shards each decoder layer and

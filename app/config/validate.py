@@ -27,6 +27,7 @@ def validate(cfg: TrainerRunConfig) -> None:
     _check_algorithm(cfg)
     _check_ranges(cfg)
     _check_overlong_buffer(cfg)
+    _check_fsdp_sizes(cfg)
     check_placement(cfg)
     check_unsupported(cfg)
     check_vllm_engine_kwargs(cfg)
@@ -294,6 +295,29 @@ def _check_rollout_correction(cfg: TrainerRunConfig) -> None:
             f"which actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered as linear in "
             "(algos.catalog.PolicyLossTraits); use vanilla, gspo, cispo or reinforce, or set rollout_is=null"
         )
+
+
+def _check_fsdp_sizes(cfg: TrainerRunConfig) -> None:
+    """fsdp_size: -1 or at least the rank count shards one copy over every rank (verl's meaning); a divisor of the
+    rank count below it is hybrid sharding (app.engine.fsdp_engine.sharding_mesh)."""
+    ranks, arr = cfg.trainer.num_workers, cfg.actor_rollout_ref
+    for path, fsdp in (
+        ("actor_rollout_ref.actor.fsdp_config", arr.actor.fsdp_config),
+        ("actor_rollout_ref.ref.fsdp_config", arr.ref.fsdp_config),
+        ("critic.model.fsdp_config", cfg.critic.model.fsdp_config),
+    ):
+        size = fsdp.fsdp_size
+        if size > ranks:
+            log.info(
+                "%s.fsdp_size=%d is more than the %d ranks: as in verl, one copy is sharded over all", path, size, ranks
+            )
+        if size == -1 or size >= ranks:
+            continue
+        if size < 1 or ranks % size:
+            raise ConfigError(
+                f"{path}.fsdp_size={size}: give -1 (one copy sharded over all {ranks_named(cfg.trainer)}) or a "
+                f"divisor of {ranks} (hybrid sharding: each group of that many ranks shards a copy)"
+            )
 
 
 def _check_overlong_buffer(cfg: TrainerRunConfig) -> None:

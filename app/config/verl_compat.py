@@ -11,12 +11,10 @@ from typing import Any, Iterator
 
 from app.config.errors import ConfigError
 from app.config.multi_turn import check_multi_turn
-from app.config.ranks import ranks_named
 from app.config.schema import (
     CHECKPOINT_HF,
     RM_MICRO_BATCH_PER_GPU,
     CheckpointConfig,
-    FSDPConfig,
     OptimConfig,
     OverlongBufferConfig,
     TrainerRunConfig,
@@ -429,14 +427,6 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
         if value != verl_default:
             raise ConfigError(f"{key}={value!r}: {why}; only verl's default {verl_default!r} is accepted")
     _check_role_copies(cfg)
-    workers = cfg.trainer.num_workers
-    for path, fsdp in _sections_of_type(cfg, FSDPConfig):
-        if fsdp.fsdp_size not in (-1, workers):
-            raise ConfigError(
-                f"{path}.fsdp_size={fsdp.fsdp_size}: hybrid sharding (shard over groups of fsdp_size ranks, replicate "
-                f"across groups) is not supported; a model is sharded over all {ranks_named(cfg.trainer)} "
-                f"here, which -1 (the default) means"
-            )
     arr = cfg.actor_rollout_ref
     for path, model in (("actor_rollout_ref.model", arr.model), ("critic.model", cfg.critic.model)):
         if model.override_config:

@@ -23,7 +23,10 @@ READ, NO_EFFECT_CLASS, DEFAULT_ONLY_CLASS = "read", "no effect", "verl's default
 
 _SP = "Ulysses sequence parallelism on FSDP2: groups of this many ranks share each sequence (docs/gpu_engine.md)"
 _SP_COPY = "verl's engine-level copy of the role's key, which is the one read: 1 or the role's value"
-_FSDP_SIZE = "hybrid sharding is not supported: -1 only (or the rank count, the same layout)"
+_FSDP_SIZE = (
+    "-1 (or the rank count or more): one copy sharded over all ranks; a divisor of the rank count: hybrid sharding "
+    "(FSDP2, docs/gpu_engine.md)"
+)
 _CKPT = "checkpoints always hold model, optimizer and extra: that set only (any order)"
 _ACTOR_CKPT = "model, optimizer and extra always (any order); hf_model adds a Hugging Face copy in actor/huggingface/"
 
@@ -71,7 +74,7 @@ def classify(key: str) -> tuple[str, str]:
     if name == "ulysses_sequence_parallel_size":
         return READ, _SP_COPY if ".fsdp_config." in key else _SP
     if name == "fsdp_size":
-        return DEFAULT_ONLY_CLASS, _FSDP_SIZE
+        return READ, _FSDP_SIZE
     if key in schema_leaf_keys():
         return READ, READ_NOTES.get(key, "")
     raise KeyError(key)

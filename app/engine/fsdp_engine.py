@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -65,6 +65,18 @@ def _to_meta(model: torch.nn.Module) -> None:
         first_module, first_name = refs[0]
         for module, name in refs[1:]:
             module._parameters[name] = first_module._parameters[first_name]
+
+
+def sharding_mesh(device_type: str, world_size: int, fsdp_size: int) -> DeviceMesh:
+    """FSDP2's device mesh. ``fsdp_size`` -1, or the rank count or more (verl's meaning): one copy of the model
+    sharded over every rank. A smaller divisor of the rank count: hybrid sharding, each group of ``fsdp_size``
+    consecutive ranks (one node's GPUs, where it equals their count) shards a copy, and gradients are all-reduced
+    across the groups, so the parameter gathers stay within a group."""
+    if fsdp_size < 0 or fsdp_size >= world_size:
+        return init_device_mesh(device_type, (world_size,))
+    if fsdp_size == 0 or world_size % fsdp_size:
+        raise ValueError(f"fsdp_size={fsdp_size} must be -1 or divide the {world_size} ranks")
+    return init_device_mesh(device_type, (world_size // fsdp_size, fsdp_size), mesh_dim_names=("replicate", "shard"))
 
 
 class FSDPEngine(ShardedEngine):
@@ -156,7 +168,7 @@ class FSDPEngine(ShardedEngine):
 
     def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
         spec = self.spec
-        mesh = init_device_mesh(self.device.type, (dist.get_world_size(),))
+        mesh = sharding_mesh(self.device.type, dist.get_world_size(), spec.fsdp_size)
         param_dtype = to_dtype(spec.param_dtype, "fsdp_config.mixed_precision.param_dtype")
         reduce_dtype = to_dtype(spec.reduce_dtype, "fsdp_config.mixed_precision.reduce_dtype")
         mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True)

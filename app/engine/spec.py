@@ -114,6 +114,10 @@ class EngineSpec:
     max_token_len_per_gpu: int
     # Ulysses sequence parallelism: groups of this many ranks compute each packed row together (FSDP2 only)
     ulysses_sequence_parallel_size: int
+    # FSDP2's shard groups (fsdp_config.fsdp_size): -1 (or the rank count or more) shards one copy over all ranks;
+    # a divisor of the rank count shards a copy within each group of that many ranks and replicates it across groups
+    # (hybrid sharding, HSDP)
+    fsdp_size: int
     # tokens per logits chunk; None: sized to the device and vocabulary (app.engine.forward); a value model has none
     logits_chunk_size: Optional[int]
     # precision and memory (fsdp_config)

@@ -37,6 +37,7 @@ def _precision(fsdp_config: FSDPConfig) -> dict[str, Any]:
         buffer_dtype=mp.buffer_dtype,
         param_offload=fsdp_config.param_offload,
         optimizer_offload=fsdp_config.optimizer_offload,
+        fsdp_size=fsdp_config.fsdp_size,
     )
 
 

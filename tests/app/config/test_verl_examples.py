@@ -20,6 +20,7 @@ from support import verl_script_args, verl_script_paths
 
 from app.config import ConfigError, load_config
 from app.config.schema import OverlongBufferConfig
+from app.roles.factory import actor_engine_spec
 
 SCRIPTS = Path(__file__).resolve().parent / "verl_scripts"  # one file per verl script, its source on its first lines
 
@@ -211,10 +212,17 @@ def test_dapo_script_reward_kwargs_become_the_overlong_buffer(paths):
         run_script(DAPO, paths, "+reward_model.reward_kwargs.max_resp_length=8192", **DAPO_SUPPORTED)
 
 
-def test_dapo_script_as_published_is_refused_for_hybrid_sharding(paths):
-    # its sequence parallelism (4) is accepted; its fsdp_size=32 over 64 ranks is hybrid sharding
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=32: hybrid sharding"):
+def test_dapo_script_as_published_shards_in_groups_of_32_and_refuses_only_its_config_override(paths):
+    # its max_position_embeddings override: the trainer and vLLM load the model folder as it is
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.model\.override_config="):
         run_script(DAPO, paths, **DAPO_AS_PUBLISHED)
+    cfg = run_script(DAPO, paths, **{**DAPO_AS_PUBLISHED, "override": ""})
+    arr = cfg.actor_rollout_ref
+    # the actor's fsdp_size=32 over 64 ranks: hybrid sharding, two groups of 32 (four nodes of 8 GPUs each); the
+    # script leaves the reference's at -1
+    assert cfg.trainer.num_workers == 64
+    assert (arr.actor.fsdp_config.fsdp_size, arr.ref.fsdp_config.fsdp_size) == (32, -1)
+    assert actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n).fsdp_size == 32  # the engine's
 
 
 def test_gmpo_script_with_sequence_parallelism_off(paths):
@@ -229,25 +237,49 @@ def test_gmpo_script_with_sequence_parallelism_off(paths):
     assert cfg.trainer.num_workers == 64 and cfg.trainer.logger == ["console", "wandb"]
 
 
-def test_gmpo_script_as_published_is_refused_for_hybrid_sharding_then_override(paths):
-    # its sequence parallelism (4) is accepted; its fsdp_size=32 over 64 ranks is hybrid sharding: refused, naming
-    # the layout
-    with pytest.raises(
-        ConfigError,
-        match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=32: hybrid sharding "
-        r".* over all 64 ranks \(trainer\.n_gpus_per_node=8 × trainer\.nnodes=8",
-    ):
-        run_script(GMPO, paths, **DAPO_AS_PUBLISHED)
-    # and its max_position_embeddings override: the trainer and vLLM load the model folder as it is
+def test_gmpo_script_as_published_is_refused_for_its_config_override_only(paths):
     with pytest.raises(
         ConfigError,
         match=r"^actor_rollout_ref\.model\.override_config=\{'max_position_embeddings': "
         r"32768\}: overriding the model's Hugging Face config is not supported yet",
     ):
-        run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "fsdp_size": -1})
-    cfg = run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "fsdp_size": -1, "override": ""})
+        run_script(GMPO, paths, **DAPO_AS_PUBLISHED)
+    cfg = run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "override": ""})
     arr = cfg.actor_rollout_ref
     assert arr.actor.ulysses_sequence_parallel_size == arr.ref.ulysses_sequence_parallel_size == 4
+    assert arr.actor.fsdp_config.fsdp_size == 32
+
+
+def test_fsdp_size_must_divide_the_ranks_and_is_fsdp_only(paths, caplog):
+    # 64 ranks: 48 does not divide them; 0 is no group
+    for size in (48, 0):
+        with pytest.raises(
+            ConfigError,
+            match=rf"^critic\.model\.fsdp_config\.fsdp_size={size}: give -1 \(one copy sharded over all 64 ranks "
+            r"\(trainer\.n_gpus_per_node=8 × trainer\.nnodes=8\)\) or a divisor of 64",
+        ):
+            run_script(GMPO, paths, f"critic.model.fsdp_config.fsdp_size={size}", **DAPO_SUPPORTED)
+    with caplog.at_level(logging.INFO, logger="app.config.validate"):
+        cfg = run_script(GMPO, paths, "actor_rollout_ref.actor.fsdp_config.fsdp_size=128", **DAPO_SUPPORTED)
+    assert cfg.actor_rollout_ref.actor.fsdp_config.fsdp_size == 128  # as in verl: all 64 ranks shard one copy
+    assert "actor_rollout_ref.actor.fsdp_config.fsdp_size=128 is more than the 64 ranks" in caplog.text
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=8 is FSDP's hybrid sharding and "
+        r"actor_rollout_ref\.actor\.strategy=deepspeed ignores it",
+    ):
+        run_script(
+            GMPO,
+            paths,
+            "actor_rollout_ref.actor.strategy=deepspeed",
+            "actor_rollout_ref.ref.strategy=deepspeed",
+            "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
+            "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+            "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+            "actor_rollout_ref.actor.use_torch_compile=false",
+            **DAPO_SUPPORTED,
+        )
 
 
 def test_ppo_sp2_script_loads_as_published_and_with_sequence_parallelism_off(paths):
@@ -352,11 +384,11 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
             r"trainer\.nnodes=1\) do not split into groups of 3 ranks",
         ),
         (
-            "actor_rollout_ref.actor.fsdp_config.fsdp_size=4",
-            r"actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=4: hybrid sharding .* over all 8 ranks "
-            r"\(trainer\.n_gpus_",
+            "actor_rollout_ref.actor.fsdp_config.fsdp_size=3",
+            r"actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=3: give -1 \(one copy sharded over all 8 ranks "
+            r"\(trainer\.n_gpus_.* or a divisor of 8",
         ),
-        ("critic.model.fsdp_config.fsdp_size=1", r"critic\.model\.fsdp_config\.fsdp_size=1: hybrid sharding"),
+        ("critic.model.fsdp_config.fsdp_size=-2", r"critic\.model\.fsdp_config\.fsdp_size=-2: give -1"),
         (
             "+actor_rollout_ref.model.override_config.attention_dropout=0.",
             r"actor_rollout_ref\.model\.override_config=\{'attention_dropout': 0\.0\}: "
