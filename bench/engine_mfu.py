@@ -332,6 +332,7 @@ def run_case(
     spec = EngineSpec(
         model_path=str(model_dir),
         trust_remote_code=False,
+        model_overrides={},
         optim=optim,
         grad_clip=1.0,
         param_dtype=dtype,

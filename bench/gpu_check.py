@@ -110,6 +110,7 @@ def _spec(model_dir: Path, device: str, param_dtype: str) -> EngineSpec:
     return EngineSpec(
         model_path=str(model_dir),
         trust_remote_code=False,
+        model_overrides={},
         lora_rank=0,
         lora_alpha=1,
         target_modules="all-linear",

@@ -329,6 +329,7 @@ def deploy_rollout(
     placement: Optional["ReplicaPlacement"] = None,
     wait: bool = True,
     chat_template: Optional[str] = None,
+    hf_overrides: Optional[Mapping[str, Any]] = None,
 ) -> RolloutClient:
     """Deploy the rollout application `app_name` for `rollout` (a `RolloutConfig`) and return its client.
 
@@ -340,7 +341,8 @@ def deploy_rollout(
     `rollout.http_host:rollout.http_port` (127.0.0.1 by default) if Serve is not running yet; `route_prefix=None`
     serves no HTTP for this application. `placement`: what each replica holds (None: one CPU bundle,
     `ReplicaPlacement.on_cpu`). `chat_template`: the OpenAI chat route's template (`model.custom_chat_template`;
-    None: the tokenizer's). Requires `ray.init` first.
+    None: the tokenizer's). `hf_overrides`: Hugging Face config fields each engine sets on the model's config
+    (`model.override_config`). Requires `ray.init` first.
     """
     from serve.deployment import build_rollout_app
     from serve.instance import start_serve
@@ -356,6 +358,7 @@ def deploy_rollout(
         served_model_name=app_name,
         placement=placement,
         chat_template=chat_template,
+        hf_overrides=hf_overrides,
     )
     serve.run_many([serve.RunTarget(app, name=app_name, route_prefix=route_prefix)], wait_for_applications_running=wait)
     return RolloutClient(app_name, rollout)

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import os
 import uuid
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import ray
 from fastapi import Request
@@ -329,10 +329,11 @@ def engine_spec_from_config(
     seed: int = 0,
     placement: Optional[ReplicaPlacement] = None,
     chat_template: Optional[str] = None,
+    hf_overrides: Optional[Mapping[str, Any]] = None,
 ) -> RolloutEngineSpec:
     """`RolloutEngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
-    it by attribute so that it does not import the trainer's packages), the model's `path` and `trust_remote_code`,
-    and the replica's placement (None: `ReplicaPlacement.on_cpu`)."""
+    it by attribute so that it does not import the trainer's packages), the model's `path`, `trust_remote_code` and
+    `override_config` (`hf_overrides`), and the replica's placement (None: `ReplicaPlacement.on_cpu`)."""
     placement = placement or ReplicaPlacement.on_cpu(rollout)
     prompt_len, response_len = rollout.prompt_length, rollout.response_length
     threads = rollout.omp_threads or max(1, int(rollout.cpus_per_replica))
@@ -367,6 +368,7 @@ def engine_spec_from_config(
         trust_remote_code=trust_remote_code,
         vllm_engine_kwargs=dict(rollout.engine_kwargs.vllm),
         chat_template=chat_template,
+        hf_overrides=dict(hf_overrides or {}),
         enable_sleep_mode=placement.enable_sleep_mode,
     )
 
@@ -381,6 +383,7 @@ def build_rollout_app(
     served_model_name: str = "policy",
     placement: Optional[ReplicaPlacement] = None,
     chat_template: Optional[str] = None,
+    hf_overrides: Optional[Mapping[str, Any]] = None,
 ):
     """The bound Serve application (not yet running) for `rollout` (a `RolloutConfig`), each replica placed as
     `placement` says (None: `ReplicaPlacement.on_cpu`); `chat_template`: model.custom_chat_template."""
@@ -396,6 +399,7 @@ def build_rollout_app(
         seed=seed,
         placement=placement,
         chat_template=chat_template,
+        hf_overrides=hf_overrides,
     )
     deployment = serve.deployment(
         RolloutServer,

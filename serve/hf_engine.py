@@ -38,15 +38,18 @@ class HFRolloutEngine:
 
     def _load(self) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         dtype = getattr(torch, _DTYPES.get(self.spec.dtype, self.spec.dtype))
         self._device = "cuda" if torch.cuda.is_available() else "cpu"
         if self._device == "cpu":
             torch.set_num_threads(max(1, self.spec.cpu_threads))
+        config = AutoConfig.from_pretrained(self.spec.model_path, trust_remote_code=self.spec.trust_remote_code)
+        for key, value in self.spec.hf_overrides.items():  # as the trainer's engine sets them (app.engine.hf_model)
+            setattr(config, key, value)
         self._model = (
             AutoModelForCausalLM.from_pretrained(
-                self.spec.model_path, dtype=dtype, trust_remote_code=self.spec.trust_remote_code
+                self.spec.model_path, config=config, dtype=dtype, trust_remote_code=self.spec.trust_remote_code
             )
             .to(self._device)
             .eval()

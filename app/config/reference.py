@@ -63,8 +63,6 @@ OURS = frozenset(
         "trainer.ray_address",
     }
 )
-# verl features this framework does not have: accepted at verl's default only (app/config/verl_compat.py)
-DEFAULT_ONLY_NAMES = ("override_config",)
 
 # Meanings of the fields the schema leaves uncommented, by (class, field): the schema's own comment wins where it
 # has one (tests/app/config/test_reference.py checks that every key gets a meaning and that no entry here is stale).
@@ -246,10 +244,9 @@ def verl_reason(key: str) -> str:
 def verl_status(key: str, meaning: str) -> str:
     from app.config.verl_compat import DEFAULT_ONLY, NO_EFFECT
 
-    name = key.rsplit(".", 1)[-1]
     if key in NO_EFFECT:
         return VERL_NO_EFFECT
-    if key in DEFAULT_ONLY or name in DEFAULT_ONLY_NAMES:
+    if key in DEFAULT_ONLY:
         return VERL_DEFAULT_ONLY
     if "ours, not verl's" in meaning or any(key == k or key.startswith(k + ".") for k in OURS):
         return VERL_OURS

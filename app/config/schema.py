@@ -113,7 +113,8 @@ class ModelConfig:
     # with use_remove_padding: the n samples of a prompt share one forward of the prompt (same outputs and gradients)
     share_prompt_prefix: bool = True
     trust_remote_code: bool = False
-    # verl: Hugging Face config fields to override at load. Only {} here: trainer and rollout load model.path as is
+    # Hugging Face config fields set on the model's config after it is read (e.g. {max_position_embeddings: 32768}):
+    # by the trainer's engines (the exported hf_model/ keeps them) and by vLLM (hf_overrides)
     override_config: dict[str, Any] = field(default_factory=dict)
     # a Jinja chat template in place of the tokenizer's: the prompts, the multi-turn turns and the live policy's
     # OpenAI chat route use it, and the exported hf_model/ keeps it; None: the tokenizer's own

@@ -427,14 +427,6 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
         if value != verl_default:
             raise ConfigError(f"{key}={value!r}: {why}; only verl's default {verl_default!r} is accepted")
     _check_role_copies(cfg)
-    arr = cfg.actor_rollout_ref
-    for path, model in (("actor_rollout_ref.model", arr.model), ("critic.model", cfg.critic.model)):
-        if model.override_config:
-            raise ConfigError(
-                f"{path}.override_config={model.override_config!r}: overriding the model's Hugging Face config is not "
-                "supported yet (the trainer and the vLLM rollout load model.path as it is); edit config.json in a "
-                "copy of the model folder instead"
-            )
     check_multi_turn(cfg)
     for path, checkpoint in _sections_of_type(cfg, CheckpointConfig):
         _check_checkpoint_contents(path, checkpoint)
@@ -445,7 +437,7 @@ def check_unsupported(cfg: TrainerRunConfig) -> None:
             "use reward_manager=naive"
         )
     _check_log_val_generations(cfg)
-    rollout = arr.rollout
+    rollout = cfg.actor_rollout_ref.rollout
     if rollout.max_model_len is not None and rollout.max_model_len < rollout.prompt_length + rollout.response_length:
         raise ConfigError(
             f"actor_rollout_ref.rollout.max_model_len={rollout.max_model_len} is shorter than a prompt and its "

@@ -47,14 +47,15 @@ READ_NOTES = {
     "critic.optim.clip_grad": "newer verl's name for critic.grad_clip, which it sets",
     "actor_rollout_ref.actor.tis_imp_ratio_cap": "> 0 sets algorithm.rollout_correction.rollout_is=token with "
     "rollout_is_threshold=<the cap> (the same weight), verl's later name for it",
+    "actor_rollout_ref.model.override_config": "set on the model's config by the trainer's engines and vLLM "
+    "(hf_overrides); names the model's config lacks are refused before Ray starts",
+    "critic.model.override_config": "set on the critic's model config; names it lacks are refused before Ray starts",
     "actor_rollout_ref.actor.checkpoint.save_contents": _ACTOR_CKPT,
     "actor_rollout_ref.actor.checkpoint.load_contents": _ACTOR_CKPT,
 }
 
 # accepted at verl's default only, by checks of their own in verl_compat.check_unsupported
 LIMITED = {
-    "actor_rollout_ref.model.override_config": "the trainer and vLLM load model.path as it is: {} only",
-    "critic.model.override_config": "the critic loads its model path as it is: {} only",
     "critic.checkpoint.save_contents": _CKPT,
     "critic.checkpoint.load_contents": _CKPT,
 }

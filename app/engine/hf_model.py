@@ -50,10 +50,15 @@ def model_class(model_kind: str):
 
 
 def load_config(spec: EngineSpec):
+    """The model's config with ``spec.model_overrides`` set on it (verl's ``model.override_config``), so the model
+    built, its shapes and the exported config.json agree; app.preflight.model_overrides checks the names first."""
     kwargs: dict[str, Any] = {"trust_remote_code": spec.trust_remote_code}
     if spec.model_kind == "value":
         kwargs["num_labels"] = 1  # one scalar value per token
-    return AutoConfig.from_pretrained(spec.model_path, **kwargs)
+    config = AutoConfig.from_pretrained(spec.model_path, **kwargs)
+    for key, value in spec.model_overrides.items():
+        setattr(config, key, value)
+    return config
 
 
 def load_model(spec: EngineSpec, dtype: torch.dtype, attn_implementation: str) -> torch.nn.Module:

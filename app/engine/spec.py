@@ -8,7 +8,7 @@ depends on the config schema's layout, and a benchmark can build one by hand.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Union
 
 import torch
 
@@ -95,6 +95,7 @@ class EngineSpec:
 
     model_path: str  # model.path
     trust_remote_code: bool
+    model_overrides: Mapping[str, Any]  # model.override_config: Hugging Face config fields set after it is read
     # LoRA (peft); lora_rank 0 = full fine-tuning, the other three are then unused
     lora_rank: int
     lora_alpha: int

@@ -22,6 +22,7 @@ from app.preflight.data_files import check_data_files
 from app.preflight.data_rows import check_data_rows
 from app.preflight.extension_lock import check_extension_locks
 from app.preflight.http_port import check_http_port
+from app.preflight.model_overrides import check_model_overrides
 from app.preflight.model_path import check_model_paths
 from app.preflight.reward_file import check_reward_function
 from app.preflight.tokenizer import check_tokenizer
@@ -45,6 +46,7 @@ CHECKS: list[Check] = [
     Check("reward_function", check_reward_function, apart=True),
     # before the tokenizer and the full data read (seconds for a large file): a wrong checkpoint fails sooner
     Check("checkpoint_model", check_checkpoint_model, apart=True),
+    Check("model_overrides", check_model_overrides, apart=True),
     Check("vllm_engine_kwargs", check_vllm_engine_kwargs_names, apart=True),  # imports vLLM where the key is given
     Check("tokenizer", check_tokenizer, apart=True),
     Check("data", check_data_rows, apart=True),  # the same child: transformers and the tokenizer are loaded there

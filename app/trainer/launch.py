@@ -262,6 +262,7 @@ def train(
             route_prefix=route_prefix,
             placement=replica_placement(cfg, plan),
             chat_template=model.custom_chat_template,
+            hf_overrides=model.override_config,
             wait=plan.rollout_starts_first or cfg.trainer.max_failures != 0,
         )
     [worker] = plan.train.bundles

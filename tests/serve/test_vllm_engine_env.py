@@ -30,6 +30,7 @@ def _spec(threads: int, tensor_parallel_size: int = 1, **engine_kwargs) -> Rollo
         trust_remote_code=False,
         vllm_engine_kwargs=engine_kwargs,
         chat_template=None,
+        hf_overrides={},
     )
 
 
@@ -116,5 +117,17 @@ def test_engine_kwargs_reach_vllm_and_none_replaces_an_argument_the_replica_sets
 def test_every_argument_the_replica_sets_is_one_the_config_refuses(on_cpu):
     from serve.types import VLLM_ARGS_FROM_CONFIG
 
-    spec = dataclasses.replace(_spec(threads=1), max_lora_rank=16, max_model_len=512, enable_sleep_mode=not on_cpu)
+    spec = dataclasses.replace(
+        _spec(threads=1),
+        max_lora_rank=16,
+        max_model_len=512,
+        enable_sleep_mode=not on_cpu,
+        hf_overrides={"max_position_embeddings": 1024},
+    )
     assert engine_args(spec, on_cpu).keys() <= VLLM_ARGS_FROM_CONFIG.keys()
+
+
+def test_model_override_config_reaches_vllm_as_hf_overrides_only_when_given():
+    assert "hf_overrides" not in engine_args(_spec(threads=1), on_cpu=True)  # vLLM's own default (None)
+    spec = dataclasses.replace(_spec(threads=1), hf_overrides={"rms_norm_eps": 1e-5, "max_position_embeddings": 1024})
+    assert engine_args(spec, on_cpu=True)["hf_overrides"] == {"rms_norm_eps": 1e-5, "max_position_embeddings": 1024}

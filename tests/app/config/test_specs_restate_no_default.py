@@ -32,6 +32,7 @@ def _loaded(model: str, fsdp: str) -> dict[str, str]:
     """What every trainer engine reads from its model section and its fsdp_config."""
     return {
         "model_path": f"{model}.path",
+        "model_overrides": f"{model}.override_config",
         **_same_names(model, "trust_remote_code", "use_remove_padding", "share_prompt_prefix"),
         **_same_names(fsdp, "model_dtype", "param_offload", "optimizer_offload", "fsdp_size"),
         **_same_names(f"{fsdp}.mixed_precision", "param_dtype", "reduce_dtype", "buffer_dtype"),
@@ -86,6 +87,7 @@ ROLLOUT_ENGINE = {
     "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
     "vllm_engine_kwargs": f"{ROLLOUT}.engine_kwargs.vllm",
     "chat_template": f"{MODEL}.custom_chat_template",
+    "hf_overrides": f"{MODEL}.override_config",
     **_same_names(
         ROLLOUT,
         "dtype",
@@ -183,7 +185,11 @@ def test_data_options_and_policy_loss_config_hold_the_configs_values(cfg):
 def test_rollout_engine_spec_holds_the_configs_values(cfg):
     model, rollout = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout
     spec = engine_spec_from_config(
-        rollout, model.path, trust_remote_code=model.trust_remote_code, chat_template=model.custom_chat_template
+        rollout,
+        model.path,
+        trust_remote_code=model.trust_remote_code,
+        chat_template=model.custom_chat_template,
+        hf_overrides=model.override_config,
     )
     _assert_mirrors(spec, ROLLOUT_ENGINE, cfg)
     assert rollout.max_model_len is None and spec.max_model_len == rollout.prompt_length + rollout.response_length

@@ -20,7 +20,7 @@ from support import verl_script_args, verl_script_paths
 
 from app.config import ConfigError, load_config
 from app.config.schema import OverlongBufferConfig
-from app.roles.factory import actor_engine_spec
+from app.roles.factory import actor_engine_spec, ref_engine_spec
 
 SCRIPTS = Path(__file__).resolve().parent / "verl_scripts"  # one file per verl script, its source on its first lines
 
@@ -36,8 +36,8 @@ DAPO = "dapo_test_dapo_7b_math"  # the DAPO recipe: reward_manager=dapo with rew
 DAPO_AS_PUBLISHED = dict(
     sp_size=4, fsdp_size=32, override="+actor_rollout_ref.model.override_config.max_position_embeddings=32768"
 )
-DAPO_SUPPORTED = dict(sp_size=1, fsdp_size=-1, override="")
-GMPO = "gmpo_test_dapo_7b_math"  # the DAPO recipe with GMPO's geometric-mean loss; the same three refused settings
+DAPO_SUPPORTED = dict(sp_size=1, fsdp_size=-1, override="")  # the plainest layout: checks of other keys use it
+GMPO = "gmpo_test_dapo_7b_math"  # the DAPO recipe with GMPO's geometric-mean loss, the same three stand-ins
 PPO_SP2 = "ppo_run_deepseek7b_llm_sp2"  # PPO with Ulysses sequence parallelism 2 (actor and critic)
 GRPO_SGLANG = "grpo_run_qwen2-7b_seq_balance"  # rollout.name=sglang, token-budget micro-batches
 
@@ -212,17 +212,19 @@ def test_dapo_script_reward_kwargs_become_the_overlong_buffer(paths):
         run_script(DAPO, paths, "+reward_model.reward_kwargs.max_resp_length=8192", **DAPO_SUPPORTED)
 
 
-def test_dapo_script_as_published_shards_in_groups_of_32_and_refuses_only_its_config_override(paths):
-    # its max_position_embeddings override: the trainer and vLLM load the model folder as it is
-    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.model\.override_config="):
-        run_script(DAPO, paths, **DAPO_AS_PUBLISHED)
-    cfg = run_script(DAPO, paths, **{**DAPO_AS_PUBLISHED, "override": ""})
+def test_dapo_script_loads_as_published(paths):
+    cfg = run_script(DAPO, paths, **DAPO_AS_PUBLISHED)
     arr = cfg.actor_rollout_ref
     # the actor's fsdp_size=32 over 64 ranks: hybrid sharding, two groups of 32 (four nodes of 8 GPUs each); the
     # script leaves the reference's at -1
     assert cfg.trainer.num_workers == 64
     assert (arr.actor.fsdp_config.fsdp_size, arr.ref.fsdp_config.fsdp_size) == (32, -1)
-    assert actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n).fsdp_size == 32  # the engine's
+    spec = actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n)
+    assert spec.fsdp_size == 32  # what the engine reads
+    # its model config override: the trainer's engines, the reference and vLLM set it on the model's config
+    assert arr.model.override_config == {"max_position_embeddings": 32768}
+    assert spec.model_overrides == {"max_position_embeddings": 32768}
+    assert ref_engine_spec(arr.model, arr.ref, arr.actor).model_overrides == {"max_position_embeddings": 32768}
 
 
 def test_gmpo_script_with_sequence_parallelism_off(paths):
@@ -237,17 +239,12 @@ def test_gmpo_script_with_sequence_parallelism_off(paths):
     assert cfg.trainer.num_workers == 64 and cfg.trainer.logger == ["console", "wandb"]
 
 
-def test_gmpo_script_as_published_is_refused_for_its_config_override_only(paths):
-    with pytest.raises(
-        ConfigError,
-        match=r"^actor_rollout_ref\.model\.override_config=\{'max_position_embeddings': "
-        r"32768\}: overriding the model's Hugging Face config is not supported yet",
-    ):
-        run_script(GMPO, paths, **DAPO_AS_PUBLISHED)
-    cfg = run_script(GMPO, paths, **{**DAPO_AS_PUBLISHED, "override": ""})
+def test_gmpo_script_loads_as_published(paths):
+    cfg = run_script(GMPO, paths, **DAPO_AS_PUBLISHED)
     arr = cfg.actor_rollout_ref
     assert arr.actor.ulysses_sequence_parallel_size == arr.ref.ulysses_sequence_parallel_size == 4
     assert arr.actor.fsdp_config.fsdp_size == 32
+    assert arr.model.override_config == {"max_position_embeddings": 32768}
 
 
 def test_fsdp_size_must_divide_the_ranks_and_is_fsdp_only(paths, caplog):
@@ -389,13 +386,6 @@ def test_defaults_and_equivalent_values_of_unsupported_features_are_accepted(pat
             r"\(trainer\.n_gpus_.* or a divisor of 8",
         ),
         ("critic.model.fsdp_config.fsdp_size=-2", r"critic\.model\.fsdp_config\.fsdp_size=-2: give -1"),
-        (
-            "+actor_rollout_ref.model.override_config.attention_dropout=0.",
-            r"actor_rollout_ref\.model\.override_config=\{'attention_dropout': 0\.0\}: "
-            r"overriding the model's Hugging Face "
-            r"config is not supported yet",
-        ),
-        ("+critic.model.override_config.attn_implementation=sdpa", r"critic\.model\.override_config="),
         (
             "actor_rollout_ref.rollout.multi_turn.tool_config_path=/no/such/tools.yaml",
             r"actor_rollout_ref\.rollout\.multi_turn\.tool_config_path='/no/such/tools.yaml': no such file",
