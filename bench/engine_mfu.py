@@ -342,6 +342,7 @@ def run_case(
         param_offload=False,
         optimizer_offload=False,
         fsdp_size=-1,
+        reshard_after_forward=True,
         use_remove_padding=remove_padding,
         share_prompt_prefix=share_prompts,
         micro_batch_size_per_gpu=micro,

@@ -132,6 +132,7 @@ def _spec(model_dir: Path, device: str, param_dtype: str) -> EngineSpec:
         param_offload=False,
         optimizer_offload=False,
         fsdp_size=-1,
+        reshard_after_forward=True,
         compile_layers=False,
         device=device,
         load_on_rank0=True,

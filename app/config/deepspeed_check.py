@@ -54,6 +54,11 @@ def check_deepspeed(cfg: TrainerRunConfig, needs_critic: bool) -> None:
                 f"{fsdp_path}.fsdp_size={fsdp.fsdp_size} is FSDP's hybrid sharding and {path}.strategy=deepspeed "
                 "ignores it; DeepSpeed ZeRO partitions over every rank here"
             )
+        if not fsdp.reshard_after_forward:
+            raise ConfigError(
+                f"{fsdp_path}.reshard_after_forward=false is an FSDP setting and {path}.strategy=deepspeed ignores it "
+                "(ZeRO-3's own: stage3_max_reuse_distance in the JSON of deepspeed_config.config_path)"
+            )
         if role is None:
             continue
         if role.use_torch_compile:

@@ -173,11 +173,13 @@ class FSDPConfig:
     # count, shards a copy and the groups all-reduce gradients, so weight gathers stay within a node. FSDP2 only
     fsdp_size: int = -1
     ulysses_sequence_parallel_size: int = 1  # verl's engine-level copy of the role's key: 1 or that value
-    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): FSDP2 here shards each decoder layer and
-    # reshards after the forward, and offloads only by param_offload / optimizer_offload
+    # false: each layer keeps its gathered weights from its forward to its backward, one all-gather fewer for the
+    # memory of a gathered layer per layer (FSDP2's reshard_after_forward; one rank never reshards)
+    reshard_after_forward: bool = True
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): FSDP2 here shards each decoder layer,
+    # and offloads only by param_offload / optimizer_offload
     wrap_policy: dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
     offload_policy: bool = False
-    reshard_after_forward: bool = True
     # verl keys with no effect here (verl_compat.NO_EFFECT): FSDP1 knobs and verl's engine-level copies of role keys
     forward_prefetch: bool = False
     use_orig_params: bool = False

@@ -186,7 +186,6 @@ DEFAULT_ONLY = {
         "offload_policy",
         "FSDP2's CPUOffloadPolicy is not used; param_offload and optimizer_offload are the offload settings here",
     ),
-    **_each(_FSDP, "reshard_after_forward", "parameters are always resharded after the forward here"),
     "actor_rollout_ref.rollout.data_parallel_size": "data-parallel rollout here is actor_rollout_ref.rollout.replicas "
     "(Serve replicas), not vLLM's data parallelism",
     "actor_rollout_ref.rollout.expert_parallel_size": "vLLM's expert parallelism is not set up here",

@@ -173,12 +173,14 @@ class FSDPEngine(ShardedEngine):
         reduce_dtype = to_dtype(spec.reduce_dtype, "fsdp_config.mixed_precision.reduce_dtype")
         mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype, cast_forward_inputs=True)
         layer_names = hf_model.decoder_layer_class_names(model)
-        # one rank: keep each layer's gathered (compute-dtype) weights from forward to backward instead of
-        # re-gathering, i.e. re-copying and re-casting, them (costs one compute-dtype copy of what FSDP manages)
-        reshard = dist.get_world_size() > 1
+        multi_rank = dist.get_world_size() > 1
+        # Each layer's gathered (compute-dtype) weights are kept from its forward to its backward, not gathered again,
+        # where fsdp_config.reshard_after_forward=false asks (one all-gather fewer, one gathered layer more each) and
+        # always on one rank, where gathering is a copy and cast (one compute-dtype copy of what FSDP manages)
+        reshard = multi_rank and spec.reshard_after_forward
         # one rank, LoRA: the frozen base has nothing to shard, and FSDP would only gather it into a second copy
         # of the model for the whole update; left out of FSDP, the layers compute with the stored weights themselves
-        ignored = frozen_base_params(model) if spec.use_lora and not reshard else set()
+        ignored = frozen_base_params(model) if spec.use_lora and not multi_rank else set()
         for module in model.modules():
             if type(module).__name__ in layer_names:
                 fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard, ignored_params=ignored)

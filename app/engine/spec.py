@@ -119,6 +119,7 @@ class EngineSpec:
     # a divisor of the rank count shards a copy within each group of that many ranks and replicates it across groups
     # (hybrid sharding, HSDP)
     fsdp_size: int
+    reshard_after_forward: bool  # fsdp_config: false keeps a layer's gathered weights until its backward (FSDP2)
     # tokens per logits chunk; None: sized to the device and vocabulary (app.engine.forward); a value model has none
     logits_chunk_size: Optional[int]
     # precision and memory (fsdp_config)

@@ -38,6 +38,7 @@ def _precision(fsdp_config: FSDPConfig) -> dict[str, Any]:
         param_offload=fsdp_config.param_offload,
         optimizer_offload=fsdp_config.optimizer_offload,
         fsdp_size=fsdp_config.fsdp_size,
+        reshard_after_forward=fsdp_config.reshard_after_forward,
     )
 
 

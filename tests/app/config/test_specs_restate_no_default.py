@@ -34,7 +34,7 @@ def _loaded(model: str, fsdp: str) -> dict[str, str]:
         "model_path": f"{model}.path",
         "model_overrides": f"{model}.override_config",
         **_same_names(model, "trust_remote_code", "use_remove_padding", "share_prompt_prefix"),
-        **_same_names(fsdp, "model_dtype", "param_offload", "optimizer_offload", "fsdp_size"),
+        **_same_names(fsdp, "model_dtype", "param_offload", "optimizer_offload", "fsdp_size", "reshard_after_forward"),
         **_same_names(f"{fsdp}.mixed_precision", "param_dtype", "reduce_dtype", "buffer_dtype"),
     }
 

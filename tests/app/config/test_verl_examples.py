@@ -247,7 +247,7 @@ def test_gmpo_script_loads_as_published(paths):
     assert arr.model.override_config == {"max_position_embeddings": 32768}
 
 
-def test_fsdp_size_must_divide_the_ranks_and_is_fsdp_only(paths, caplog):
+def test_fsdp_size_must_divide_the_ranks_and_fsdp_layout_keys_are_fsdp_only(paths, caplog):
     # 64 ranks: 48 does not divide them; 0 is no group
     for size in (48, 0):
         with pytest.raises(
@@ -260,23 +260,31 @@ def test_fsdp_size_must_divide_the_ranks_and_is_fsdp_only(paths, caplog):
         cfg = run_script(GMPO, paths, "actor_rollout_ref.actor.fsdp_config.fsdp_size=128", **DAPO_SUPPORTED)
     assert cfg.actor_rollout_ref.actor.fsdp_config.fsdp_size == 128  # as in verl: all 64 ranks shard one copy
     assert "actor_rollout_ref.actor.fsdp_config.fsdp_size=128 is more than the 64 ranks" in caplog.text
+    deepspeed = (
+        "actor_rollout_ref.actor.strategy=deepspeed",
+        "actor_rollout_ref.ref.strategy=deepspeed",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=false",
+        "actor_rollout_ref.actor.use_torch_compile=false",
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^actor_rollout_ref\.ref\.fsdp_config\.reshard_after_forward=false is an FSDP setting and "
+        r"actor_rollout_ref\.actor\.strategy=deepspeed ignores it",
+    ):
+        run_script(
+            GMPO, paths, *deepspeed, "actor_rollout_ref.ref.fsdp_config.reshard_after_forward=false", **DAPO_SUPPORTED
+        )
+    cfg = run_script(GMPO, paths, "actor_rollout_ref.actor.fsdp_config.reshard_after_forward=false", **DAPO_SUPPORTED)
+    arr = cfg.actor_rollout_ref
+    assert actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n).reshard_after_forward is False
     with pytest.raises(
         ConfigError,
         match=r"^actor_rollout_ref\.actor\.fsdp_config\.fsdp_size=8 is FSDP's hybrid sharding and "
         r"actor_rollout_ref\.actor\.strategy=deepspeed ignores it",
     ):
-        run_script(
-            GMPO,
-            paths,
-            "actor_rollout_ref.actor.strategy=deepspeed",
-            "actor_rollout_ref.ref.strategy=deepspeed",
-            "actor_rollout_ref.actor.fsdp_config.fsdp_size=8",
-            "actor_rollout_ref.actor.fsdp_config.param_offload=false",
-            "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
-            "actor_rollout_ref.ref.fsdp_config.param_offload=false",
-            "actor_rollout_ref.actor.use_torch_compile=false",
-            **DAPO_SUPPORTED,
-        )
+        run_script(GMPO, paths, *deepspeed, "actor_rollout_ref.actor.fsdp_config.fsdp_size=8", **DAPO_SUPPORTED)
 
 
 def test_ppo_sp2_script_loads_as_published_and_with_sequence_parallelism_off(paths):
