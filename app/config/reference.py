@@ -79,6 +79,8 @@ MEANINGS = {
     ("CriticModelConfig", "enable_gradient_checkpointing"): "as actor_rollout_ref.model.enable_gradient_checkpointing",
     ("CriticModelConfig", "use_remove_padding"): "as actor_rollout_ref.model.use_remove_padding",
     ("CriticModelConfig", "trust_remote_code"): "as actor_rollout_ref.model.trust_remote_code",
+    ("CriticModelConfig", "lora_alpha"): "as actor_rollout_ref.model.lora_alpha, for the critic's adapters",
+    ("CriticModelConfig", "target_modules"): "as actor_rollout_ref.model.target_modules (the value head trains whole)",
     ("ActorConfig", "ppo_max_token_len_per_gpu"): "with use_dynamic_bsz: tokens per micro-batch on each rank",
     ("ActorConfig", "grad_clip"): "gradient norm clipping",
     ("ActorConfig", "clip_ratio"): "PPO clip range: the ratio is clipped to [1 - low, 1 + high]",

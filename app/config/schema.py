@@ -486,12 +486,14 @@ class CriticModelConfig:
     # verl: the critic's tokenizer; None or the policy's model path (the critic reads the policy's tokens here)
     tokenizer_path: Optional[str] = None
     external_lib: Optional[str] = None  # verl's default only, as actor_rollout_ref.model.external_lib
-    lora_rank: int = 0  # verl's default only: the critic trains all its weights here
+    # LoRA on the value model: adapters of this rank on target_modules, the fresh value head trained whole; 0: every
+    # weight trains
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: StrList = "all-linear"
     # verl keys with no effect here (verl_compat.NO_EFFECT)
     use_shm: bool = False
     enable_activation_offload: bool = False
-    lora_alpha: int = 16
-    target_modules: StrList = "all-linear"
 
 
 @dataclass

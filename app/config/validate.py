@@ -352,10 +352,11 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
             "(vLLM's CPU attention works on blocks of 32 tokens)"
         )
     _positive("data.max_prompt_length", cfg.data.max_prompt_length)
-    if model.lora_rank < 0:
-        raise ConfigError(f"actor_rollout_ref.model.lora_rank={model.lora_rank} must be >= 0 (0 = full fine-tuning)")
-    if model.lora_rank and model.lora_alpha <= 0:
-        raise ConfigError(f"actor_rollout_ref.model.lora_alpha={model.lora_alpha} must be > 0")
+    for path, section in (("actor_rollout_ref.model", model), ("critic.model", cfg.critic.model)):
+        if section.lora_rank < 0:
+            raise ConfigError(f"{path}.lora_rank={section.lora_rank} must be >= 0 (0 = full fine-tuning)")
+        if section.lora_rank and section.lora_alpha <= 0:
+            raise ConfigError(f"{path}.lora_alpha={section.lora_alpha} must be > 0")
     if actor.logits_chunk_size is not None:  # None: sized per device
         _positive("actor_rollout_ref.actor.logits_chunk_size", actor.logits_chunk_size)
     if actor.loss_scale_factor <= 0:

@@ -137,8 +137,6 @@ NO_EFFECT = {
     "critic.model.use_shm": "models load from model.path where it is",
     "critic.model.enable_activation_offload": "activations stay on the device (enable_gradient_checkpointing is the "
     "memory setting for them here)",
-    "critic.model.lora_alpha": "used only with critic.model.lora_rank > 0, which is refused",
-    "critic.model.target_modules": "used only with critic.model.lora_rank > 0, which is refused",
     # reward model
     "reward_model.strategy": "the reward model runs plain PyTorch inference in one process, not an FSDP engine",
     "reward_model.use_dynamic_bsz": "the reward model batches by micro_batch_size_per_gpu",
@@ -196,7 +194,6 @@ DEFAULT_ONLY = {
     "actor_rollout_ref.rollout.agent.custom_async_server.path": "custom rollout servers are not supported",
     "actor_rollout_ref.rollout.agent.custom_async_server.name": "custom rollout servers are not supported",
     "critic.model.external_lib": "importing a module to register model classes is not supported",
-    "critic.model.lora_rank": "the critic trains all its weights here (LoRA is the actor's only)",
     "reward_model.model.external_lib": "importing a module to register model classes is not supported",
     "reward_model.enable_resource_pool": "a separate GPU pool for the reward model is not supported; it runs beside "
     "the trainer",

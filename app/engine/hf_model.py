@@ -101,17 +101,27 @@ def _inference_settings(model: torch.nn.Module) -> None:
             module.p = 0.0
 
 
+# the value heads peft's token-classification task trains whole
+_VALUE_HEADS = ("score", "classifier")
+
+
 def lora_config(spec: EngineSpec):
     from peft import LoraConfig, TaskType
 
     target = spec.target_modules
     if isinstance(target, (list, tuple)):
         target = list(target)
+    exclude = spec.exclude_modules
+    if spec.model_kind == "value":
+        # peft trains a token-classification head whole (modules_to_save), and an adapter on it is refused: keep the
+        # head out of target_modules (all-linear would match it)
+        heads = r"(?:.*\.)?(?:" + "|".join(_VALUE_HEADS) + ")"
+        exclude = f"(?:{exclude})|{heads}" if exclude else heads
     return LoraConfig(
         r=spec.lora_rank,
         lora_alpha=spec.lora_alpha,
         target_modules=target,
-        exclude_modules=spec.exclude_modules,
+        exclude_modules=exclude,
         lora_dropout=0.0,
         bias="none",
         task_type=TaskType.CAUSAL_LM if spec.model_kind == "causal_lm" else TaskType.TOKEN_CLS,

@@ -61,8 +61,8 @@ def _lora(model_cfg: ModelConfig) -> dict[str, Any]:
     )
 
 
-# engines without an adapter: the critic (verl has no LoRA keys for it) and the reference of a full fine-tuning run
-# (with LoRA the reference is the actor's engine); rank 0 leaves the other LoRA settings unused
+# the reference of a full fine-tuning run has no adapter (with LoRA the reference is the actor's engine); rank 0 leaves
+# the other LoRA settings unused
 _NO_LORA = dict(lora_rank=0, lora_alpha=0, target_modules=[], exclude_modules=None)
 
 
@@ -162,7 +162,11 @@ def critic_engine_spec(critic_cfg: CriticConfig, *, device: str = "auto", seed: 
         rollout_n=rollout_n,
         logits_chunk_size=None,
         max_token_len_key="critic.ppo_max_token_len_per_gpu",
-        **_NO_LORA,
+        # verl's critic LoRA keys: adapters on the value model's layers, its fresh value head trained whole
+        lora_rank=critic_cfg.model.lora_rank,
+        lora_alpha=critic_cfg.model.lora_alpha,
+        target_modules=critic_cfg.model.target_modules,
+        exclude_modules=None,
     )
 
 

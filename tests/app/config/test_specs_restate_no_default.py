@@ -72,7 +72,11 @@ ACTOR_ENGINE = {
     **_same_names(MODEL, "lora_rank", "lora_alpha", "target_modules", "exclude_modules"),
     **_same_names(ACTOR, "logits_chunk_size"),
 }
-CRITIC_ENGINE = {**_loaded("critic.model", "critic.model.fsdp_config"), **_trained("critic.model", "critic")}
+CRITIC_ENGINE = {
+    **_loaded("critic.model", "critic.model.fsdp_config"),
+    **_trained("critic.model", "critic"),
+    **_same_names("critic.model", "lora_rank", "lora_alpha", "target_modules"),
+}
 REF_ENGINE = {
     **_loaded(MODEL, f"{ARR}.ref.fsdp_config"),
     "micro_batch_size_per_gpu": f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
