@@ -100,6 +100,8 @@ def plan_text(cfg: TrainerRunConfig, nodes: Sequence[dict[str, float]], where: s
     ]
     for kind in plan.kinds:
         lines.append(_kind_line(kind, plan))
+    if t.num_workers > 1:
+        lines.append(_sharding_line(cfg))
     lines.append(f"  in all: {format_resources(plan.total())}")
     lines.append(
         f"checked against {where}: {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
@@ -127,6 +129,31 @@ def _kind_line(kind: ProcessKind, plan: ResourcePlan) -> str:
             extra += " (Ray actors in bundles 1..)"
     memory = f"; GPU memory: {kind.gpu_memory}" if kind.gpu_memory else ""
     return f"  {kind.name} x{kind.count}: each {each}{extra}{memory}  [{kind.keys}]"
+
+
+def _sharding_line(cfg: TrainerRunConfig) -> str:
+    """How the trained models are spread over the training ranks (fsdp_size, reshard_after_forward, ZeRO stage)."""
+    from algos.catalog import estimator_traits
+
+    arr, critic = cfg.actor_rollout_ref, cfg.critic
+    roles = [("actor", arr.actor.strategy, arr.actor.fsdp_config, arr.actor.deepspeed_config)]
+    if estimator_traits(cfg.algorithm.adv_estimator).needs_critic:
+        roles.append(("critic", critic.strategy, critic.model.fsdp_config, critic.deepspeed_config))
+    ranks = cfg.trainer.num_workers
+    parts = []
+    for name, strategy, fsdp, deepspeed in roles:
+        if strategy == "deepspeed":
+            parts.append(f"{name}: DeepSpeed ZeRO-{deepspeed.zero_stage} over all {ranks} ranks")
+            continue
+        size = fsdp.fsdp_size
+        layout = (
+            f"one copy sharded over all {ranks} ranks"
+            if size == -1 or size >= ranks
+            else f"{ranks // size} groups of {size} ranks, each shards a copy (hybrid, fsdp_size={size})"
+        )
+        kept = "" if fsdp.reshard_after_forward else ", layers kept gathered from forward to backward"
+        parts.append(f"{name}: FSDP2, {layout}{kept}")
+    return "  model sharding: " + "; ".join(parts)
 
 
 def _node_totals(nodes: Sequence[dict[str, float]]) -> dict[str, float]:

@@ -76,3 +76,38 @@ def test_dry_run_prints_a_gpu_plan_and_refuses_a_cluster_too_small(tiny_model_di
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()  # one line, no traceback
     assert line.startswith("error: the run needs 6 CPU, 4 GPU") and "GPU is short by 2" in line
+
+
+@pytest.mark.parametrize(
+    "settings, line",
+    [
+        ({}, "  model sharding: actor: FSDP2, one copy sharded over all 16 ranks"),
+        (
+            {"actor_rollout_ref": {"actor": {"fsdp_config": {"fsdp_size": 8, "reshard_after_forward": False}}}},
+            "  model sharding: actor: FSDP2, 2 groups of 8 ranks, each shards a copy (hybrid, fsdp_size=8), layers "
+            "kept gathered from forward to backward",
+        ),
+        (
+            {"algorithm": {"adv_estimator": "gae"}, "critic": {"strategy": "deepspeed"}},
+            "  model sharding: actor: FSDP2, one copy sharded over all 16 ranks; critic: DeepSpeed ZeRO-2 over all "
+            "16 ranks",
+        ),
+    ],
+)
+def test_the_plan_says_how_the_models_are_sharded(settings, line):
+    from omegaconf import OmegaConf
+
+    from app.config import load_config
+    from app.dry_run import plan_text
+
+    base = {
+        "data": {"train_files": "train.parquet", "train_batch_size": 16},
+        "actor_rollout_ref": {"model": {"path": "/m"}, "actor": {"ppo_mini_batch_size": 16}},
+        "trainer": {"n_gpus_per_node": 8, "nnodes": 2},
+        "algorithm": {"adv_estimator": "grpo"},  # no critic
+    }
+    cfg = load_config(OmegaConf.to_container(OmegaConf.merge(base, settings)))
+    lines = plan_text(cfg, [{"CPU": 32.0, "GPU": 8.0}] * 2, "two nodes").splitlines()
+    assert line in lines
+    one_rank = load_config({**base, "trainer": {"num_workers": 1}})
+    assert not any("sharding" in text for text in plan_text(one_rank, [{"CPU": 2.0}], "this machine").splitlines())
