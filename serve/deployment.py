@@ -360,6 +360,7 @@ def engine_spec_from_config(
         max_model_len=rollout.max_model_len or ((prompt_len + response_len) if prompt_len and response_len else None),
         enforce_eager=bool(rollout.enforce_eager),
         enable_chunked_prefill=bool(rollout.enable_chunked_prefill),
+        enable_prefix_caching=bool(rollout.enable_prefix_caching),
         cpu_kv_cache_bytes=int(kv_gib * (1 << 30)) if kv_gib else None,
         cpu_block_size=int(rollout.cpu_block_size),
         cpu_threads=int(threads),

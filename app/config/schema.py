@@ -444,9 +444,10 @@ class RolloutConfig:
     skip_rollout: bool = False
     engine_kwargs: EngineKwargsConfig = field(default_factory=EngineKwargsConfig)
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+    # vLLM's prefix cache: a prompt's n samples (and prompts sharing a prefix) reuse its KV cache; false recomputes
+    enable_prefix_caching: bool = True
     # verl keys with no effect here (verl_compat.NO_EFFECT)
     cudagraph_capture_sizes: Optional[list[int]] = None
-    enable_prefix_caching: bool = True
     disable_log_stats: bool = True
     multi_stage_wake_up: bool = False
     calculate_log_probs: bool = False

@@ -106,8 +106,6 @@ NO_EFFECT = {
     # rollout
     "actor_rollout_ref.rollout.cudagraph_capture_sizes": "vLLM picks its CUDA-graph batch sizes (enforce_eager "
     "turns graphs off): the same samples either way",
-    "actor_rollout_ref.rollout.enable_prefix_caching": "vLLM's own prefix-caching default is used: the same samples "
-    "either way",
     "actor_rollout_ref.rollout.disable_log_stats": "vLLM's statistics logging is not part of the run's metrics",
     "actor_rollout_ref.rollout.multi_stage_wake_up": "a memory schedule of verl's wake-up; the replicas here wake "
     "in one step",

@@ -31,6 +31,7 @@ def _spec(threads: int, tensor_parallel_size: int = 1, **engine_kwargs) -> Rollo
         vllm_engine_kwargs=engine_kwargs,
         chat_template=None,
         hf_overrides={},
+        enable_prefix_caching=True,
     )
 
 
@@ -131,3 +132,9 @@ def test_model_override_config_reaches_vllm_as_hf_overrides_only_when_given():
     assert "hf_overrides" not in engine_args(_spec(threads=1), on_cpu=True)  # vLLM's own default (None)
     spec = dataclasses.replace(_spec(threads=1), hf_overrides={"rms_norm_eps": 1e-5, "max_position_embeddings": 1024})
     assert engine_args(spec, on_cpu=True)["hf_overrides"] == {"rms_norm_eps": 1e-5, "max_position_embeddings": 1024}
+
+
+def test_the_prefix_cache_follows_the_config():
+    assert engine_args(_spec(threads=1), on_cpu=True)["enable_prefix_caching"] is True
+    off = dataclasses.replace(_spec(threads=1), enable_prefix_caching=False)
+    assert engine_args(off, on_cpu=True)["enable_prefix_caching"] is False

@@ -24,7 +24,7 @@ def test_other_engine_arguments_are_taken_as_given():
         ("max_num_seqs", 64, r"actor_rollout_ref\.rollout\.max_num_seqs sets it"),
         ("seed", 3, r"trainer\.seed sets it"),
         ("block_size", 16, r"actor_rollout_ref\.rollout\.cpu_block_size sets it on CPUs"),
-        ("enable_prefix_caching", False, r"always on here"),
+        ("enable_prefix_caching", False, r"actor_rollout_ref\.rollout\.enable_prefix_caching sets it"),
     ],
 )
 def test_an_argument_the_replica_sets_is_refused_naming_what_sets_it(name, value, says):

@@ -100,6 +100,7 @@ ROLLOUT_ENGINE = {
         "max_num_seqs",
         "enforce_eager",
         "enable_chunked_prefill",
+        "enable_prefix_caching",
         "cpu_block_size",
     ),
 }
