@@ -172,6 +172,28 @@ def engine_spec(model_path, **overrides):
     return dataclasses.replace(spec, **overrides)
 
 
+def token_mean_update(engine, batch) -> tuple[float, float]:
+    """One update of `engine` on this rank's share of `batch`, minimising the token-mean of -log p over the whole batch
+    (the ranks' losses normalised by its global token count). Returns (the loss averaged over the ranks, the gradient
+    norm). Collective: every rank calls it."""
+    import torch
+
+    from app.engine import StepContext
+
+    def loss_fn(out, micro, ctx):
+        return -(out["log_probs"] * micro["response_mask"]).sum() / ctx.loss_normalizer, {}
+
+    tokens = float(batch["response_mask"].sum())
+    engine.set_loss_fn(loss_fn)
+    with engine.train_mode():
+        engine.optimizer_zero_grad()
+        result = engine.forward_backward_step(
+            engine.shard_data(batch), StepContext(loss_normalizer=tokens / engine.dp_world_size)
+        )
+        grad_norm = engine.optimizer_step()
+    return float(engine.all_reduce(torch.tensor([result.loss]), "mean")[0]), grad_norm
+
+
 def synced_weights(engine) -> dict:
     """What a weight sync carries from `engine`, as a dict: with LoRA its adapter tensors (`lora_adapter_state`, rank
     0's; the other ranks get `{}`), otherwise every weight from its per-tensor stream (whole on every rank).

@@ -10,9 +10,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
-from support import engine_spec, optim_spec
+from support import engine_spec, optim_spec, token_mean_update
 
-from app.engine import DeepSpeedSpec, StepContext, make_engine
+from app.engine import DeepSpeedSpec, make_engine
 
 pytest.importorskip("deepspeed")
 
@@ -43,23 +43,12 @@ def _spec(path, strategy, stage, **kwargs):
     return engine_spec(path, **spec)
 
 
-def _loss(out, micro, ctx):
-    return -(out["log_probs"] * micro["response_mask"]).sum() / ctx.loss_normalizer, {}
-
-
-def _run(case, path, batch, tokens, out_dir):
+def _run(case, path, batch, out_dir):
     strategy, stage, kwargs = CASES[case]
     engine = make_engine(strategy, _spec(path, strategy, stage, **kwargs))
     engine.init_model()
-    engine.set_loss_fn(_loss)
     fresh = dict(engine.get_per_tensor_param())
-    with engine.train_mode():
-        engine.optimizer_zero_grad()
-        result = engine.forward_backward_step(
-            engine.shard_data(batch), StepContext(loss_normalizer=tokens / engine.dp_world_size)
-        )
-        grad_norm = engine.optimizer_step()
-    loss = float(engine.all_reduce(torch.tensor([result.loss]), "mean")[0])
+    loss, grad_norm = token_mean_update(engine, batch)
     if engine.has_adapter:
         sync = engine.lora_adapter_state()[1]
     else:  # rank 0 writes the whole weights: FSDP2 through torch's state-dict API, ZeRO through the stream
@@ -80,8 +69,7 @@ def _worker(rank, world, init_file, path, batch, out_dir):
     os.environ["LOCAL_RANK"] = str(rank)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        tokens = float(batch["response_mask"].sum())
-        results = {case: _run(case, path, batch, tokens, out_dir) for case in CASES}
+        results = {case: _run(case, path, batch, out_dir) for case in CASES}
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -92,9 +80,8 @@ def test_zero2_zero3_and_fsdp_on_two_ranks_match_one_fsdp_rank(tiny_llama_dir, m
     batch = make_rl_batch(PROMPTS, RESPONSES, seed=3)
     mp.spawn(_worker, args=(2, str(tmp_path / "pg_init"), str(tiny_llama_dir), batch, str(tmp_path)), nprocs=2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
-    tokens = float(batch["response_mask"].sum())
     one = {
-        lora: _run(case, tiny_llama_dir, batch, tokens, str(tmp_path / "one_rank"))
+        lora: _run(case, tiny_llama_dir, batch, str(tmp_path / "one_rank"))
         for lora, case in ((False, "fsdp2"), (True, "fsdp2_lora"))
     }
     on_disk = load_file(tiny_llama_dir / "model.safetensors")

@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from support import engine_spec, optim_spec, synced_weights
+from support import engine_spec, optim_spec, synced_weights, token_mean_update
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from app.engine import StepContext, make_engine
+from app.engine import make_engine
 from app.engine.fsdp_engine import sharding_mesh
 
 PROMPTS, RESPONSES = [6, 3, 5, 2, 4, 6, 2, 3], [4, 1, 3, 4, 2, 2, 4, 1]
@@ -37,22 +37,8 @@ def _engine(path, fsdp_size, reshard_after_forward=True, **kwargs):
     return engine
 
 
-def _loss(out, micro, ctx):
-    keep = micro["response_mask"].bool()
-    return -(out["log_probs"] * keep).sum() / ctx.loss_normalizer, {}
-
-
 def _one_step(engine, batch):
-    """One update on this rank's share of ``batch`` with the globally normalised token-mean loss."""
-    tokens = float(batch["response_mask"].sum())
-    engine.set_loss_fn(_loss)
-    with engine.train_mode():
-        engine.optimizer_zero_grad()
-        result = engine.forward_backward_step(
-            engine.shard_data(batch), StepContext(loss_normalizer=tokens / engine.dp_world_size)
-        )
-        grad_norm = engine.optimizer_step()
-    loss = float(engine.all_reduce(torch.tensor([result.loss]), "mean")[0])
+    loss, grad_norm = token_mean_update(engine, batch)
     return {"loss": loss, "grad_norm": grad_norm, "weights": synced_weights(engine)}
 
 
