@@ -125,6 +125,7 @@ MEANINGS = {
     ("OverlongBufferConfig", "enable"): "add the overlong penalty to the training reward",
     ("AlgorithmConfig", "gamma"): "discount (gae, reinforce_plus_plus)",
     ("AlgorithmConfig", "lam"): "GAE lambda",
+    ("PFPPOConfig", "weight_pow"): "the power of reweight_method=pow",
     ("AlgorithmConfig", "use_kl_in_reward"): "subtract kl_ctrl.kl_coef x KL to the reference from the reward",
     ("KLCtrlConfig", "type"): "in-reward KL coefficient: fixed, or adaptive towards target_kl",
     ("KLCtrlConfig", "kl_coef"): "in-reward KL coefficient (its start value when adaptive)",

@@ -655,9 +655,11 @@ class RolloutCorrectionConfig:
 
 @dataclass
 class PFPPOConfig:
-    """verl's PF-PPO sample reweighting. No effect here (use_pf_ppo is refused)."""
+    """PF-PPO's resampling of the batch by reward (algorithm.use_pf_ppo; algos.policy_filtration)."""
 
-    reweight_method: str = "pow"
+    # the weight of a sample's summed reward s: pow |s|^weight_pow; max_min 1 at the batch's highest and lowest, else
+    # 0; max_random 0.4 at the highest, else 0.1
+    reweight_method: Literal["pow", "max_min", "max_random"] = "pow"
     weight_pow: float = 2.0
 
 
@@ -672,7 +674,8 @@ class AlgorithmConfig:
     kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
-    use_pf_ppo: bool = False  # verl's default only: PF-PPO reweighting is not supported
+    # PF-PPO: the updates train on the batch drawn again with replacement, each sample by a weight of its reward
+    use_pf_ppo: bool = False
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
 
 

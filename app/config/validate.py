@@ -352,6 +352,12 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
             "(vLLM's CPU attention works on blocks of 32 tokens)"
         )
     _positive("data.max_prompt_length", cfg.data.max_prompt_length)
+    pf = cfg.algorithm.pf_ppo
+    if cfg.algorithm.use_pf_ppo and pf.reweight_method == "pow" and pf.weight_pow < 0:
+        raise ConfigError(
+            f"algorithm.pf_ppo.weight_pow={pf.weight_pow} must be >= 0: a negative power makes a reward of 0 an "
+            "infinite weight"
+        )
     for path, section in (("actor_rollout_ref.model", model), ("critic.model", cfg.critic.model)):
         if section.lora_rank < 0:
             raise ConfigError(f"{path}.lora_rank={section.lora_rank} must be >= 0 (0 = full fine-tuning)")

@@ -148,8 +148,6 @@ NO_EFFECT = {
     "reward_model.sandbox_fusion.max_concurrent": "used only with sandbox_fusion.url, which is refused",
     "reward_model.sandbox_fusion.memory_limit_mb": "used only with sandbox_fusion.url, which is refused",
     # algorithm
-    "algorithm.pf_ppo.reweight_method": "used only with algorithm.use_pf_ppo, which is refused",
-    "algorithm.pf_ppo.weight_pow": "used only with algorithm.use_pf_ppo, which is refused",
     # trainer
     "trainer.balance_batch": "samples are split over the ranks in order here; the update is the same, only the "
     "ranks' loads differ",
@@ -199,7 +197,6 @@ DEFAULT_ONLY = {
     "reward_model.nnodes": "used only with enable_resource_pool, which is not supported",
     "reward_model.sandbox_fusion.url": "sandboxed code-execution rewards are not supported; a custom reward function "
     "(custom_reward_function.path) can call a sandbox itself",
-    "algorithm.use_pf_ppo": "PF-PPO sample reweighting is not supported",
     "trainer.default_hdfs_dir": "checkpoints are not copied to HDFS; trainer.default_local_dir is where they go",
     "trainer.del_local_ckpt_after_load": "local checkpoints are kept after resuming",
 }

@@ -4,15 +4,18 @@
   where the config uses it;
 - advantages: the KL penalty in the reward (`algorithm.use_kl_in_reward`, adaptive coefficient), then the estimator;
 - updates: the critic's, then the actor's once `trainer.critic_warmup` steps are past, with earlier good answers
-  replayed (`actor.self_imitation`).
+  replayed (`actor.self_imitation`); with `algorithm.use_pf_ppo` both train on the batch resampled by reward (PF-PPO).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from algos.advantages import compute_advantages
 from algos.kl import apply_kl_penalty_to_rewards
+from algos.policy_filtration import filtration_sample
 from app.batch import TensorBatch
 from app.config.schema import TrainerRunConfig
 from app.trainer.collectives import RankGroup
@@ -86,16 +89,29 @@ class Learner:
         return step > self.cfg.trainer.critic_warmup
 
     def update(self, group: RolloutGroup, step: int, timer: PhaseTimer) -> dict[str, float]:
-        metrics: dict[str, float] = {}
+        batch, metrics = self.filtered(group.batch, step)
         if self.critic is not None:
             with timer.phase("update_critic"):
-                metrics |= self.critic.update_critic(group.batch)
+                metrics |= self.critic.update_critic(batch)
         if self.updates_actor(step):
             replay, replay_metrics = self.replay(group, step)
             with timer.phase("update_actor"):
-                metrics |= self.actor.update_policy(group.batch, replay=replay)
+                metrics |= self.actor.update_policy(batch, replay=replay)
             metrics |= replay_metrics
         return metrics
+
+    def filtered(self, batch: TensorBatch, step: int) -> tuple[TensorBatch, dict[str, float]]:
+        """The batch the updates train on: with `algorithm.use_pf_ppo`, this rank's samples drawn again with
+        replacement, each by a weight of its summed reward (`algos.policy_filtration`; verl draws over the whole batch
+        on its driver, here each rank over its share, which keeps every rank's row count), else the batch itself. The
+        draw is seeded by trainer.seed, the step and the rank, so a resumed run draws the same rows."""
+        if not self.algo.use_pf_ppo:
+            return batch, {}
+        pf = self.algo.pf_ppo
+        generator = torch.Generator().manual_seed(hash((self.cfg.trainer.seed, step, self.ranks.rank)) & (2**63 - 1))
+        rows = filtration_sample(batch["token_level_scores"].sum(-1), pf.reweight_method, pf.weight_pow, generator)
+        distinct = rows.unique().numel() / max(rows.numel(), 1)
+        return batch.index(rows), self.ranks.reduce({"training/pf_ppo_distinct_rows": distinct})
 
     def replay(self, group: RolloutGroup, step: int) -> tuple[TensorBatch | None, dict[str, float]]:
         """The earlier answers this update imitates, drawn before `group`'s own good ones join the buffer (they train

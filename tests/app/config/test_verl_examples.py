@@ -708,3 +708,12 @@ def test_a_model_whose_heads_the_group_does_not_divide_is_refused_before_any_wor
         r"at .* has 30 attention heads, which 4 ranks cannot share evenly",
     ):
         run_script(PPO_SP2, paths, sp_size=4)
+
+
+def test_pf_ppo_keys_are_read_and_checked(paths):
+    cfg = run_script(GRPO, paths, "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=max_random")
+    assert cfg.algorithm.use_pf_ppo and cfg.algorithm.pf_ppo.reweight_method == "max_random"
+    with pytest.raises(ConfigError, match=r"^algorithm\.pf_ppo\.weight_pow=-1\.0 must be >= 0"):
+        run_script(GRPO, paths, "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.weight_pow=-1")
+    with pytest.raises(ConfigError, match=r"algorithm\.pf_ppo\.reweight_method: 'median' is not one of"):
+        run_script(GRPO, paths, "algorithm.use_pf_ppo=true", "algorithm.pf_ppo.reweight_method=median")

@@ -33,7 +33,7 @@ class RecordingActor:
 
     def update_policy(self, batch, replay=None):
         self.calls.append("update")
-        self.replayed = replay
+        self.trained, self.replayed = batch, replay
         return {"actor/pg_loss": 0.5}
 
 
@@ -126,3 +126,28 @@ def test_without_self_imitation_the_actor_gets_no_replay():
     actor = RecordingActor()
     metrics = learner(TrainerRunConfig(), actor).update(scored_group([1.0] * 4), step=1, timer=PhaseTimer())
     assert actor.replayed is None and not any("self_imitation" in k for k in metrics)
+
+
+def test_pf_ppo_trains_on_the_batch_drawn_again_by_reward_and_the_buffer_keeps_the_steps_own_samples():
+    cfg = TrainerRunConfig()
+    cfg.algorithm.use_pf_ppo = True
+    cfg.algorithm.pf_ppo.reweight_method = "max_min"  # weights 1 at the highest and lowest score, else 0 (+1e-8)
+    imitation = cfg.actor_rollout_ref.actor.self_imitation
+    imitation.coef, imitation.rows_per_step = 0.5, 2
+    actor, group = RecordingActor(), scored_group([3.0, 1.0, 2.0, 2.0])
+    metrics = learner(cfg, actor).update(group, step=1, timer=PhaseTimer())
+    drawn = actor.trained["responses"][:, 0].tolist()
+    assert len(drawn) == 4 and set(drawn) <= {20, 21}  # rows 0 (score 3, highest) and 1 (score 1, lowest) only
+    assert metrics["training/pf_ppo_distinct_rows"] == len(set(drawn)) / 4
+    # the replay buffer takes the step's own samples, not the draw: both score-2 answers were kept too (min_score 1)
+    assert metrics["actor/self_imitation_added"] == 4
+    # the same step, rank and seed draw the same rows (a resumed run repeats its steps)
+    again = RecordingActor()
+    learner(cfg, again).update(scored_group([3.0, 1.0, 2.0, 2.0]), step=1, timer=PhaseTimer())
+    assert again.trained["responses"][:, 0].tolist() == drawn
+
+
+def test_without_pf_ppo_the_update_trains_on_the_batch_itself():
+    actor, group = RecordingActor(), scored_group([1.0, 0.0, 0.0, 1.0])
+    metrics = learner(TrainerRunConfig(), actor).update(group, step=1, timer=PhaseTimer())
+    assert actor.trained is group.batch and "training/pf_ppo_distinct_rows" not in metrics
