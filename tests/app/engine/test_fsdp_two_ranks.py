@@ -7,7 +7,7 @@ import os
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from support import engine_spec, optim_spec, synced_weights
+from support import engine_spec, optim_spec, synced_weights, token_mean_update
 
 from app.engine import StepContext, make_engine
 
@@ -22,31 +22,17 @@ def _spec(path, **kwargs):
     return engine_spec(path, **spec)
 
 
-def _loss(out, micro, ctx):
-    keep = micro["response_mask"].bool()
-    return -(out["log_probs"] * keep).sum() / ctx.loss_normalizer, {}
-
-
-def _one_step(engine, batch, global_tokens):
+def _run(engine_kwargs, path, batch):
     """Forward-only log-probs (token budget), then one update with the globally normalised token-mean loss."""
-    with engine.eval_mode():
-        logp = engine.forward_backward_step(
-            batch, StepContext(use_dynamic_bsz=True, max_token_len=12), forward_only=True
-        ).outputs
-    engine.set_loss_fn(_loss)
-    with engine.train_mode():
-        engine.optimizer_zero_grad()
-        result = engine.forward_backward_step(batch, StepContext(loss_normalizer=global_tokens / engine.dp_world_size))
-        grad_norm = engine.optimizer_step()
-    grads = {n: p.grad.full_tensor() for n, p in engine.model.named_parameters() if p.grad is not None}
-    loss = float(engine.all_reduce(torch.tensor([result.loss]), "mean")[0])
-    return engine.unshard_data(logp)["log_probs"], loss, grad_norm, grads
-
-
-def _run(engine_kwargs, path, batch, global_tokens):
     engine = make_engine("fsdp2", _spec(path, **engine_kwargs))
     engine.init_model()
-    logp, loss, grad_norm, grads = _one_step(engine, engine.shard_data(batch), global_tokens)
+    with engine.eval_mode():
+        logp = engine.forward_backward_step(
+            engine.shard_data(batch), StepContext(use_dynamic_bsz=True, max_token_len=12), forward_only=True
+        ).outputs
+    loss, grad_norm = token_mean_update(engine, batch)
+    grads = {n: p.grad.full_tensor() for n, p in engine.model.named_parameters() if p.grad is not None}
+    logp = engine.unshard_data(logp)["log_probs"]
     weights = synced_weights(engine)
     return {"log_probs": logp, "loss": loss, "grad_norm": grad_norm, "grads": grads, "weights": weights}
 
@@ -55,8 +41,7 @@ def _worker(rank, world, init_file, path, batch, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        tokens = float(batch["response_mask"].sum())
-        results = {"full": _run({}, path, batch, tokens), "lora": _run({"lora_rank": 4}, path, batch, tokens)}
+        results = {"full": _run({}, path, batch), "lora": _run({"lora_rank": 4}, path, batch)}
         if rank == 0:
             torch.save(results, os.path.join(out_dir, "two_ranks.pt"))
     finally:
@@ -71,9 +56,8 @@ def test_two_ranks_match_one_rank(tiny_llama_dir, make_rl_batch, tmp_path):
     batch = make_rl_batch(PROMPTS, RESPONSES, seed=3)
     mp.spawn(_worker, args=(2, str(tmp_path / "pg_init"), str(tiny_llama_dir), batch, str(tmp_path)), nprocs=2)
     two = torch.load(tmp_path / "two_ranks.pt", weights_only=False)
-    tokens = float(batch["response_mask"].sum())
     for kind, kwargs in (("full", {}), ("lora", {"lora_rank": 4})):
-        one = _run(kwargs, tiny_llama_dir, batch, tokens)
+        one = _run(kwargs, tiny_llama_dir, batch)
         torch.testing.assert_close(two[kind]["log_probs"], one["log_probs"], rtol=1e-5, atol=1e-6)
         assert abs(two[kind]["loss"] - one["loss"]) < 1e-5 * abs(one["loss"])
         assert abs(two[kind]["grad_norm"] - one["grad_norm"]) < 1e-5 * one["grad_norm"]
