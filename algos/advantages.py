@@ -239,6 +239,35 @@ def reinforce_plus_plus_baseline(
 
 
 @torch.no_grad()
+def gpg(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    batch_size: int | None = None,
+    batch_scored: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group Policy Gradient (Chu et al., 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+    Reasoning"): ``alpha * (score - group_mean)`` on every kept token, no std division.
+
+    ``alpha = batch_size / max(batch_scored, 1)``: the batch's responses over those with a nonzero score, so a batch
+    where few responses score keeps the gradient's size (the paper's correction for groups that teach nothing).
+    ``batch_size`` / ``batch_scored``: counts over the whole batch when it is split over ranks; None: this batch's
+    own. A single-response group uses mean 0 (as verl). Returns ``(advantages, advantages)``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    if batch_size is None:
+        batch_size = scores.shape[0]
+    if batch_scored is None:
+        batch_scored = int(torch.count_nonzero(scores))
+    stats = _GroupStats(scores, index)
+    centred = torch.where(stats.singleton, scores, stats.deviation)
+    adv = _broadcast(centred * (batch_size / max(batch_scored, 1)), response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
 def remax(
     token_level_rewards: torch.Tensor,
     reward_baselines: torch.Tensor,

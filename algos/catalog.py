@@ -24,6 +24,8 @@ class EstimatorTraits:
     needs_critic: bool = False  # values from a value model (`values` input): the critic role runs
     needs_groups: bool = False  # compares the samples of one prompt: rollout.n >= 2 makes sense, filter_groups applies
     needs_greedy_baseline: bool = False  # a greedy response's reward per prompt (`reward_baselines` input)
+    # the whole batch's response count and how many scored nonzero, over all ranks (`batch_size`, `batch_scored`)
+    needs_batch_counts: bool = False
 
 
 def estimator_traits(name: str) -> EstimatorTraits:
@@ -40,6 +42,7 @@ for _name, _traits in (
     ("reinforce_plus_plus", None),
     ("reinforce_plus_plus_baseline", _GROUPED),
     ("remax", EstimatorTraits(needs_greedy_baseline=True)),
+    ("gpg", EstimatorTraits(needs_groups=True, needs_batch_counts=True)),
 ):
     ADV_ESTIMATORS.add(_name, f"algos.advantages:{_name}", traits=_traits)
 

@@ -105,12 +105,9 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
     _positive("actor_rollout_ref.rollout.n", n)
     _positive("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size)
     ranks = ranks_named(cfg.trainer)
-    if data.train_batch_size % actor.ppo_mini_batch_size:
-        raise ConfigError(
-            f"data.train_batch_size={data.train_batch_size} is not a multiple of "
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} "
-            "(both count prompts; each step makes train_batch_size/ppo_mini_batch_size optimiser steps per epoch)"
-        )
+    _check_mini_batches(
+        data.train_batch_size, "actor_rollout_ref.actor", actor.ppo_mini_batch_size, actor.use_dynamic_bsz
+    )
     _positive("data.gen_batch_size", data.gen_batch_size)
     if data.gen_batch_size != data.train_batch_size and not cfg.algorithm.filter_groups.enable:
         raise ConfigError(
@@ -149,12 +146,8 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
                 f"which actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro} does not divide"
             )
     if _estimator(cfg).needs_critic:
-        critic_mb = cfg.critic.ppo_mini_batch_size
-        if data.train_batch_size % critic_mb:
-            raise ConfigError(
-                f"data.train_batch_size={data.train_batch_size} is not a multiple of "
-                f"critic.ppo_mini_batch_size={critic_mb}"
-            )
+        critic = cfg.critic
+        _check_mini_batches(data.train_batch_size, "critic", critic.ppo_mini_batch_size, critic.use_dynamic_bsz)
     max_tokens = data.max_prompt_length + cfg.actor_rollout_ref.rollout.response_length
     rollout, ref = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref
     for key, dynamic, budget in (
@@ -175,6 +168,27 @@ def _check_batch_sizes(cfg: TrainerRunConfig) -> None:
                 f"{key}={budget} is smaller than one sequence "
                 f"(data.max_prompt_length + rollout.response_length = {max_tokens})"
             )
+
+
+def _check_mini_batches(train_batch_size: int, role: str, mini_batch_size: int, use_dynamic_bsz: bool) -> None:
+    """verl's rule: a mini-batch no larger than the batch (with a token budget, a larger one is the whole batch); one
+    that does not divide it leaves a smaller last mini-batch, its own optimiser step, as verl's split does."""
+    if mini_batch_size > train_batch_size and not use_dynamic_bsz:
+        raise ConfigError(
+            f"{role}.ppo_mini_batch_size={mini_batch_size} is larger than data.train_batch_size={train_batch_size} "
+            "(both count prompts; a mini-batch is the prompts of one optimiser step)"
+        )
+    steps, rest = divmod(train_batch_size, mini_batch_size)
+    if rest and steps:
+        log.info(
+            "data.train_batch_size=%d is not a multiple of %s.ppo_mini_batch_size=%d: each epoch of a step makes %d "
+            "optimiser steps, the last on the remaining %d prompts (as in verl)",
+            train_batch_size,
+            role,
+            mini_batch_size,
+            steps + 1,
+            rest,
+        )
 
 
 def _check_algorithm(cfg: TrainerRunConfig) -> None:

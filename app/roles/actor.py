@@ -178,7 +178,7 @@ class Actor:
         mini_size = samples_per_rank(
             "actor.ppo_mini_batch_size", self.config.ppo_mini_batch_size, self.rollout_n, self.engine.dp_world_size
         )
-        return self.config.ppo_epochs == 1 and mini_size == samples_on_this_rank
+        return self.config.ppo_epochs == 1 and mini_size >= samples_on_this_rank
 
     def update_policy(self, batch: TensorBatch, replay: Optional[TensorBatch] = None) -> dict[str, float]:
         """PPO epochs over mini-batches of this rank's share of the batch; one optimizer step per mini-batch and one
@@ -215,7 +215,6 @@ class Actor:
                 mini_batch_size=mini_size,
                 shuffle=cfg.shuffle,
                 seed=self.seed + 1000 * self._updates,
-                key="actor.ppo_mini_batch_size",
                 loss_agg_mode=self.loss_agg_mode,
                 loss_scale_factor=cfg.loss_scale_factor,
                 make_loss_fn=self._loss_fn,

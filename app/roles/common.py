@@ -39,15 +39,9 @@ def samples_per_rank(key: str, prompts: int, rollout_n: int, world_size: int) ->
     return samples // world_size
 
 
-def iter_mini_batches(
-    batch: TensorBatch, mini_batch_size: int, *, shuffle: bool, seed: int, key: str
-) -> Iterator[TensorBatch]:
-    """Mini-batches of ``mini_batch_size`` rows; with ``shuffle`` the rows are permuted first (seeded)."""
-    if len(batch) % mini_batch_size:
-        raise ValueError(
-            f"{key}: this rank holds {len(batch)} samples, not a multiple of its mini-batch of "
-            f"{mini_batch_size} samples"
-        )
+def iter_mini_batches(batch: TensorBatch, mini_batch_size: int, *, shuffle: bool, seed: int) -> Iterator[TensorBatch]:
+    """Mini-batches of ``mini_batch_size`` rows, the last one smaller where the size does not divide the rows (as
+    verl's split); with ``shuffle`` the rows are permuted first (seeded)."""
     if shuffle:
         order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(seed))
         batch = batch.index(order)
@@ -110,7 +104,6 @@ def run_ppo_epochs(
     mini_batch_size: int,
     shuffle: bool,
     seed: int,
-    key: str,
     loss_agg_mode: str,
     loss_scale_factor: float,
     make_loss_fn: Callable[[MetricMeans, dict[str, float]], Any],
@@ -129,7 +122,7 @@ def run_ppo_epochs(
     """
     per_step = MetricMeans()
     for epoch in range(epochs):
-        for mini in iter_mini_batches(data, mini_batch_size, shuffle=shuffle, seed=seed + epoch, key=key):
+        for mini in iter_mini_batches(data, mini_batch_size, shuffle=shuffle, seed=seed + epoch):
             token_means, loss_sums = MetricMeans(), {}
             engine.set_loss_fn(make_loss_fn(token_means, loss_sums))
             normalizer = rank_normalizer(engine, mini["response_mask"], loss_agg_mode, loss_scale_factor)

@@ -93,7 +93,6 @@ class Critic:
                 mini_batch_size=mini_size,
                 shuffle=cfg.shuffle,
                 seed=self.seed + 1000 * self._updates,
-                key="critic.ppo_mini_batch_size",
                 loss_agg_mode=cfg.loss_agg_mode,
                 loss_scale_factor=self.loss_scale_factor,
                 make_loss_fn=self._loss_fn,

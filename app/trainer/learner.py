@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from algos.advantages import compute_advantages
+from algos.catalog import estimator_traits
 from algos.kl import apply_kl_penalty_to_rewards
 from algos.policy_filtration import filtration_sample
 from app.batch import TensorBatch
@@ -80,9 +81,21 @@ class Learner:
             lam=algo.lam,
             norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
             reward_baselines=group.extras.get("reward_baselines"),
+            **self.batch_counts(batch),
         )
         batch["advantages"], batch["returns"] = advantages, returns
         return metrics
+
+    def batch_counts(self, batch: TensorBatch) -> dict[str, int]:
+        """The whole batch's response count and how many of them scored nonzero, summed over the ranks (collective),
+        for an estimator that scales by them (GPG); nothing for the others."""
+        if not estimator_traits(self.algo.adv_estimator).needs_batch_counts:
+            return {}
+        scores = (batch["token_level_rewards"] * batch["response_mask"]).sum(-1)
+        return {
+            "batch_size": round(self.ranks.sum(len(batch))),
+            "batch_scored": round(self.ranks.sum(int(torch.count_nonzero(scores)))),
+        }
 
     def updates_actor(self, step: int) -> bool:
         """Whether `step` updates the actor (the critic alone learns during `trainer.critic_warmup`)."""

@@ -12,6 +12,7 @@ from algos.advantages import (
     ADV_ESTIMATORS,
     compute_advantages,
     gae,
+    gpg,
     grpo,
     opo,
     reinforce_plus_plus,
@@ -21,7 +22,7 @@ from algos.advantages import (
 )
 
 HYP = settings(max_examples=40, deadline=None)
-GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "reinforce_plus_plus_baseline")
+GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "reinforce_plus_plus_baseline", "gpg")
 
 
 def whiten_list(xs):
@@ -108,6 +109,21 @@ def test_remax_hand_computed():
     adv, ret = remax(torch.tensor([[0.0, 1.0, 2.0, 9.0]]), torch.tensor([1.5]), torch.tensor([[1, 1, 1, 0]]))
     # Reward-to-go over kept tokens [3, 3, 2] (the 9 is padding), minus the greedy baseline 1.5.
     assert ret.tolist() == [[3.0, 3.0, 2.0, 0.0]] and adv.tolist() == [[1.5, 1.5, 0.5, 0.0]]
+
+
+def test_gpg_hand_computed():
+    rewards = torch.tensor([[1.0], [0.0], [0.0], [0.0], [3.0]])
+    index = [0, 0, 1, 1, 2]
+    adv, ret = gpg(rewards, torch.ones(5, 1), index=index)
+    # 2 of the 5 responses score: alpha = 5 / 2. Group 0: mean 0.5 -> +-0.5 * 2.5; group 1 alike -> 0; the single
+    # response of group 2 has no baseline: 3 * 2.5
+    assert adv.flatten().tolist() == pytest.approx([1.25, -1.25, 0.0, 0.0, 7.5], abs=1e-6)
+    assert torch.equal(adv, ret)
+    # counts of the whole batch (other ranks' rows too) set alpha: 8 / 2 = 4
+    adv, _ = gpg(rewards, torch.ones(5, 1), index=index, batch_size=8, batch_scored=2)
+    assert adv.flatten().tolist() == pytest.approx([2.0, -2.0, 0.0, 0.0, 12.0], abs=1e-6)
+    # nothing scores: alpha is the batch size over 1 and every advantage 0 (no division by zero)
+    assert not gpg(torch.zeros(4, 1), torch.ones(4, 1), index=[0, 0, 1, 1])[0].any()
 
 
 def test_index_length_mismatch_is_reported():

@@ -68,9 +68,24 @@ def test_float_given_as_yaml_string_is_accepted():
     assert cfg.actor_rollout_ref.actor.optim.lr == pytest.approx(3e-6, rel=0, abs=0)
 
 
-def test_minibatch_that_does_not_divide_names_both_keys():
-    with pytest.raises(ConfigError, match=r"data\.train_batch_size=8 .*ppo_mini_batch_size=3"):
-        load_config(with_(**{"actor_rollout_ref.actor.ppo_mini_batch_size": 3}))
+def test_minibatch_larger_than_the_batch_names_both_keys():
+    with pytest.raises(ConfigError, match=r"actor\.ppo_mini_batch_size=16 is larger than data\.train_batch_size=8"):
+        load_config(with_(**{"actor_rollout_ref.actor.ppo_mini_batch_size": 16}))
+    critic = {"algorithm.adv_estimator": "gae", "critic.ppo_mini_batch_size": 16}
+    with pytest.raises(ConfigError, match=r"^critic\.ppo_mini_batch_size=16 is larger than data\.train_batch_size=8"):
+        load_config(with_(**critic))
+    # verl checks it only without a token budget: then a larger mini-batch is the whole batch
+    load_config(
+        with_(**{"actor_rollout_ref.actor.ppo_mini_batch_size": 16, "actor_rollout_ref.actor.use_dynamic_bsz": True})
+    )
+
+
+def test_minibatch_that_does_not_divide_the_batch_is_accepted_and_said(caplog):
+    # verl's split: 8 prompts in mini-batches of 3 are three optimiser steps, the last on 2 prompts
+    with caplog.at_level("INFO", logger="app.config.validate"):
+        cfg = load_config(with_(**{"actor_rollout_ref.actor.ppo_mini_batch_size": 3, "actor_rollout_ref.rollout.n": 2}))
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 3
+    assert "makes 3 optimiser steps, the last on the remaining 2 prompts" in caplog.text
 
 
 def test_samples_per_minibatch_must_split_over_workers():

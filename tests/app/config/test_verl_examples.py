@@ -40,6 +40,8 @@ DAPO_SUPPORTED = dict(sp_size=1, fsdp_size=-1, override="")  # the plainest layo
 GMPO = "gmpo_test_dapo_7b_math"  # the DAPO recipe with GMPO's geometric-mean loss, the same three stand-ins
 PPO_SP2 = "ppo_run_deepseek7b_llm_sp2"  # PPO with Ulysses sequence parallelism 2 (actor and critic)
 GRPO_SGLANG = "grpo_run_qwen2-7b_seq_balance"  # rollout.name=sglang, token-budget micro-batches
+GRPO_QWEN3 = "grpo_run_qwen3-1.7b"  # 1024 prompts in mini-batches of 80: a smaller last mini-batch
+GPG = "gpg_run_qwen2-7b_math"  # GPG's estimator and loss
 
 
 @pytest.fixture
@@ -162,6 +164,31 @@ def test_remax_script_log_prob_passes_follow_the_actors_token_budget(paths):
     assert cfg.algorithm.adv_estimator == "remax"
     for section in (arr.rollout, arr.ref):
         assert section.log_prob_use_dynamic_bsz is True and section.log_prob_max_token_len_per_gpu == 30000
+
+
+def test_qwen3_script_whose_mini_batch_does_not_divide_the_batch(paths):
+    from app.batch import TensorBatch
+    from app.roles.common import iter_mini_batches, samples_per_rank
+
+    cfg = run_script(GRPO_QWEN3, paths)
+    arr = cfg.actor_rollout_ref
+    assert (cfg.data.train_batch_size, arr.actor.ppo_mini_batch_size, arr.rollout.n) == (1024, 80, 3)
+    # as verl splits it: each of the 8 ranks holds 1024 x 3 / 8 = 384 samples, in mini-batches of 80 x 3 / 8 = 30,
+    # so twelve of 30 and a last one of 24
+    mini = samples_per_rank("actor.ppo_mini_batch_size", 80, 3, cfg.trainer.num_workers)
+    rows = TensorBatch({"x": torch.arange(384)})
+    sizes = [len(m) for m in iter_mini_batches(rows, mini, shuffle=False, seed=0)]
+    assert sizes == [30] * 12 + [24]
+    assert arr.model.use_liger and arr.model.use_fused_kernels  # verl's GPU kernels: accepted, no effect here
+
+
+def test_gpg_script(paths):
+    from algos.catalog import estimator_traits
+
+    cfg = run_script(GPG, paths)
+    arr = cfg.actor_rollout_ref
+    assert cfg.algorithm.adv_estimator == "gpg" and arr.actor.policy_loss.loss_mode == "gpg"
+    assert estimator_traits("gpg").needs_batch_counts and not arr.actor.use_kl_loss
 
 
 def test_gspo_script(paths):

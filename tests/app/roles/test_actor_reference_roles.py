@@ -154,13 +154,36 @@ def test_full_finetune_reference_matches_initial_actor(tiny_llama_dir, make_rl_b
     )
 
 
-def test_mini_batch_size_must_divide_the_batch(tiny_llama_dir, make_rl_batch):
-    actor = build_actor(_config(tiny_llama_dir, ppo_mini_batch_size=3), device="cpu", seed=0)
+def test_a_mini_batch_that_does_not_divide_the_batch_leaves_a_smaller_last_step(tiny_llama_dir, make_rl_batch):
+    # verl's split: 8 rows in mini-batches of 3 are three optimiser steps on rows 0-2, 3-5 and 6-7, each normalised
+    # over its own rows; the same three steps taken as three updates of one mini-batch each (constant lr, the first
+    # policy's old log-probs throughout) end at the same weights
     batch = make_rl_batch(PROMPTS, RESPONSES)
-    batch.update(actor.compute_log_prob(batch))
-    batch["advantages"] = torch.zeros_like(batch["old_log_probs"])
-    with pytest.raises(ValueError, match="actor.ppo_mini_batch_size"):
-        actor.update_policy(batch)
+    batch.meta["temperature"] = 1.0
+    batch["advantages"] = torch.linspace(-1, 1, len(batch))[:, None] * batch["response_mask"]
+
+    def actor_with(mini_batch):
+        cfg = _config(tiny_llama_dir, ppo_mini_batch_size=mini_batch, shuffle=False)
+        cfg.actor.fsdp_config.mixed_precision.param_dtype = "fp32"
+        return build_actor(cfg, device="cpu", seed=0)
+
+    whole = actor_with(3)
+    batch.update(whole.compute_log_prob(batch, calculate_entropy=False))
+    assert not whole.is_on_policy(len(batch))
+    steps = whole.engine.optimizer_step
+    calls = []
+    whole.engine.optimizer_step = lambda: calls.append(1) or steps()
+    whole.update_policy(TensorBatch(dict(batch.tensors), meta=dict(batch.meta)))
+    assert len(calls) == 3
+    piecewise = actor_with(3)
+    for rows in (slice(0, 3), slice(3, 6), slice(6, 8)):
+        piecewise.update_policy(batch.index(rows))
+    torch.testing.assert_close(
+        whole.compute_log_prob(batch, calculate_entropy=False)["old_log_probs"],
+        piecewise.compute_log_prob(batch, calculate_entropy=False)["old_log_probs"],
+        rtol=0,
+        atol=1e-6,
+    )
 
 
 def test_on_policy_update_without_old_log_probs_equals_the_update_with_them(tiny_llama_dir, make_rl_batch):

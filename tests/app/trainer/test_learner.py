@@ -83,6 +83,32 @@ def test_grpo_advantages_are_the_scores_normalised_within_each_prompts_group():
     assert torch.equal(group.batch["token_level_rewards"], group.batch["token_level_scores"])
 
 
+class AnotherRankWith:
+    """Sums over this rank and one more that holds `rows` samples, `scored` of them with a nonzero score."""
+
+    dp_rank, dp_world_size = 0, 2
+
+    def __init__(self, rows: int, scored: int):
+        self.others = [rows, scored]
+
+    def all_reduce(self, tensor, op):
+        assert op == "sum"
+        return tensor + self.others.pop(0)
+
+
+def test_gpg_scales_by_the_whole_batchs_share_of_scored_responses():
+    cfg = TrainerRunConfig()
+    cfg.algorithm.adv_estimator = "gpg"
+    group = group_of([1.0, 0.0, 0.0, 0.0])
+    steps = learner(cfg, RecordingActor())
+    steps.ranks = RankGroup(AnotherRankWith(rows=4, scored=4))
+    steps.advantages(group)
+    # 8 responses over both ranks, 5 scored: alpha = 8 / 5; group a: (1, 0) - 0.5 -> +-0.5 * 1.6; group b alike -> 0
+    # (this rank alone would give alpha 4 / 1 and +-2)
+    expected = torch.tensor([[0.8], [-0.8], [0.0], [0.0]])
+    assert torch.allclose(group.batch["advantages"], expected, atol=1e-6)
+
+
 def test_bypass_mode_takes_the_samplers_log_probs_and_a_warmup_step_leaves_the_actor_alone():
     cfg = TrainerRunConfig()
     cfg.algorithm.rollout_correction.bypass_mode = True
