@@ -268,6 +268,58 @@ def gpg(
 
 
 @torch.no_grad()
+def optimal_token_baseline(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None = None,
+    epsilon: float = 1e-8,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Optimal token baseline (verl's ``optimal_token_baseline``): ``A_t = G_t - B_t`` with the reward-to-go ``G_t``
+    and one baseline per position and group, ``B_t = sum_i G_t W_t / sum_i W_t`` over the group's responses that
+    reach position t. ``W_t = sum_{j<=t} (1 - 2 pi_j + sum_v pi_v^2)``: each token's squared score-function norm
+    (``pi_j`` the sampled token's probability, ``exp(old_log_probs)``), accumulated along the response, so the
+    responses whose gradients are noisier weigh more in the baseline that minimises the gradient's variance.
+
+    ``sum_pi_squared``: ``(batch, response_len)`` from the old-policy pass (``actor.calculate_sum_pi_squared``).
+    ``rollout_is_weights``: truncated importance weights; each token's term is scaled by their square (verl's).
+    A single-response group has no baseline; in a group whose longest response is the only one that long, that
+    response's baseline past the second-longest length is 0 (nothing else to compare there; verl's zero tail).
+    Returns ``(advantages, returns)``, both 0 outside ``response_mask``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    _check_2d("old_log_probs", old_log_probs, response_mask)
+    _check_2d("sum_pi_squared", sum_pi_squared, response_mask)
+    keep = response_mask.bool()
+    kept = keep.to(torch.float32)
+    returns = masked_fill_zero(token_level_rewards.float(), keep).flip(-1).cumsum(-1).flip(-1) * kept
+    norms = 1 - 2 * old_log_probs.float().exp() + sum_pi_squared.float()
+    if rollout_is_weights is not None:
+        _check_2d("rollout_is_weights", rollout_is_weights, response_mask)
+        norms = norms * rollout_is_weights.float() ** 2
+    weights = masked_fill_zero(norms, keep).cumsum(-1) * kept  # W_t, 0 outside the response
+    ids, n_groups = _group_ids(index, returns.shape[0], returns.device)
+    zeros = torch.zeros(n_groups, returns.shape[1], dtype=returns.dtype, device=returns.device)
+    numerator = zeros.index_add(0, ids, returns * weights)
+    denominator = zeros.index_add(0, ids, weights) + epsilon
+    baselines = (numerator / denominator)[ids]
+    lengths = keep.sum(-1)
+    for group in range(n_groups):
+        rows = (ids == group).nonzero(as_tuple=True)[0]
+        if len(rows) == 1:
+            baselines[rows] = 0.0
+            continue
+        longest, second = torch.topk(lengths[rows], 2).values.tolist()
+        if longest > second:  # the one response that long: nothing to compare its tail with
+            baselines[rows[lengths[rows].argmax()], int(second) :] = 0.0
+    advantages = (returns - baselines) * kept
+    return advantages.to(token_level_rewards.dtype), returns.to(token_level_rewards.dtype)
+
+
+@torch.no_grad()
 def remax(
     token_level_rewards: torch.Tensor,
     reward_baselines: torch.Tensor,

@@ -188,6 +188,22 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_CHUNK_SI
     return _Entropy.apply(z, chunk_size).view(logits.shape[:-1])
 
 
+@torch.no_grad()
+def sum_pi_squared_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE) -> torch.Tensor:
+    """``sum_v softmax(logits)_v ** 2`` per token (how concentrated the next-token distribution is: 1 for a sure
+    token, 1/V for a uniform one): ``(..., vocab)`` -> float32 ``(...)``, as ``exp(logsumexp(2z) - 2 logsumexp(z))``.
+    Without gradient: the optimal token baseline reads it as a property of the sampling policy."""
+    _check_logits(logits)
+    (z,), _ = _flatten_tokens(logits)
+    leading = z.shape[:-1]
+    dt = _compute_dtype(z)
+    out = torch.empty(leading, dtype=dt, device=z.device)
+    for idx in _chunks(leading, chunk_size):
+        chunk = z[idx].to(dt)
+        out[idx] = torch.exp(torch.logsumexp(2 * chunk, dim=-1) - 2 * torch.logsumexp(chunk, dim=-1))
+    return out.view(logits.shape[:-1])
+
+
 def full_kl_from_logits(
     logits: torch.Tensor, ref_logits: torch.Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE
 ) -> torch.Tensor:

@@ -65,6 +65,7 @@ def check_deepspeed(cfg: TrainerRunConfig, needs_critic: bool) -> None:
             raise ConfigError(f"{path}.use_torch_compile=true is not supported with {path}.strategy=deepspeed")
         ds = role.deepspeed_config
         if not ds.config_path:
+            _check_reference_sync(cfg, path, ds.zero_stage)
             continue
         key = f"{path}.deepspeed_config.config_path"
         micro = role.ppo_micro_batch_size_per_gpu
@@ -88,8 +89,20 @@ def check_deepspeed(cfg: TrainerRunConfig, needs_critic: bool) -> None:
                 param_dtype=fsdp.mixed_precision.param_dtype,
                 batch=batch,
             )
-            merge_user_config(
+            merged = merge_user_config(
                 derived, user, source=f"{key}={ds.config_path}", trains=True, explain=explain, optim_key=f"{path}.optim"
             )
         except DeepSpeedConfigError as exc:
             raise ConfigError(str(exc)) from exc
+        _check_reference_sync(cfg, path, int(merged.get("zero_optimization", {}).get("stage", 0)))
+
+
+def _check_reference_sync(cfg: TrainerRunConfig, path: str, zero_stage: int) -> None:
+    """A moving reference (ref.sync_ref_model) is kept in every checkpoint, which DeepSpeed cannot write for an
+    inference-only ZeRO-3 engine (it has no checkpoint engine without an optimizer)."""
+    if path == "actor_rollout_ref.actor" and cfg.actor_rollout_ref.ref.sync_ref_model and zero_stage == 3:
+        raise ConfigError(
+            "actor_rollout_ref.ref.sync_ref_model=true with DeepSpeed ZeRO-3 (actor_rollout_ref.actor"
+            ".deepspeed_config): the moving reference must be checkpointed, and DeepSpeed saves no inference-only "
+            "ZeRO-3 engine; use zero_stage=2 or strategy=fsdp2"
+        )

@@ -265,6 +265,9 @@ class ActorConfig:
     # None: data.max_response_length, the horizon verl pads every answer to, as in Dr. GRPO and TRL's dr_grpo
     loss_scale_factor: Optional[float] = None
     entropy_coeff: float = 0.0
+    # verl's: the log-prob pass also gives sum_v pi_v^2 per token (algorithm.adv_estimator=optimal_token_baseline
+    # reads it; actor/sum_pi_squared logs its mean)
+    calculate_sum_pi_squared: bool = False
     use_kl_loss: bool = False  # KL to the reference in the loss (GRPO) rather than in the reward
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
@@ -306,6 +309,11 @@ class RefConfig:
     # verl: the reference's engine; None or the actor's (the reference runs on the actor's strategy here)
     strategy: Optional[Literal["fsdp", "fsdp2", "deepspeed"]] = None
     model: Optional[dict[str, Any]] = None  # verl's separate reference model: None only (the actor's initial weights)
+    # TR-DPO's reference that moves (TRL's GRPOConfig, verl's sync_ref_model example): every ref_model_sync_steps
+    # training steps the reference becomes alpha x actor + (1 - alpha) x reference; full fine-tuning only
+    sync_ref_model: bool = False
+    ref_model_sync_steps: int = 512  # training steps between syncs (TRL counts optimizer steps; its default)
+    ref_model_mixup_alpha: float = 0.6  # the actor's share of the new reference (TRL's default)
     # verl keys with no effect here (verl_compat.NO_EFFECT)
     use_torch_compile: Optional[bool] = None
     entropy_from_logits_with_chunking: bool = False

@@ -28,6 +28,7 @@ def validate(cfg: TrainerRunConfig) -> None:
     _check_ranges(cfg)
     _check_overlong_buffer(cfg)
     _check_fsdp_sizes(cfg)
+    _check_reference_sync(cfg)
     check_placement(cfg)
     check_unsupported(cfg)
     check_vllm_engine_kwargs(cfg)
@@ -214,6 +215,7 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
         )
     _check_filter_groups(cfg)
     _check_rollout_correction(cfg)
+    _check_sum_pi_squared(cfg)
     from algos.catalog import LOG_PROB_KL_KINDS as KL_KINDS  # `full` needs logits, which the loss never keeps
 
     if actor.use_kl_loss and actor.kl_loss_type not in KL_KINDS:
@@ -229,6 +231,22 @@ def _check_algorithm(cfg: TrainerRunConfig) -> None:
     mode = cfg.trainer.resume_mode
     if mode not in ("auto", "disable") and not mode:
         raise ConfigError("trainer.resume_mode must be auto, disable or a checkpoint path")
+
+
+def _check_sum_pi_squared(cfg: TrainerRunConfig) -> None:
+    """An estimator that reads each token's sum of squared probabilities needs the pass that computes it."""
+    key = "actor_rollout_ref.actor.calculate_sum_pi_squared"
+    wanted = cfg.actor_rollout_ref.actor.calculate_sum_pi_squared
+    if _estimator(cfg).needs_sum_pi_squared and not wanted:
+        raise ConfigError(
+            f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} weighs tokens by the old policy's sum of squared "
+            f"probabilities, which the log-prob pass computes with {key}=true (as in verl); set it"
+        )
+    if wanted and cfg.algorithm.rollout_correction.bypass_mode:
+        raise ConfigError(
+            f"{key}=true with algorithm.rollout_correction.bypass_mode=true: bypass mode skips the old-policy "
+            "log-prob pass, which is where the sum of squared probabilities is computed; drop one of them"
+        )
 
 
 def _estimator(cfg: TrainerRunConfig):
@@ -332,6 +350,43 @@ def _check_fsdp_sizes(cfg: TrainerRunConfig) -> None:
                 f"{path}.fsdp_size={size}: give -1 (one copy sharded over all {ranks_named(cfg.trainer)}) or a "
                 f"divisor of {ranks} (hybrid sharding: each group of that many ranks shards a copy)"
             )
+
+
+def _check_reference_sync(cfg: TrainerRunConfig) -> None:
+    """A reference that moves toward the actor (ref.sync_ref_model) needs a reference of its own weights, laid out as
+    the actor's, so the two blend shard by shard (app.roles.reference)."""
+    arr = cfg.actor_rollout_ref
+    ref, key = arr.ref, "actor_rollout_ref.ref.sync_ref_model=true"
+    if not ref.sync_ref_model:
+        return
+    if not (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward):
+        raise ConfigError(
+            f"{key}, but this run has no reference model (actor_rollout_ref.actor.use_kl_loss and "
+            "algorithm.use_kl_in_reward are both false): enable a KL term or drop sync_ref_model"
+        )
+    if arr.model.lora_rank > 0:
+        raise ConfigError(
+            f"{key} with LoRA (actor_rollout_ref.model.lora_rank={arr.model.lora_rank}): the reference is then the "
+            "actor's base model with the adapter off, the same weights, which cannot move toward the actor; "
+            "a synced reference needs full fine-tuning (lora_rank=0)"
+        )
+    if ref.ref_model_sync_steps < 1:
+        raise ConfigError(f"actor_rollout_ref.ref.ref_model_sync_steps={ref.ref_model_sync_steps} must be >= 1")
+    if not 0 < ref.ref_model_mixup_alpha <= 1:
+        raise ConfigError(
+            f"actor_rollout_ref.ref.ref_model_mixup_alpha={ref.ref_model_mixup_alpha} must be in (0, 1] (the "
+            "actor's share of the new reference)"
+        )
+    ranks = cfg.trainer.num_workers
+    actor_size, ref_size = (
+        -1 if s == -1 or s >= ranks else s for s in (arr.actor.fsdp_config.fsdp_size, ref.fsdp_config.fsdp_size)
+    )
+    if actor_size != ref_size:
+        raise ConfigError(
+            f"{key} blends the reference with the actor shard by shard, but actor_rollout_ref.actor.fsdp_config"
+            f".fsdp_size={arr.actor.fsdp_config.fsdp_size} and actor_rollout_ref.ref.fsdp_config.fsdp_size="
+            f"{ref.fsdp_config.fsdp_size} shard them differently over {ranks_named(cfg.trainer)}; give both the same"
+        )
 
 
 def _check_overlong_buffer(cfg: TrainerRunConfig) -> None:

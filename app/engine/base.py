@@ -29,6 +29,7 @@ class StepContext:
     temperature: float = 1.0
     compute_entropy: bool = False
     entropy_requires_grad: bool = False  # False: entropy is computed without grad, for metrics only
+    compute_sum_pi_squared: bool = False  # also "sum_pi_squared": sum_v pi_v^2 per token, without grad
     micro_batch_size: Optional[int] = None
     max_token_len: Optional[int] = None
     max_token_len_key: Optional[str] = None  # the config key of max_token_len, for errors (None: the spec's)
@@ -38,7 +39,8 @@ class StepContext:
 
 
 # loss_fn(model_outputs, micro_batch, ctx) -> (scalar loss to backpropagate, {metric name: (value, weight)})
-# model_outputs: {"log_probs": (b, R) float32, "entropy": (b, R)} for causal LMs, {"values": (b, R)} for critics.
+# model_outputs: {"log_probs": (b, R) float32, "entropy": (b, R), "sum_pi_squared": (b, R)} for causal LMs (the last
+# two when asked), {"values": (b, R)} for critics.
 LossFn = Callable[[dict[str, torch.Tensor], TensorBatch, StepContext], tuple[torch.Tensor, dict[str, Any]]]
 PreprocessFn = Callable[[TensorBatch, StepContext], TensorBatch]
 # postprocess_fn(model_outputs, micro_batch, ctx) -> model_outputs to keep (e.g. drop entropy)
@@ -143,6 +145,12 @@ class BaseEngine(abc.ABC):
     @abc.abstractmethod
     def disable_adapter(self) -> contextlib.AbstractContextManager:
         """Context: the base model without the LoRA adapter (the reference policy). Raises without LoRA."""
+
+    @abc.abstractmethod
+    def local_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """This rank's piece of every weight, by name, in the engine's own layout (an FSDP2 shard, a ZeRO-3
+        partition, or the whole tensor): the tensors the model computes from, so writing into one changes the model.
+        Two engines of the same model and layout give pieces that match one to one (the reference's sync)."""
 
     @abc.abstractmethod
     def get_per_tensor_param(

@@ -117,6 +117,11 @@ class DeepSpeedEngine(ShardedEngine):
     def zero_stage(self) -> int:
         return int(self.config.get("zero_optimization", {}).get("stage", 0))
 
+    def local_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, param in self._require_model().named_parameters():
+            # ZeRO-3 keeps this rank's flat partition; the parameter itself is empty outside a gather
+            yield name, param.ds_tensor if self.zero_stage == 3 else param
+
     # ------------------------------------------------------------------ hooks of ShardedEngine
     def _compute_module(self) -> torch.nn.Module:
         return self.ds  # its forward runs DeepSpeed's bookkeeping (ZeRO-3 prefetch) around the model's

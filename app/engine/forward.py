@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from algos.logprobs import entropy_from_logits, log_probs_from_logits
+from algos.logprobs import entropy_from_logits, log_probs_from_logits, sum_pi_squared_from_logits
 from app.batch import TensorBatch
 from app.engine.packed_attention import SHARED_PROMPT_LAYOUT
 from app.engine.packing import pack_inputs, trim_padding
@@ -56,9 +56,10 @@ def lm_outputs(
     compute_entropy: bool,
     entropy_requires_grad: bool,
     chunk_size: Optional[int],
+    compute_sum_pi_squared: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """logits ``(..., V)`` and labels ``(...)`` -> log-probs (and entropy) ``(...)`` float32. ``chunk_size`` None:
-    ``logits_chunk_size`` of the vocabulary and device."""
+    """logits ``(..., V)`` and labels ``(...)`` -> log-probs (and entropy, and the sum of squared probabilities)
+    ``(...)`` float32. ``chunk_size`` None: ``logits_chunk_size`` of the vocabulary and device."""
     if chunk_size is None:
         chunk_size = logits_chunk_size(logits.shape[-1], logits.device)
     if temperature != 1.0:
@@ -70,6 +71,8 @@ def lm_outputs(
         else:
             with torch.no_grad():
                 out["entropy"] = entropy_from_logits(logits.detach(), chunk_size)
+    if compute_sum_pi_squared:
+        out["sum_pi_squared"] = sum_pi_squared_from_logits(logits.detach(), chunk_size)
     return out
 
 
@@ -92,9 +95,11 @@ def response_outputs(
     compute_entropy: bool = False,
     entropy_requires_grad: bool = False,
     chunk_size: Optional[int] = None,
+    compute_sum_pi_squared: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Run ``model`` on ``micro`` (needs ``input_ids``, ``attention_mask``, ``responses``; ``position_ids``
-    optional) and return ``{"log_probs", ["entropy"]}`` (causal LM) or ``{"values"}`` (value model), each
+    optional) and return ``{"log_probs", ["entropy"], ["sum_pi_squared"]}`` (causal LM) or ``{"values"}`` (value
+    model), each
     ``(b, R)`` float32 and 0 at padding. ``chunk_size``: tokens per chunk of the log-prob and entropy passes (None:
     ``logits_chunk_size``). ``share_prompts`` (packed only; needs the model to run
     ``app.engine.packed_attention``) computes each distinct prompt once for all its rows."""
@@ -106,6 +111,7 @@ def response_outputs(
         compute_entropy=compute_entropy,
         entropy_requires_grad=entropy_requires_grad,
         chunk_size=chunk_size,
+        compute_sum_pi_squared=compute_sum_pi_squared,
     )
     if remove_padding:
         p = pack_inputs(

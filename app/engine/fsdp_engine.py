@@ -222,6 +222,10 @@ class FSDPEngine(ShardedEngine):
     def _gathered(self, params: Sequence[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
         yield [p.full_tensor() if isinstance(p, DTensor) else p for p in params]
 
+    def local_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, param in self._require_model().named_parameters():
+            yield name, param.to_local() if isinstance(param, DTensor) else param
+
     # ------------------------------------------------------------------ optimizer
     def optimizer_zero_grad(self) -> None:
         self._require_optimizer().zero_grad(set_to_none=True)

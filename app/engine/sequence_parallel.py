@@ -75,6 +75,7 @@ class SequenceParallel:
         compute_entropy: bool = False,
         entropy_requires_grad: bool = False,
         chunk_size: Optional[int] = None,
+        compute_sum_pi_squared: bool = False,
     ) -> dict[str, torch.Tensor]:
         """``app.engine.forward.response_outputs`` for a micro-batch every rank of the group holds: this rank runs
         its chunk of the packed row; the outputs of all chunks are gathered, so every rank returns the whole
@@ -118,6 +119,7 @@ class SequenceParallel:
                 compute_entropy=compute_entropy,
                 entropy_requires_grad=entropy_requires_grad,
                 chunk_size=chunk_size,
+                compute_sum_pi_squared=compute_sum_pi_squared,
             )
         else:
             outs = {"values": value_model_logits(model, **inputs)[0, local, 0].float()}

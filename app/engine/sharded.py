@@ -172,6 +172,7 @@ class ShardedEngine(BaseEngine):
                         compute_entropy=ctx.compute_entropy,
                         entropy_requires_grad=ctx.entropy_requires_grad and not forward_only,
                         chunk_size=self.spec.logits_chunk_size,
+                        compute_sum_pi_squared=ctx.compute_sum_pi_squared,
                     )
                     if not forward_only:
                         loss, metrics = self._loss_fn(out, micro, ctx)

@@ -82,12 +82,13 @@ class Actor:
 
     # ------------------------------------------------------------------ log-probs
     def compute_log_prob(self, batch: TensorBatch, *, calculate_entropy: bool = True) -> TensorBatch:
-        """``old_log_probs`` (and ``entropys``) ``(b, R)`` of ``responses`` at ``batch.meta['temperature']``
-        (default 1). 0 at padding."""
+        """``old_log_probs`` (and ``entropys``; and ``sum_pi_squared`` with ``calculate_sum_pi_squared``) ``(b, R)``
+        of ``responses`` at ``batch.meta['temperature']`` (default 1). 0 at padding."""
         inputs = _present(batch, _MODEL_INPUTS, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
         ctx = StepContext(
             temperature=float(batch.meta.get("temperature", 1.0)),
             compute_entropy=calculate_entropy,
+            compute_sum_pi_squared=self.config.calculate_sum_pi_squared,
             micro_batch_size=self.log_prob_micro_batch_size,
             use_dynamic_bsz=self.log_prob_use_dynamic_bsz,
             max_token_len=self.log_prob_max_token_len,
@@ -98,6 +99,8 @@ class Actor:
         out = TensorBatch({"old_log_probs": result.outputs["log_probs"]})
         if calculate_entropy:
             out["entropys"] = result.outputs["entropy"]
+        if self.config.calculate_sum_pi_squared:
+            out["sum_pi_squared"] = result.outputs["sum_pi_squared"]
         return out
 
     # ------------------------------------------------------------------ update

@@ -1,12 +1,14 @@
 """The reference policy: log-probs of the sampled responses under the frozen initial policy.
 
 Full fine-tuning: its own inference-only engine. LoRA: the actor's engine with the adapter disabled (the base
-model is the reference), so no second copy of the weights exists.
+model is the reference), so no second copy of the weights exists. With ``ref.sync_ref_model`` (TR-DPO, TRL's
+GRPOConfig) a full-fine-tuning reference moves toward the actor now and then (``move_toward``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Optional
 
 import torch
@@ -55,3 +57,25 @@ class Reference:
         with torch.no_grad(), self.engine.eval_mode(), adapter_off:
             result = self.engine.forward_backward_step(inputs, ctx, forward_only=True)
         return TensorBatch({"ref_log_prob": result.outputs["log_probs"]})
+
+    def move_toward(self, actor_engine: BaseEngine, weight: float) -> None:
+        """TR-DPO's reference update: each weight becomes ``weight`` x the actor's + (1 - weight) x its own, blended
+        piece by piece on every rank (both engines shard the model alike), computed in fp32 and stored in the
+        reference's dtype."""
+        if self.disable_adapter:
+            raise ValueError("a LoRA reference is the actor's own base model: it cannot move toward the actor")
+        mine, theirs = list(self.engine.local_weights()), list(actor_engine.local_weights())
+        for (name, own), (other_name, other) in itertools.zip_longest(mine, theirs, fillvalue=("-", None)):
+            if name != other_name or _shape(own) != _shape(other) or own is None:
+                raise ValueError(
+                    f"the reference's weight {name} {_shape(own)} does not match the actor's {other_name} "
+                    f"{_shape(other)} on this rank: the two engines must hold the same model, sharded alike"
+                )
+        with torch.no_grad():
+            for (_, own), (_, other) in zip(mine, theirs):
+                blended = torch.lerp(own.float(), other.to(device=own.device, dtype=torch.float32), weight)
+                own.copy_(blended)
+
+
+def _shape(tensor: Optional[torch.Tensor]) -> Optional[tuple[int, ...]]:
+    return None if tensor is None else tuple(tensor.shape)

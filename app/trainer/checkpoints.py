@@ -1,7 +1,7 @@
 """Checkpoint folders: written to a temporary sibling, renamed into place, oldest pruned, newest found on resume.
 
 Layout under `trainer.default_local_dir`:
-    global_step_<N>/            one complete checkpoint (actor/, critic/, trainer_state.json)
+    global_step_<N>/            one complete checkpoint (actor/, critic/, a moving reference's ref/, trainer_state.json)
     latest_checkpointed_iteration.txt   N of the newest complete checkpoint (verl's file name)
 A crash while writing leaves only a `.tmp-global_step_<N>-*` folder, which resume ignores and the next save removes.
 """
@@ -98,7 +98,7 @@ _ENGINE_STATE = "engine_state.pt"
 
 def check_checkpoint(ckpt: Path) -> None:
     """Refuse, naming the file, a checkpoint that resume could not load: unreadable or incomplete trainer state, or
-    an engine folder (actor/, critic/) missing a file or holding an empty one (a copy cut short, a full disk)."""
+    an engine folder (actor/, critic/, ref/) missing a file or holding an empty one (a copy cut short, a full disk)."""
     state_file = ckpt / STATE_FILE
     try:
         state = json.loads(state_file.read_text())
@@ -112,7 +112,7 @@ def check_checkpoint(ckpt: Path) -> None:
         raise CheckpointError(f"{state_file} lacks {missing}: the checkpoint {ckpt} is incomplete")
     if not (ckpt / "actor").is_dir():
         raise CheckpointError(f"{ckpt} has no actor/ folder: the checkpoint is incomplete")
-    for engine in ("actor", "critic"):
+    for engine in ("actor", "critic", "ref"):
         folder = ckpt / engine
         index = next((n for n in _ENGINE_INDEXES if (folder / n).exists()), _ENGINE_INDEXES[0])
         for name in (index, _ENGINE_STATE) if folder.is_dir() else ():

@@ -4,7 +4,8 @@
   where the config uses it;
 - advantages: the KL penalty in the reward (`algorithm.use_kl_in_reward`, adaptive coefficient), then the estimator;
 - updates: the critic's, then the actor's once `trainer.critic_warmup` steps are past, with earlier good answers
-  replayed (`actor.self_imitation`); with `algorithm.use_pf_ppo` both train on the batch resampled by reward (PF-PPO).
+  replayed (`actor.self_imitation`); with `algorithm.use_pf_ppo` both train on the batch resampled by reward (PF-PPO);
+  with `ref.sync_ref_model` the reference then moves toward the actor every `ref_model_sync_steps` steps (TR-DPO).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from algos.advantages import compute_advantages
 from algos.catalog import estimator_traits
 from algos.kl import apply_kl_penalty_to_rewards
 from algos.policy_filtration import filtration_sample
+from algos.rollout_correction import rollout_is_weights
 from app.batch import TensorBatch
 from app.config.schema import TrainerRunConfig
 from app.trainer.collectives import RankGroup
@@ -43,7 +45,11 @@ class Learner:
         batch = group.batch
         if self.algo.rollout_correction.bypass_mode:
             batch["old_log_probs"] = batch["rollout_log_probs"]
-        elif self.algo.use_kl_in_reward or not self.actor.is_on_policy(len(batch)):
+        elif (
+            self.algo.use_kl_in_reward
+            or self.cfg.actor_rollout_ref.actor.calculate_sum_pi_squared  # a statistic of the old-policy pass
+            or not self.actor.is_on_policy(len(batch))
+        ):
             with timer.phase("old_log_prob"):
                 batch.update(self.actor.compute_log_prob(batch))
         if self.reference is not None:
@@ -81,10 +87,32 @@ class Learner:
             lam=algo.lam,
             norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
             reward_baselines=group.extras.get("reward_baselines"),
+            old_log_probs=batch.get("old_log_probs"),
+            sum_pi_squared=batch.get("sum_pi_squared"),
+            rollout_is_weights=self.rollout_is_weights(batch),
             **self.batch_counts(batch),
         )
         batch["advantages"], batch["returns"] = advantages, returns
+        if "sum_pi_squared" in batch:
+            mask = batch["response_mask"].float()
+            mean = float((batch["sum_pi_squared"] * mask).sum() / mask.sum().clamp(min=1))
+            metrics |= self.ranks.reduce({"actor/sum_pi_squared": mean})
         return metrics
+
+    def rollout_is_weights(self, batch: TensorBatch) -> torch.Tensor | None:
+        """The truncated importance weights of `algorithm.rollout_correction` for an estimator that weighs tokens by
+        them (the optimal token baseline; the losses apply their own), else None."""
+        correction = self.algo.rollout_correction
+        if not correction.rollout_is or not estimator_traits(self.algo.adv_estimator).needs_sum_pi_squared:
+            return None
+        weights, _ = rollout_is_weights(
+            batch["old_log_probs"],
+            batch["rollout_log_probs"],
+            batch["response_mask"],
+            level=correction.rollout_is,
+            threshold=correction.rollout_is_threshold,
+        )
+        return weights
 
     def batch_counts(self, batch: TensorBatch) -> dict[str, int]:
         """The whole batch's response count and how many of them scored nonzero, summed over the ranks (collective),
@@ -111,6 +139,10 @@ class Learner:
             with timer.phase("update_actor"):
                 metrics |= self.actor.update_policy(batch, replay=replay)
             metrics |= replay_metrics
+            ref = self.cfg.actor_rollout_ref.ref
+            if ref.sync_ref_model and step % ref.ref_model_sync_steps == 0:
+                with timer.phase("sync_ref"):
+                    self.reference.move_toward(self.actor.engine, ref.ref_model_mixup_alpha)
         return metrics
 
     def filtered(self, batch: TensorBatch, step: int) -> tuple[TensorBatch, dict[str, float]]:

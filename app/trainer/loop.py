@@ -87,6 +87,7 @@ class RLTrainer:
             tokenizer,
             train_loader,
             replay_buffer=self.learner.replay_buffer,
+            ref_engine=reference.engine if cfg.actor_rollout_ref.ref.sync_ref_model else None,
         )
         self.total_steps = cfg.trainer.total_training_steps
         self.bad_steps = BadStepGuard(cfg.trainer.max_bad_steps)

@@ -41,7 +41,8 @@ class RunState:
 class RunStore:
     """Saving, resuming and exporting one run on disk; every rank calls each method together (they hold barriers).
 
-    `critic_engine`: None without a critic; `replay_buffer`: None without self-imitation."""
+    `critic_engine`: None without a critic; `ref_engine`: the reference's engine where its weights change
+    (`ref.sync_ref_model`), else None; `replay_buffer`: None without self-imitation."""
 
     def __init__(
         self,
@@ -52,9 +53,10 @@ class RunStore:
         tokenizer,
         train_loader,
         replay_buffer: Optional[ReplayBuffer] = None,
+        ref_engine=None,
     ) -> None:
         self.cfg, self.ranks, self.replay_buffer = cfg, ranks, replay_buffer
-        self.engine, self.critic_engine = engine, critic_engine
+        self.engine, self.critic_engine, self.ref_engine = engine, critic_engine, ref_engine
         self.tokenizer, self.train_loader = tokenizer, train_loader
         self.root = Path(cfg.trainer.default_local_dir)
 
@@ -91,6 +93,8 @@ class RunStore:
             self._write_hf(staging / "actor" / "huggingface")
         if self.critic_engine is not None:
             self.critic_engine.save_checkpoint(str(staging / "critic"))
+        if self.ref_engine is not None:
+            self.ref_engine.save_checkpoint(str(staging / "ref"))
         torch.save(_rng_state(), staging / f"rng_rank{rank}.pt")
         if self.replay_buffer is not None:
             torch.save(self.replay_buffer.state_dict(), staging / f"self_imitation_rank{rank}.pt")
@@ -119,6 +123,15 @@ class RunStore:
         self.engine.load_checkpoint(str(ckpt / "actor"))
         if self.critic_engine is not None:
             self.critic_engine.load_checkpoint(str(ckpt / "critic"))
+        if self.ref_engine is not None:
+            if (ckpt / "ref").is_dir():
+                self.ref_engine.load_checkpoint(str(ckpt / "ref"))
+            elif self.ranks.rank == 0:
+                log.warning(
+                    "%s holds no reference weights (written without actor_rollout_ref.ref.sync_ref_model): the "
+                    "reference restarts from the initial model and moves toward the actor from here on",
+                    ckpt,
+                )
         self.train_loader.load_state_dict(saved["data"])
         state.kl_ctrl.value = saved["kl_coef"]
         rng_file = ckpt / f"rng_rank{self.ranks.rank}.pt"

@@ -15,6 +15,7 @@ from algos.advantages import (
     gpg,
     grpo,
     opo,
+    optimal_token_baseline,
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
     remax,
@@ -126,6 +127,27 @@ def test_gpg_hand_computed():
     assert not gpg(torch.zeros(4, 1), torch.ones(4, 1), index=[0, 0, 1, 1])[0].any()
 
 
+def test_optimal_token_baseline_hand_computed():
+    # rows 0 and 1 share a prompt (2 and 3 tokens), row 2 is alone. Row 0 samples tokens of probability 1/2 from
+    # distributions with sum pi^2 = 1/2: each token adds 1 - 2/2 + 1/2 = 0.5 to W; row 1: 1 - 2/4 + 1/4 = 0.75.
+    mask = torch.tensor([[1.0, 1, 0], [1, 1, 1], [1, 0, 0]])
+    rewards = torch.tensor([[0.0, 1, 0], [0, 0, 3], [2, 0, 0]])
+    old = torch.log(torch.tensor([[0.5] * 3, [0.25] * 3, [0.5] * 3]))
+    sum_sq = torch.tensor([[0.5] * 3, [0.25] * 3, [0.5] * 3])
+    adv, ret = optimal_token_baseline(rewards, mask, ["a", "a", "b"], old, sum_sq)
+    # returns: row 0 (1, 1), row 1 (3, 3, 3), row 2 (2). W: row 0 (0.5, 1.0), row 1 (0.75, 1.5, 2.25).
+    # B_0 = (1 x 0.5 + 3 x 0.75) / 1.25 = 2.2; B_1 = (1 x 1 + 3 x 1.5) / 2.5 = 2.2; at t = 2 only row 1 is left, the
+    # group's one longest response: its baseline there is 0 (zero tail), not its own 3. Row 2 alone: no baseline.
+    expected = torch.tensor([[-1.2, -1.2, 0], [0.8, 0.8, 3], [2, 0, 0]])
+    torch.testing.assert_close(adv, expected)
+    torch.testing.assert_close(ret, torch.tensor([[1.0, 1, 0], [3, 3, 3], [2, 0, 0]]))
+    # rollout importance weights scale each token's term by their square: row 1's weights of 2 make its W 4 x larger
+    # (3, 6, 9): B_0 = (0.5 + 9) / 3.5, B_1 = (1 + 18) / 7
+    weights = torch.tensor([[1.0] * 3, [2.0] * 3, [1.0] * 3])
+    adv, _ = optimal_token_baseline(rewards, mask, ["a", "a", "b"], old, sum_sq, rollout_is_weights=weights)
+    torch.testing.assert_close(adv[0, :2], torch.tensor([1 - 9.5 / 3.5, 1 - 19 / 7]))
+
+
 def test_index_length_mismatch_is_reported():
     with pytest.raises(ValueError, match="index has 1 entries but the batch has 2 rows"):
         grpo(torch.zeros(2, 1), torch.ones(2, 1), index=["a"])
@@ -160,6 +182,8 @@ def _all_inputs(rewards, mask, index):
         index=index,
         values=torch.randn_like(rewards),
         reward_baselines=torch.randn(rewards.shape[0]),
+        old_log_probs=-torch.rand_like(rewards) * 3,
+        sum_pi_squared=torch.rand_like(rewards),
         gamma=0.95,
         lam=0.9,
     )
@@ -184,7 +208,7 @@ def test_padding_never_changes_advantages(name, batch, extra, garbage):
     padded = dict(inputs)
     b = inputs["response_mask"].shape[0]
     fill = torch.full((b, extra), garbage)
-    for key in ("token_level_rewards", "values"):
+    for key in ("token_level_rewards", "values", "old_log_probs", "sum_pi_squared"):
         padded[key] = torch.cat([inputs[key], fill], dim=1)
     padded["response_mask"] = torch.cat([inputs["response_mask"], torch.zeros(b, extra)], dim=1)
     adv_p, ret_p = compute_advantages(name, **padded)

@@ -11,10 +11,12 @@ def test_built_in_estimators_declare_what_they_need():
     assert [n for n, t in needs.items() if t.needs_critic] == ["gae"]
     assert [n for n, t in needs.items() if t.needs_greedy_baseline] == ["remax"]
     assert [n for n, t in needs.items() if t.needs_batch_counts] == ["gpg"]
+    assert [n for n, t in needs.items() if t.needs_sum_pi_squared] == ["optimal_token_baseline"]
     assert sorted(n for n, t in needs.items() if t.needs_groups) == [
         "gpg",
         "grpo",
         "opo",
+        "optimal_token_baseline",
         "reinforce_plus_plus_baseline",
         "rloo",
     ]

@@ -7,7 +7,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algos.logprobs import entropy_from_logits, full_kl_from_logits, log_probs_from_logits
+from algos.logprobs import (
+    entropy_from_logits,
+    full_kl_from_logits,
+    log_probs_from_logits,
+    sum_pi_squared_from_logits,
+)
 
 HYP = settings(max_examples=25, deadline=None)
 
@@ -36,6 +41,9 @@ def test_hand_computed_values():
     first = torch.zeros(2, 3, dtype=torch.long)
     assert torch.allclose(log_probs_from_logits(uniform, first), torch.full((2, 3), -math.log(5)))
     assert torch.allclose(entropy_from_logits(uniform), torch.full((2, 3), math.log(5)))
+    # sum of squared probabilities: (1/4)^2 + (3/4)^2 = 10/16; uniform over 5: 5 x (1/5)^2 = 1/5
+    assert sum_pi_squared_from_logits(logits).item() == pytest.approx(10 / 16, rel=1e-6)
+    assert torch.allclose(sum_pi_squared_from_logits(uniform), torch.full((2, 3), 0.2))
 
 
 @st.composite
@@ -149,3 +157,15 @@ def test_works_without_grad_and_rejects_bad_shapes():
         log_probs_from_logits(logits, torch.zeros(3, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="chunk_size"):
         entropy_from_logits(logits, chunk_size=0)
+
+
+@HYP
+@given(case=logits_cases())
+def test_chunked_sum_pi_squared_equals_reference(case):
+    shape, chunk, seed, dtype = case
+    gen = torch.Generator().manual_seed(seed)
+    logits = (3 * torch.randn(shape, generator=gen)).to(dtype)
+    out = sum_pi_squared_from_logits(logits, chunk_size=chunk)
+    ref = (torch.softmax(logits.float(), -1) ** 2).sum(-1)
+    assert out.dtype == torch.float32 and out.shape == shape[:-1] and not out.requires_grad
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-6)

@@ -159,6 +159,19 @@ def test_fsdp_only_settings_are_refused_with_deepspeed(tmp_path):
         load_config(_config(tmp_path, use_torch_compile=True))
 
 
+def test_a_moving_reference_is_refused_with_zero_3_whose_inference_engine_deepspeed_cannot_checkpoint(tmp_path):
+    def synced(cfg):
+        cfg["actor_rollout_ref"]["actor"]["use_kl_loss"] = True
+        cfg["actor_rollout_ref"]["ref"] = {"sync_ref_model": True}
+        return cfg
+
+    with pytest.raises(ConfigError, match=r"sync_ref_model=true with DeepSpeed ZeRO-3 .*zero_stage=2 or strategy"):
+        load_config(synced(_config(tmp_path, deepspeed_config={"zero_stage": 3})))
+    with pytest.raises(ConfigError, match=r"sync_ref_model=true with DeepSpeed ZeRO-3"):  # stage 3 from the JSON
+        load_config(synced(_config(tmp_path, user={"zero_optimization": {"stage": 3}})))
+    assert load_config(synced(_config(tmp_path))).actor_rollout_ref.ref.sync_ref_model  # ZeRO-2
+
+
 def test_the_factory_passes_the_deepspeed_keys_to_the_engine(tmp_path):
     from app.roles.factory import actor_engine_spec, critic_engine_spec, ref_engine_spec
 

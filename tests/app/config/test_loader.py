@@ -88,6 +88,38 @@ def test_minibatch_that_does_not_divide_the_batch_is_accepted_and_said(caplog):
     assert "makes 3 optimiser steps, the last on the remaining 2 prompts" in caplog.text
 
 
+def test_a_moving_reference_needs_its_own_weights_laid_out_as_the_actors():
+    synced = {"actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.ref.sync_ref_model": True}
+    cfg = load_config(with_(**synced))
+    assert (cfg.actor_rollout_ref.ref.ref_model_sync_steps, cfg.actor_rollout_ref.ref.ref_model_mixup_alpha) == (
+        512,
+        0.6,
+    )
+    with pytest.raises(ConfigError, match=r"sync_ref_model=true, but this run has no reference model"):
+        load_config(with_(**{"actor_rollout_ref.ref.sync_ref_model": True}))
+    assert load_config(with_(**{"actor_rollout_ref.ref.sync_ref_model": True, "algorithm.use_kl_in_reward": True}))
+    with pytest.raises(ConfigError, match=r"sync_ref_model=true with LoRA \(actor_rollout_ref\.model\.lora_rank=8\)"):
+        load_config(with_(**synced, **{"actor_rollout_ref.model.lora_rank": 8}))
+    with pytest.raises(ConfigError, match=r"ref_model_sync_steps=0 must be >= 1"):
+        load_config(with_(**synced, **{"actor_rollout_ref.ref.ref_model_sync_steps": 0}))
+    with pytest.raises(ConfigError, match=r"ref_model_mixup_alpha=1\.5 must be in \(0, 1\]"):
+        load_config(with_(**synced, **{"actor_rollout_ref.ref.ref_model_mixup_alpha": 1.5}))
+    with pytest.raises(ConfigError, match=r"actor\.fsdp_config\.fsdp_size=1 and .*ref\.fsdp_config\.fsdp_size=-1"):
+        load_config(with_(**synced, **{"actor_rollout_ref.actor.fsdp_config.fsdp_size": 1}))
+    # 2 and -1 both shard one copy over the 2 ranks: the same layout
+    assert load_config(with_(**synced, **{"actor_rollout_ref.actor.fsdp_config.fsdp_size": 2}))
+
+
+def test_the_optimal_token_baseline_needs_the_pass_that_computes_sum_pi_squared():
+    otb = {"algorithm.adv_estimator": "optimal_token_baseline"}
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.calculate_sum_pi_squared=true \(as in verl\)"):
+        load_config(with_(**otb))
+    wanted = {**otb, "actor_rollout_ref.actor.calculate_sum_pi_squared": True}
+    assert load_config(with_(**wanted)).actor_rollout_ref.actor.calculate_sum_pi_squared
+    with pytest.raises(ConfigError, match=r"bypass mode skips the old-policy log-prob pass"):
+        load_config(with_(**wanted, **{"algorithm.rollout_correction.bypass_mode": True}))
+
+
 def test_samples_per_minibatch_must_split_over_workers():
     # 1 prompt × n=3 samples = 3 samples cannot be shared by 2 workers
     with pytest.raises(ConfigError, match=r"= 3 samples per mini-batch .*trainer\.num_workers=2"):

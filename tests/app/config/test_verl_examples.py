@@ -42,6 +42,8 @@ PPO_SP2 = "ppo_run_deepseek7b_llm_sp2"  # PPO with Ulysses sequence parallelism 
 GRPO_SGLANG = "grpo_run_qwen2-7b_seq_balance"  # rollout.name=sglang, token-budget micro-batches
 GRPO_QWEN3 = "grpo_run_qwen3-1.7b"  # 1024 prompts in mini-batches of 80: a smaller last mini-batch
 GPG = "gpg_run_qwen2-7b_math"  # GPG's estimator and loss
+SYNC_REF = "grpo_run_qwen2-7b_sync_ref_model"  # a reference that moves toward the actor (TR-DPO)
+OTB = "otb_run_qwen2_5-7b"  # the optimal token baseline
 
 
 @pytest.fixture
@@ -189,6 +191,21 @@ def test_gpg_script(paths):
     arr = cfg.actor_rollout_ref
     assert cfg.algorithm.adv_estimator == "gpg" and arr.actor.policy_loss.loss_mode == "gpg"
     assert estimator_traits("gpg").needs_batch_counts and not arr.actor.use_kl_loss
+
+
+def test_sync_ref_model_script(paths):
+    cfg = run_script(SYNC_REF, paths)
+    ref = cfg.actor_rollout_ref.ref
+    assert (ref.sync_ref_model, ref.ref_model_sync_steps, ref.ref_model_mixup_alpha) == (True, 128, 0.9)
+    assert ref.fsdp_config.param_offload and cfg.actor_rollout_ref.actor.use_kl_loss
+    with pytest.raises(ConfigError, match=r"sync_ref_model=true with LoRA"):
+        run_script(SYNC_REF, paths, "actor_rollout_ref.model.lora_rank=32")
+
+
+def test_optimal_token_baseline_script(paths):
+    cfg = run_script(OTB, paths)
+    assert cfg.algorithm.adv_estimator == "optimal_token_baseline"
+    assert cfg.actor_rollout_ref.actor.calculate_sum_pi_squared and cfg.actor_rollout_ref.rollout.n == 8
 
 
 def test_gspo_script(paths):

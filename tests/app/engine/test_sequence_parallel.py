@@ -91,9 +91,8 @@ def _run(path, overrides, sp_size, batch, global_tokens):
     engine = make_engine("fsdp2", spec)
     engine.init_model()
     with engine.eval_mode():
-        forward = engine.forward_backward_step(
-            batch, StepContext(use_dynamic_bsz=True, max_token_len=BUDGET), forward_only=True
-        ).outputs
+        ctx = StepContext(use_dynamic_bsz=True, max_token_len=BUDGET, compute_sum_pi_squared=True)
+        forward = engine.forward_backward_step(batch, ctx, forward_only=True).outputs
     engine.set_loss_fn(_loss)
     with engine.train_mode():
         engine.optimizer_zero_grad()
@@ -127,17 +126,19 @@ def test_sequence_parallel_matches_data_parallel(models, make_rl_batch, tmp_path
     mp.spawn(_worker, args=(2, str(tmp_path / "pg_init"), models, str(tmp_path), batches), nprocs=2)
     ranks = [torch.load(tmp_path / f"sp{rank}.pt", weights_only=False) for rank in RANK_ROWS]
     for name, (model, overrides) in CASES.items():
-        output = "values" if "model_kind" in overrides else "log_probs"
+        # a value model has no token distribution: the sum of squared probabilities is a causal LM's only
+        outputs = {"values"} if "model_kind" in overrides else {"log_probs", "sum_pi_squared"}
         for rank, results in enumerate(ranks):
             one, two = results[name][1]["outputs"], results[name][2]["outputs"]
-            assert one.keys() == two.keys() == {output}, name
-            # this rank's rows at its own width
-            assert two[output].shape == batches[rank]["responses"].shape, name
-            # the same sums in fp32; the projections run on chunks of the packed row instead of the whole row, so
-            # rounding (not the math) may differ in the last bits
-            torch.testing.assert_close(two[output], one[output], rtol=1e-5, atol=1e-6, msg=name)
-            real = batches[rank]["response_mask"].bool()
-            assert (one[output][real] != 0).all() and (one[output][~real] == 0).all(), name
+            assert one.keys() == two.keys() == outputs, name
+            for output in outputs:
+                # this rank's rows at its own width
+                assert two[output].shape == batches[rank]["responses"].shape, name
+                # the same sums in fp32; the projections run on chunks of the packed row instead of the whole row,
+                # so rounding (not the math) may differ in the last bits
+                torch.testing.assert_close(two[output], one[output], rtol=1e-5, atol=1e-6, msg=name)
+                real = batches[rank]["response_mask"].bool()
+                assert (one[output][real] != 0).all() and (one[output][~real] == 0).all(), name
         one, two = ranks[0][name][1], ranks[0][name][2]
         # the all-to-alls ran (the key/value heads repeated twice for the 2h1kv model), the packed attention inside
         assert two["attention"] == f"rayrl_ulysses2x{2 if model == '2h1kv' else 1}_{one['attention']}", name

@@ -275,3 +275,80 @@ def test_token_budget_errors_name_the_verl_key_of_each_pass():
         _log_prob_batching(RolloutConfig(), "actor_rollout_ref.rollout")["log_prob_max_token_len_key"]
         == "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"
     )
+
+
+def _weights(engine):
+    return {name: piece.detach().float().clone() for name, piece in engine.local_weights()}
+
+
+@pytest.mark.parametrize("strategy, stage", [("fsdp2", None), ("deepspeed", 2)])  # ZeRO-3: refused (no checkpoint)
+def test_a_synced_reference_moves_toward_the_actor(tiny_llama_dir, make_rl_batch, tmp_path, strategy, stage):
+    # TR-DPO's sync (ref.sync_ref_model): after an update the actor differs from the reference; moving a quarter of
+    # the way gives reference + 0.25 x (actor - reference) in every weight, and moving all the way gives the
+    # actor's own log-probs. The moved reference is what a checkpoint keeps.
+    cfg = _config(tiny_llama_dir, ppo_mini_batch_size=8, strategy=strategy)
+    cfg.actor.fsdp_config.mixed_precision.param_dtype = cfg.ref.fsdp_config.mixed_precision.param_dtype = "fp32"
+    if stage is not None:
+        cfg.actor.deepspeed_config.zero_stage = stage
+    actor = build_actor(cfg, device="cpu", seed=0)
+    reference = build_reference(cfg, actor.engine, device="cpu")
+    batch = make_rl_batch(PROMPTS, RESPONSES)
+    batch.meta["temperature"] = 1.0
+    batch["advantages"] = torch.linspace(-1, 1, len(batch))[:, None] * batch["response_mask"]
+    actor.update_policy(batch)
+    before, target = _weights(reference.engine), _weights(actor.engine)
+    assert any(not torch.equal(before[n], target[n]) for n in before)
+    reference.move_toward(actor.engine, 0.25)
+    after = _weights(reference.engine)
+    for name in before:
+        torch.testing.assert_close(after[name], before[name] + 0.25 * (target[name] - before[name]))
+    reference.move_toward(actor.engine, 1.0)
+    torch.testing.assert_close(
+        reference.compute_ref_log_prob(batch)["ref_log_prob"],
+        actor.compute_log_prob(batch, calculate_entropy=False)["old_log_probs"],
+        rtol=0,
+        atol=1e-6,
+    )
+    reference.engine.save_checkpoint(str(tmp_path / "ref"))
+    fresh = build_reference(cfg, actor.engine, device="cpu")
+    fresh.engine.load_checkpoint(str(tmp_path / "ref"))
+    torch.testing.assert_close(_weights(fresh.engine), _weights(reference.engine), rtol=0, atol=0)
+
+
+def test_a_reference_moves_only_toward_an_engine_of_its_own_layout(tiny_llama_dir):
+    lora = _config(tiny_llama_dir)
+    lora.model.lora_rank = 4
+    actor = build_actor(lora, device="cpu", seed=0)
+    with pytest.raises(ValueError, match="LoRA reference is the actor's own base model"):
+        build_reference(lora, actor.engine, device="cpu").move_toward(actor.engine, 0.5)
+    # a full reference against a LoRA actor: the adapter's extra weights break the one-to-one match, named
+    reference = build_reference(_config(tiny_llama_dir), None, device="cpu")
+    with pytest.raises(ValueError, match=r"the reference's weight .* does not match the actor's .*sharded alike"):
+        reference.move_toward(actor.engine, 0.5)
+
+
+@pytest.mark.parametrize("remove_padding", [True, False])
+def test_the_log_prob_pass_gives_each_tokens_sum_of_squared_probabilities(
+    tiny_llama_dir, make_rl_batch, remove_padding
+):
+    # actor.calculate_sum_pi_squared: sum_v pi_v^2 of the distribution each response token was drawn from, at the
+    # sampling temperature; it is at least the drawn token's own pi^2 and at most 1, and 0 at padding. The same
+    # tokens through the Hugging Face model directly give the same values.
+    from transformers import AutoModelForCausalLM
+
+    cfg = _config(tiny_llama_dir, calculate_sum_pi_squared=True)
+    cfg.actor.fsdp_config.mixed_precision.param_dtype = "fp32"
+    cfg.model.use_remove_padding = remove_padding
+    actor = build_actor(cfg, device="cpu", seed=0)
+    batch = make_rl_batch(PROMPTS, RESPONSES)
+    batch.meta["temperature"] = 0.7
+    out = actor.compute_log_prob(batch, calculate_entropy=False)
+    mask = batch["response_mask"].bool()
+    sq, own = out["sum_pi_squared"], out["old_log_probs"].exp() ** 2
+    assert (sq[~mask] == 0).all() and (sq[mask] >= own[mask] - 1e-6).all() and (sq[mask] <= 1).all()
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, torch_dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+    width = batch["responses"].shape[1]
+    probs = torch.softmax(logits[:, -width - 1 : -1] / 0.7, dim=-1)
+    torch.testing.assert_close(sq[mask], (probs**2).sum(-1)[mask], rtol=1e-4, atol=1e-6)

@@ -71,6 +71,7 @@ def _complete(root):
         (lambda c: (c / "actor" / "engine_state.pt").write_bytes(b""), r"actor/engine_state\.pt is empty"),
         (lambda c: (c / "actor" / ".metadata").unlink(), r"actor/\.metadata is missing"),
         (lambda c: (c / "critic").mkdir(), r"critic/\.metadata is missing"),  # a critic folder must be whole too
+        (lambda c: (c / "ref").mkdir(), r"ref/\.metadata is missing"),  # and a moving reference's
     ],
 )
 def test_a_damaged_checkpoint_is_named_before_resuming(tmp_path, damage, message):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from algos.kl_controller import make_kl_controller
@@ -107,6 +109,45 @@ def test_gpg_scales_by_the_whole_batchs_share_of_scored_responses():
     # (this rank alone would give alpha 4 / 1 and +-2)
     expected = torch.tensor([[0.8], [-0.8], [0.0], [0.0]])
     assert torch.allclose(group.batch["advantages"], expected, atol=1e-6)
+
+
+class ConcentratedActor(RecordingActor):
+    """Samples tokens of probability 1/2 from distributions whose squared probabilities sum to 1/2."""
+
+    def __init__(self, on_policy: bool):
+        super().__init__()
+        self.on_policy = on_policy
+
+    def is_on_policy(self, rows):
+        return self.on_policy
+
+    def compute_log_prob(self, batch):
+        self.calls.append("log_prob")
+        shape = batch["rollout_log_probs"].shape
+        return {"old_log_probs": torch.full(shape, math.log(0.5)), "sum_pi_squared": torch.full(shape, 0.5)}
+
+
+def test_the_optimal_token_baseline_gets_the_old_policys_sum_of_squared_probabilities():
+    cfg = TrainerRunConfig()
+    cfg.algorithm.adv_estimator = "optimal_token_baseline"
+    cfg.actor_rollout_ref.actor.calculate_sum_pi_squared = True
+    actor, group = ConcentratedActor(on_policy=True), group_of([1.0, 0.0, 0.0, 0.0])
+    steps = learner(cfg, actor)
+    steps.log_probs(group, PhaseTimer())
+    assert actor.calls == ["log_prob"]  # on-policy, yet the pass runs: it is where sum_pi_squared comes from
+    metrics = steps.advantages(group)
+    # one token each, every W = 1 - 2 x 0.5 + 0.5 = 0.5: group a's baseline is the plain mean 0.5
+    expected = torch.tensor([[0.5], [-0.5], [0.0], [0.0]])
+    assert torch.allclose(group.batch["advantages"], expected) and metrics == {"actor/sum_pi_squared": 0.5}
+    # with rollout importance weights each token's W is scaled by the weight squared: a sampler that gave row 1 half
+    # the old policy's probability weighs it 2, so W = (0.5, 2.0) and group a's baseline is (1 x 0.5) / 2.5 = 0.2
+    cfg.algorithm.rollout_correction.rollout_is = "token"
+    group = group_of([1.0, 0.0, 0.0, 0.0])
+    group.batch["rollout_log_probs"] = torch.tensor([[0.5], [0.25], [0.5], [0.5]]).log()
+    steps = learner(cfg, ConcentratedActor(on_policy=False))
+    steps.log_probs(group, PhaseTimer())
+    steps.advantages(group)
+    assert torch.allclose(group.batch["advantages"][:2], torch.tensor([[0.8], [-0.2]]))
 
 
 def test_bypass_mode_takes_the_samplers_log_probs_and_a_warmup_step_leaves_the_actor_alone():
