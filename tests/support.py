@@ -321,3 +321,30 @@ THINKING_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
 )
+
+
+# verl's examples/sglang_multiturn/config/gsm8k_multiturn_grpo.yaml @ 350e151126fdaecd460ea3fcc415ddd2f196a99f: a
+# user's config that starts from verl's ppo_trainer, run with --config-path
+VERL_MULTI_TURN = """\
+hydra:
+  searchpath:
+    - file://verl/trainer/config
+
+defaults:
+  - ppo_trainer
+  - _self_
+
+data:
+  max_prompt_length: 1024
+  max_response_length: 1024
+  train_batch_size: 256
+  return_raw_chat: True
+
+actor_rollout_ref:
+  hybrid_engine: True
+  rollout:
+    name: sglang
+    multi_turn:
+      enable: True
+      max_assistant_turns: 5
+"""

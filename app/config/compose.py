@@ -3,13 +3,11 @@ benches, the pipeline cards and notebooks, which compose configs/ without a Hydr
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
+from app.config.hydra_defaults import CONFIGS
 from app.config.loader import load_config
 from app.config.schema import TrainerRunConfig
-
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def compose_config(config_name: str, overrides: Sequence[str] = ()):

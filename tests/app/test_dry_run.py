@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import free_port
+from support import VERL_MULTI_TURN, free_port
 
 from app.dry_run import DryRun, split_argv
 
@@ -111,3 +111,25 @@ def test_the_plan_says_how_the_models_are_sharded(settings, line):
     assert line in lines
     one_rank = load_config({**base, "trainer": {"num_workers": 1}})
     assert not any("sharding" in text for text in plan_text(one_rank, [{"CPU": 2.0}], "this machine").splitlines())
+
+
+def test_a_verl_config_folder_runs_with_config_path_as_in_verls_scripts(tiny_model_dir, small_arith_data, tmp_path):
+    # verl's multi-turn and recipe scripts pass --config-path <their folder> --config-name <their file>, whose
+    # defaults start from ppo_trainer and whose hydra.searchpath names verl's source tree (absent here)
+    (tmp_path / "gsm8k_multiturn_grpo.yaml").write_text(VERL_MULTI_TURN)
+    done, _ = _train(
+        [
+            f"--config-path={tmp_path}",
+            "--config-name=gsm8k_multiturn_grpo",
+            "algorithm.adv_estimator=grpo",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"data.train_files={small_arith_data / 'train.parquet'}",
+            f"data.val_files={small_arith_data / 'test.parquet'}",
+            "--dry-run",
+        ]
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "fits: every process has a place" in done.stdout
+    assert "verl/trainer/config" not in done.stderr  # Hydra's warning about verl's own folder is dropped

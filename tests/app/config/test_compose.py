@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hydra import initialize_config_dir
+from support import VERL_MULTI_TURN
 
 from app.config import ConfigError, compose_config, compose_run_config
 
@@ -25,3 +26,16 @@ def test_inside_another_hydra_app_its_search_path_is_used(tmp_path):
     (tmp_path / "mine.yaml").write_text("defaults:\n  - rayrl_schema\n  - _self_\ntrainer:\n  seed: 11\n")
     with initialize_config_dir(str(tmp_path), version_base=None):
         assert compose_config("mine").trainer.seed == 11  # configs/ has no mine.yaml
+
+
+def test_a_users_config_folder_starts_from_configs_ppo_trainer_as_verls_do(tmp_path):
+    # verl's examples/sglang_multiturn/config/gsm8k_multiturn_grpo.yaml, run as verl's
+    # scripts run it: --config-path <its folder> --config-name gsm8k_multiturn_grpo. Hydra then searches that folder
+    # instead of configs/; `ppo_trainer` must still resolve, to ours
+    (tmp_path / "gsm8k_multiturn_grpo.yaml").write_text(VERL_MULTI_TURN)
+    with initialize_config_dir(str(tmp_path), version_base=None):
+        cfg = compose_run_config(
+            "gsm8k_multiturn_grpo", ["actor_rollout_ref.model.path=/models/x", "data.train_files=train.parquet"]
+        )
+    assert cfg.actor_rollout_ref.rollout.multi_turn.enable and cfg.data.max_prompt_length == 1024  # the user's file
+    assert cfg.algorithm.adv_estimator == "gae"  # verl's ppo_trainer default, which ours keeps
