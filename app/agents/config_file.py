@@ -1,14 +1,27 @@
 """What verl's tool and interaction config files share: one top-level list of entries in a YAML file, each naming
 its class by `class_name` (`package.module.Class`, verl's spelling, or `package.module:Class`) with a `config`
-mapping for it. Errors name the file, the entry and the key."""
+mapping for it. Errors name the file, the entry and the key. verl's own built-in classes, as its example configs name
+them, are this framework's equivalents (`VERL_BUILT_INS`)."""
 
 from __future__ import annotations
 
 import importlib
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+
+log = logging.getLogger(__name__)
+
+# verl's tool and interaction classes its example configs name (both of its module layouts) -> the ones here, which
+# take the same config and row kwargs and behave alike
+_GSM8K_TOOL = "app.agents.tools.gsm8k:Gsm8kTool"
+VERL_BUILT_INS = {
+    "verl.tools.gsm8k_tool.Gsm8kTool": _GSM8K_TOOL,
+    "verl.workers.tool.gsm8k_tool.Gsm8kTool": _GSM8K_TOOL,
+    "verl.interactions.gsm8k_interaction.Gsm8kInteraction": "app.agents.interactions.gsm8k:Gsm8kInteraction",
+}
 
 
 class AgentConfigError(ValueError):
@@ -16,7 +29,11 @@ class AgentConfigError(ValueError):
 
 
 def import_class(class_name: str, where: str, error: type[Exception] = AgentConfigError) -> type:
-    """The class `class_name` names (`a.b:Cls` or `a.b.Cls`); `where` (file and entry) leads every `error`."""
+    """The class `class_name` names (`a.b:Cls` or `a.b.Cls`; verl's built-ins: `VERL_BUILT_INS`); `where` (file and
+    entry) leads every `error`."""
+    if class_name in VERL_BUILT_INS:
+        log.info("%s: %s, verl's built-in, is %s here", where, class_name, VERL_BUILT_INS[class_name])
+        class_name = VERL_BUILT_INS[class_name]
     module_name, sep, attr = class_name.partition(":")
     if not sep:
         module_name, _, attr = class_name.rpartition(".")

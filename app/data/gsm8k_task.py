@@ -24,7 +24,8 @@ def gsm8k_final_answer(answer: str, where: str = "") -> str:
 def gsm8k_rows(jsonl_path: str, split: str, instruction: str = ANSWER_INSTRUCTION) -> list[dict[str, Any]]:
     """Read one GSM8K JSONL file and return verl rows; extra_info holds split, index, the full answer and question,
     and verl's `interaction_kwargs` ({query, ground_truth}; no name: a run's first configured interaction) for
-    multi-turn runs with an interaction (examples/gsm8k_interaction.yaml). ``instruction`` follows each question on a
+    multi-turn runs with an interaction (examples/gsm8k_interaction.yaml) and `tools_kwargs` for its GSM8K tool
+    (`calc_gsm8k_reward`, app.agents.tools.gsm8k). ``instruction`` follows each question on a
     line of its own; "" leaves the question bare."""
     if not os.path.isfile(jsonl_path):
         raise DataError(f"GSM8K file not found: {jsonl_path}")
@@ -55,6 +56,8 @@ def gsm8k_rows(jsonl_path: str, split: str, instruction: str = ANSWER_INSTRUCTIO
                         "answer": item["answer"],
                         "question": item["question"],
                         "interaction_kwargs": {"query": item["question"], "ground_truth": final},
+                        # verl's GSM8K tool (app.agents.tools.gsm8k) checks submitted answers against it
+                        "tools_kwargs": {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": final}}},
                     },
                 )
             )

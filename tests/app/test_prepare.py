@@ -44,6 +44,8 @@ def test_gsm8k_schema(gsm8k_parquet, gsm8k_dir):
         "question": first["question"],
         # for multi-turn runs with an interaction (the built-in gsm8k one reads ground_truth)
         "interaction_kwargs": {"query": first["question"], "ground_truth": row["reward_model"]["ground_truth"]},
+        # and with verl's GSM8K tool, which checks submitted answers against it
+        "tools_kwargs": {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": row["reward_model"]["ground_truth"]}}},
     }
     assert pq.read_table(gsm8k_parquet / "train.parquet").num_rows == 7473
 

@@ -38,6 +38,12 @@ def test_verl_style_file_builds_the_interactions_in_file_order(tmp_path):
     assert type(interactions["base"]) is BaseInteraction and interactions["base"].name == "base"
 
 
+def test_verls_own_gsm8k_interaction_class_is_the_one_here(tmp_path):
+    # verl's docs and its examples' gsm8k_interaction_config.yaml name its GSM8K interaction so
+    text = 'interaction:\n  - name: "gsm8k"\n    class_name: "verl.interactions.gsm8k_interaction.Gsm8kInteraction"\n'
+    assert isinstance(load_interactions(write(tmp_path, text))["gsm8k"], Gsm8kInteraction)
+
+
 def test_default_names_follow_verl():
     assert default_name("pkg.mod.Gsm8kInteraction") == "gsm8k"
     assert default_name("pkg.mod:WeatherHelper") == "weatherhelper"
