@@ -99,9 +99,8 @@ def response_outputs(
 ) -> dict[str, torch.Tensor]:
     """Run ``model`` on ``micro`` (needs ``input_ids``, ``attention_mask``, ``responses``; ``position_ids``
     optional) and return ``{"log_probs", ["entropy"], ["sum_pi_squared"]}`` (causal LM) or ``{"values"}`` (value
-    model), each
-    ``(b, R)`` float32 and 0 at padding. ``chunk_size``: tokens per chunk of the log-prob and entropy passes (None:
-    ``logits_chunk_size``). ``share_prompts`` (packed only; needs the model to run
+    model), each ``(b, R)`` float32 and 0 at padding. ``chunk_size``: tokens per chunk of the log-prob and entropy
+    passes (None: ``logits_chunk_size``). ``share_prompts`` (packed only; needs the model to run
     ``app.engine.packed_attention``) computes each distinct prompt once for all its rows."""
     input_ids, attention_mask = micro["input_ids"], micro["attention_mask"]
     response_len = micro["responses"].shape[1]

@@ -238,3 +238,21 @@ def test_an_inference_only_reference_gives_the_fsdp_log_probs(tiny_llama_dir, ma
     ds = _engine(tiny_llama_dir, "deepspeed", stage, **reference)
     assert ds.ds.zero_optimization_stage() == (3 if stage == 3 else 0)
     torch.testing.assert_close(_log_probs(ds, batch), _log_probs(fsdp, batch), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_local_weights_are_the_pieces_the_model_computes_from(tiny_llama_dir, stage):
+    # ZeRO-2: every rank holds each whole parameter; ZeRO-3: a flat partition of it (on one rank, all of it), which
+    # the parameter is gathered from. Writing into a piece changes what the model computes with.
+    engine = _engine(tiny_llama_dir, "deepspeed", stage)
+    params = dict(engine.model.named_parameters())
+    pieces = list(engine.local_weights())
+    assert [name for name, _ in pieces] == list(params)
+    name, piece = next((n, p) for n, p in pieces if n.endswith("q_proj.weight"))
+    with engine._gathered([params[name]]) as (full,):
+        whole = full.detach().clone()
+    assert piece.numel() >= whole.numel() and torch.equal(piece.reshape(-1)[: whole.numel()], whole.reshape(-1))
+    with torch.no_grad():
+        piece.zero_()
+    with engine._gathered([params[name]]) as (full,):
+        assert not full.any()
