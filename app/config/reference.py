@@ -35,6 +35,7 @@ OURS = frozenset(
         "actor_rollout_ref.actor.logits_chunk_size",
         "actor_rollout_ref.actor.self_imitation",
         "actor_rollout_ref.actor.deepspeed_config",
+        "actor_rollout_ref.actor.mask_truncated_completions",  # TRL's GRPOConfig name
         "actor_rollout_ref.ref.sync_ref_model",  # TRL's GRPOConfig names; verl's main config has none of the three
         "actor_rollout_ref.ref.ref_model_sync_steps",
         "actor_rollout_ref.ref.ref_model_mixup_alpha",

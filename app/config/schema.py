@@ -268,6 +268,9 @@ class ActorConfig:
     # verl's: the log-prob pass also gives sum_v pi_v^2 per token (algorithm.adv_estimator=optimal_token_baseline
     # reads it; actor/sum_pi_squared logs its mean)
     calculate_sum_pi_squared: bool = False
+    # ours (TRL's GRPOConfig name; DAPO's overlong filtering): responses cut at the token limit (finish reason
+    # "length") take no part in the actor's loss; they still score, and count in their group's advantages
+    mask_truncated_completions: bool = False
     use_kl_loss: bool = False  # KL to the reference in the loss (GRPO) rather than in the reward
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"

@@ -5,7 +5,8 @@
 - advantages: the KL penalty in the reward (`algorithm.use_kl_in_reward`, adaptive coefficient), then the estimator;
 - updates: the critic's, then the actor's once `trainer.critic_warmup` steps are past, with earlier good answers
   replayed (`actor.self_imitation`); with `algorithm.use_pf_ppo` both train on the batch resampled by reward (PF-PPO);
-  with `ref.sync_ref_model` the reference then moves toward the actor every `ref_model_sync_steps` steps (TR-DPO).
+  with `ref.sync_ref_model` the reference then moves toward the actor every `ref_model_sync_steps` steps (TR-DPO);
+  `actor.mask_truncated_completions` keeps responses cut at the token limit out of the actor's loss.
 """
 
 from __future__ import annotations
@@ -130,20 +131,29 @@ class Learner:
         return step > self.cfg.trainer.critic_warmup
 
     def update(self, group: RolloutGroup, step: int, timer: PhaseTimer) -> dict[str, float]:
-        batch, metrics = self.filtered(group.batch, step)
+        batch, metrics = self.filtered(self.with_truncation_flags(group), step)
         if self.critic is not None:
             with timer.phase("update_critic"):
                 metrics |= self.critic.update_critic(batch)
         if self.updates_actor(step):
             replay, replay_metrics = self.replay(group, step)
             with timer.phase("update_actor"):
-                metrics |= self.actor.update_policy(batch, replay=replay)
+                metrics |= self.actor.update_policy(without_truncated(batch), replay=replay)
             metrics |= replay_metrics
             ref = self.cfg.actor_rollout_ref.ref
             if ref.sync_ref_model and step % ref.ref_model_sync_steps == 0:
                 with timer.phase("sync_ref"):
                     self.reference.move_toward(self.actor.engine, ref.ref_model_mixup_alpha)
         return metrics
+
+    def with_truncation_flags(self, group: RolloutGroup) -> TensorBatch:
+        """`group.batch`, with a `truncated` row flag (finish reason "length") where
+        `actor.mask_truncated_completions` asks for it: a column, so that it follows the rows through PF-PPO's draw."""
+        if not self.cfg.actor_rollout_ref.actor.mask_truncated_completions:
+            return group.batch
+        batch = TensorBatch(dict(group.batch.tensors), dict(group.batch.meta))
+        batch["truncated"] = torch.tensor([reason == "length" for reason in group.finish_reason])
+        return batch
 
     def filtered(self, batch: TensorBatch, step: int) -> tuple[TensorBatch, dict[str, float]]:
         """The batch the updates train on: with `algorithm.use_pf_ppo`, this rank's samples drawn again with
@@ -171,3 +181,15 @@ class Learner:
             {"actor/self_imitation_added": added, "actor/self_imitation_kept": len(self.replay_buffer)}
         )
         return replay, metrics | {"actor/self_imitation_rows": float(count)}
+
+
+def without_truncated(batch: TensorBatch) -> TensorBatch:
+    """The actor's batch with the rows flagged `truncated` masked out of every token loss (TRL's
+    mask_truncated_completions); the batch itself where nothing is flagged."""
+    if "truncated" not in batch:
+        return batch
+    kept = TensorBatch(dict(batch.tensors), dict(batch.meta))
+    kept["response_mask"] = batch["response_mask"] * (~batch["truncated"]).unsqueeze(-1).to(
+        batch["response_mask"].dtype
+    )
+    return kept

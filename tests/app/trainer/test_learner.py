@@ -218,3 +218,24 @@ def test_without_pf_ppo_the_update_trains_on_the_batch_itself():
     actor, group = RecordingActor(), scored_group([1.0, 0.0, 0.0, 1.0])
     metrics = learner(TrainerRunConfig(), actor).update(group, step=1, timer=PhaseTimer())
     assert actor.trained is group.batch and "training/pf_ppo_distinct_rows" not in metrics
+
+
+def test_truncated_responses_leave_the_actors_loss_and_the_flag_follows_pf_ppos_draw():
+    cfg = TrainerRunConfig()
+    cfg.actor_rollout_ref.actor.mask_truncated_completions = True
+    group = scored_group([3.0, 1.0, 2.0, 2.0])
+    group.finish_reason = ["stop", "length", "stop", "length"]  # rows 1 and 3 were cut at the token limit
+    actor = RecordingActor()
+    learner(cfg, actor).update(group, step=1, timer=PhaseTimer())
+    assert actor.trained["response_mask"].sum(-1).tolist() == [1, 0, 1, 0]
+    assert group.batch["response_mask"].sum(-1).tolist() == [1, 1, 1, 1]  # the step's own batch keeps them
+    # PF-PPO draws rows 0 and 1 only (max_min: the highest and lowest score); row 1's flag goes with each copy
+    cfg.algorithm.use_pf_ppo, cfg.algorithm.pf_ppo.reweight_method = True, "max_min"
+    actor = RecordingActor()
+    learner(cfg, actor).update(group, step=1, timer=PhaseTimer())
+    for response, kept in zip(actor.trained["responses"][:, 0].tolist(), actor.trained["response_mask"][:, 0].tolist()):
+        assert kept == (response == 20), (response, kept)
+    # without the flag the cut responses train as the others
+    actor = RecordingActor()
+    learner(TrainerRunConfig(), actor).update(group, step=1, timer=PhaseTimer())
+    assert actor.trained["response_mask"].sum(-1).tolist() == [1, 1, 1, 1]
