@@ -58,6 +58,13 @@ def logits_cases(draw):
     return shape, draw(st.integers(1, 8)), draw(st.integers(0, 2**16)), dtype
 
 
+def _logits(case):
+    """(shape, chunk size, the generator that drew them, logits of the case's dtype with a spread of 3)."""
+    shape, chunk, seed, dtype = case
+    gen = torch.Generator().manual_seed(seed)
+    return shape, chunk, gen, (3 * torch.randn(shape, generator=gen)).to(dtype)
+
+
 def _tol(dtype):
     # Both sides upcast the same bf16 numbers, so they agree to float32 rounding; gradients are rounded to bf16.
     return dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
@@ -66,9 +73,8 @@ def _tol(dtype):
 @HYP
 @given(case=logits_cases())
 def test_chunked_log_probs_equal_reference(case):
-    shape, chunk, seed, dtype = case
-    gen = torch.Generator().manual_seed(seed)
-    base = (3 * torch.randn(shape, generator=gen)).to(dtype)
+    shape, chunk, gen, base = _logits(case)
+    dtype = base.dtype
     labels = torch.randint(0, shape[-1], shape[:-1], generator=gen)
     upstream = torch.randn(shape[:-1], generator=gen)
     a, b = base.clone().requires_grad_(), base.clone().requires_grad_()
@@ -83,9 +89,8 @@ def test_chunked_log_probs_equal_reference(case):
 @HYP
 @given(case=logits_cases())
 def test_chunked_entropy_equals_reference(case):
-    shape, chunk, seed, dtype = case
-    gen = torch.Generator().manual_seed(seed)
-    base = (3 * torch.randn(shape, generator=gen)).to(dtype)
+    shape, chunk, gen, base = _logits(case)
+    dtype = base.dtype
     upstream = torch.randn(shape[:-1], generator=gen)
     a, b = base.clone().requires_grad_(), base.clone().requires_grad_()
     out, ref = entropy_from_logits(a, chunk_size=chunk), ref_entropy(b)
@@ -162,9 +167,7 @@ def test_works_without_grad_and_rejects_bad_shapes():
 @HYP
 @given(case=logits_cases())
 def test_chunked_sum_pi_squared_equals_reference(case):
-    shape, chunk, seed, dtype = case
-    gen = torch.Generator().manual_seed(seed)
-    logits = (3 * torch.randn(shape, generator=gen)).to(dtype)
+    shape, chunk, _, logits = _logits(case)
     out = sum_pi_squared_from_logits(logits, chunk_size=chunk)
     ref = (torch.softmax(logits.float(), -1) ** 2).sum(-1)
     assert out.dtype == torch.float32 and out.shape == shape[:-1] and not out.requires_grad
