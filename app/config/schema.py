@@ -271,6 +271,8 @@ class ActorConfig:
     # ours (TRL's GRPOConfig name; DAPO's overlong filtering): responses cut at the token limit (finish reason
     # "length") take no part in the actor's loss; they still score, and count in their group's advantages
     mask_truncated_completions: bool = False
+    # verl: recompute sum_pi_squared in the backward pass to save memory; it has no backward pass here: no effect
+    sum_pi_squared_checkpointing: bool = False
     use_kl_loss: bool = False  # KL to the reference in the loss (GRPO) rather than in the reward
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"

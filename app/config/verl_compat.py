@@ -57,6 +57,8 @@ NO_EFFECT = {
     "data.return_raw_chat": "prompts always keep their chat messages (reward models and custom rewards get them)",
     "actor_rollout_ref.actor.entropy_checkpointing": "the entropy is computed in chunks "
     "(actor.logits_chunk_size) and not kept for the backward pass",
+    "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "the sum of squared probabilities is computed without "
+    "gradient (only the optimal token baseline reads it), so there is nothing to recompute",
     "actor_rollout_ref.rollout.load_format": "the rollout engine loads model.path itself; syncs send weights",
     "actor_rollout_ref.rollout.layered_summon": "LoRA syncs send the adapter alone, or the merged weights",
     "actor_rollout_ref.rollout.mode": "the rollout is always a Ray Serve deployment answering requests",
