@@ -20,6 +20,7 @@ from app.config.placement import (
     format_resources,
     plan_resources,
 )
+from app.config.ranks import shards_over_all_ranks
 from app.config.schema import TrainerRunConfig
 
 FLAGS = ("--dry-run", "--nodes", "--gpus-per-node", "--cpus-per-node")
@@ -148,7 +149,7 @@ def _sharding_line(cfg: TrainerRunConfig) -> str:
         size = fsdp.fsdp_size
         layout = (
             f"one copy sharded over all {ranks} ranks"
-            if size == -1 or size >= ranks
+            if shards_over_all_ranks(size, ranks)
             else f"{ranks // size} groups of {size} ranks, each shards a copy (hybrid, fsdp_size={size})"
         )
         kept = "" if fsdp.reshard_after_forward else ", layers kept gathered from forward to backward"

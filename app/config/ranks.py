@@ -42,3 +42,9 @@ def ranks_named(trainer: TrainerConfig) -> str:
             f"trainer.nnodes={trainer.nnodes})"
         )
     return f"trainer.num_workers={trainer.num_workers}"
+
+
+def shards_over_all_ranks(fsdp_size: int, ranks: int) -> bool:
+    """verl's meaning of `*.fsdp_config.fsdp_size`: -1, or the rank count or more, shards one copy of the model over
+    every rank; a smaller divisor of the rank count is hybrid sharding (app.engine.fsdp_engine.sharding_mesh)."""
+    return fsdp_size == -1 or fsdp_size >= ranks

@@ -10,7 +10,7 @@ from app.config.engine_kwargs_check import check_vllm_engine_kwargs
 from app.config.errors import ConfigError
 from app.config.layout import derive_layout
 from app.config.placement import check_placement
-from app.config.ranks import derive_ranks, ranks_named
+from app.config.ranks import derive_ranks, ranks_named, shards_over_all_ranks
 from app.config.schema import TrainerRunConfig
 from app.config.sequence_parallel_check import check_sequence_parallel, data_parallel_size
 from app.config.verl_compat import apply_verl_names, check_unsupported
@@ -343,7 +343,7 @@ def _check_fsdp_sizes(cfg: TrainerRunConfig) -> None:
             log.info(
                 "%s.fsdp_size=%d is more than the %d ranks: as in verl, one copy is sharded over all", path, size, ranks
             )
-        if size == -1 or size >= ranks:
+        if shards_over_all_ranks(size, ranks):
             continue
         if size < 1 or ranks % size:
             raise ConfigError(
@@ -379,7 +379,8 @@ def _check_reference_sync(cfg: TrainerRunConfig) -> None:
         )
     ranks = cfg.trainer.num_workers
     actor_size, ref_size = (
-        -1 if s == -1 or s >= ranks else s for s in (arr.actor.fsdp_config.fsdp_size, ref.fsdp_config.fsdp_size)
+        -1 if shards_over_all_ranks(s, ranks) else s
+        for s in (arr.actor.fsdp_config.fsdp_size, ref.fsdp_config.fsdp_size)
     )
     if actor_size != ref_size:
         raise ConfigError(
