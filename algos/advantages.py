@@ -295,7 +295,7 @@ def optimal_token_baseline(
     _check_2d("sum_pi_squared", sum_pi_squared, response_mask)
     keep = response_mask.bool()
     kept = keep.to(torch.float32)
-    returns = masked_fill_zero(token_level_rewards.float(), keep).flip(-1).cumsum(-1).flip(-1) * kept
+    returns = _discounted_returns(masked_fill_zero(token_level_rewards.float(), keep), keep, 1.0)
     norms = 1 - 2 * old_log_probs.float().exp() + sum_pi_squared.float()
     if rollout_is_weights is not None:
         _check_2d("rollout_is_weights", rollout_is_weights, response_mask)

@@ -18,6 +18,7 @@ import torch
 from algos.advantages import compute_advantages
 from algos.catalog import estimator_traits
 from algos.kl import apply_kl_penalty_to_rewards
+from algos.masked import masked_mean
 from algos.policy_filtration import filtration_sample
 from algos.rollout_correction import rollout_is_weights
 from app.batch import TensorBatch
@@ -95,8 +96,7 @@ class Learner:
         )
         batch["advantages"], batch["returns"] = advantages, returns
         if "sum_pi_squared" in batch:
-            mask = batch["response_mask"].float()
-            mean = float((batch["sum_pi_squared"] * mask).sum() / mask.sum().clamp(min=1))
+            mean = float(masked_mean(batch["sum_pi_squared"], batch["response_mask"]))
             metrics |= self.ranks.reduce({"actor/sum_pi_squared": mean})
         return metrics
 
