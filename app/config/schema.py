@@ -769,8 +769,8 @@ class TrainerConfig:
     val_only: bool = False
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
     default_hdfs_dir: Optional[str] = None
-    del_local_ckpt_after_load: bool = False
     # verl keys with no effect here (verl_compat.NO_EFFECT)
+    del_local_ckpt_after_load: bool = False
     balance_batch: bool = True
     esi_redundant_time: float = 0.0
     ray_wait_register_center_timeout: int = 300

@@ -156,6 +156,10 @@ NO_EFFECT = {
     "trainer.esi_redundant_time": "no checkpoint is planned around a cloud instance's expiry; trainer.save_freq "
     "decides when checkpoints are written",
     "trainer.ray_wait_register_center_timeout": "there is no register center: Ray Train starts the workers",
+    # verl deletes only the local copies of a checkpoint it fetched from HDFS (its is_non_local paths), never a
+    # checkpoint under default_local_dir; without default_hdfs_dir every checkpoint here is such a local one
+    "trainer.del_local_ckpt_after_load": "verl deletes only the copies it fetched from HDFS (trainer.default_hdfs_dir, "
+    "not supported here); local checkpoints are kept after resuming, as verl keeps them",
     "ray_kwargs": "the Ray cluster is trainer.ray_address or a local one that Ray sizes itself",
 }
 
@@ -200,7 +204,6 @@ DEFAULT_ONLY = {
     "reward_model.sandbox_fusion.url": "sandboxed code-execution rewards are not supported; a custom reward function "
     "(custom_reward_function.path) can call a sandbox itself",
     "trainer.default_hdfs_dir": "checkpoints are not copied to HDFS; trainer.default_local_dir is where they go",
-    "trainer.del_local_ckpt_after_load": "local checkpoints are kept after resuming",
 }
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"  # read by app/agents; checked by app.config.multi_turn
 NO_EFFECT[f"{MULTI_TURN}.use_inference_chat_template"] = (
