@@ -21,7 +21,7 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from algos.catalog import ADV_ESTIMATORS
-from algos.masked import masked_fill_zero, masked_whiten
+from algos.masked import BatchSum, masked_fill_zero, masked_whiten
 from algos.registry import call_with_supported_kwargs
 
 
@@ -87,13 +87,15 @@ def gae(
     response_mask: torch.Tensor,
     gamma: float = 1.0,
     lam: float = 1.0,
+    batch_sum: BatchSum | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised Advantage Estimation (PPO with a critic).
 
     Backwards over tokens: ``delta_t = r_t + gamma * V_next - V_t``, ``A_t = delta_t + gamma * lam * A_next``, where
     "next" is the next *kept* token: masked tokens leave ``V_next`` and ``A_next`` untouched. After the last kept token
     ``V_next = A_next = 0``. ``returns = A + V`` (the critic's target) uses the raw advantages; the returned advantages
-    are whitened over all kept tokens of the batch, as verl does.
+    are whitened over all kept tokens of the batch, as verl does (``batch_sum``: over every rank's part of it, see
+    ``algos.masked.masked_whiten``).
 
     Shapes: all inputs ``(batch, response_len)``.
     """
@@ -116,7 +118,7 @@ def gae(
         raw_adv[:, t] = next_adv
     raw_adv = masked_fill_zero(raw_adv, keep)
     returns = masked_fill_zero(raw_adv + vals, keep)
-    return masked_whiten(raw_adv, keep), returns
+    return masked_whiten(raw_adv, keep, batch_sum=batch_sum), returns
 
 
 @torch.no_grad()
@@ -207,8 +209,10 @@ def reinforce_plus_plus(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     gamma: float = 1.0,
+    batch_sum: BatchSum | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++: gamma-discounted reward-to-go per token, whitened over all kept tokens of the batch.
+    """REINFORCE++: gamma-discounted reward-to-go per token, whitened over all kept tokens of the batch (``batch_sum``:
+    over every rank's part of it, see ``algos.masked.masked_whiten``).
 
     Returns ``(whitened returns, raw returns)``. Unlike verl, which resets the running return at every masked token, a
     masked span inside a response is skipped; for ordinary right padding the two agree.
@@ -217,7 +221,7 @@ def reinforce_plus_plus(
     _check_2d("token_level_rewards", token_level_rewards, response_mask)
     keep = response_mask.bool()
     returns = _discounted_returns(masked_fill_zero(token_level_rewards, keep), keep, gamma)
-    return masked_whiten(returns, keep), returns
+    return masked_whiten(returns, keep, batch_sum=batch_sum), returns
 
 
 @torch.no_grad()
@@ -225,16 +229,18 @@ def reinforce_plus_plus_baseline(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence[Hashable],
+    batch_sum: BatchSum | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ with a group baseline: ``score - group_mean`` on every kept token, then whitened over all kept
-    tokens of the batch. A single-response group uses mean 0. Returns ``(advantages, advantages)``.
+    tokens of the batch (``batch_sum``: over every rank's part of it; a group's rows are on one rank). A
+    single-response group uses mean 0. Returns ``(advantages, advantages)``.
     """
     _check_2d("response_mask", response_mask)
     _check_2d("token_level_rewards", token_level_rewards, response_mask)
     scores = _sequence_scores(token_level_rewards, response_mask)
     stats = _GroupStats(scores, index)
     centred = torch.where(stats.singleton, scores, stats.deviation)
-    adv = masked_whiten(_broadcast(centred, response_mask), response_mask)
+    adv = masked_whiten(_broadcast(centred, response_mask), response_mask, batch_sum=batch_sum)
     return adv, adv
 
 
@@ -243,27 +249,24 @@ def gpg(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: Sequence[Hashable],
-    batch_size: int | None = None,
-    batch_scored: int | None = None,
+    batch_sum: BatchSum | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Group Policy Gradient (Chu et al., 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
     Reasoning"): ``alpha * (score - group_mean)`` on every kept token, no std division.
 
-    ``alpha = batch_size / max(batch_scored, 1)``: the batch's responses over those with a nonzero score, so a batch
-    where few responses score keeps the gradient's size (the paper's correction for groups that teach nothing).
-    ``batch_size`` / ``batch_scored``: counts over the whole batch when it is split over ranks; None: this batch's
-    own. A single-response group uses mean 0 (as verl). Returns ``(advantages, advantages)``.
+    ``alpha = responses / max(scored, 1)``: the batch's responses over those with a nonzero score, so a batch where
+    few responses score keeps the gradient's size (the paper's correction for groups that teach nothing). Counted
+    over every rank's part of the batch with ``batch_sum`` (``algos.masked.BatchSum``); None: this batch's own. A
+    single-response group uses mean 0 (as verl). Returns ``(advantages, advantages)``.
     """
     _check_2d("response_mask", response_mask)
     _check_2d("token_level_rewards", token_level_rewards, response_mask)
     scores = _sequence_scores(token_level_rewards, response_mask)
-    if batch_size is None:
-        batch_size = scores.shape[0]
-    if batch_scored is None:
-        batch_scored = int(torch.count_nonzero(scores))
+    counts = torch.tensor([scores.shape[0], int(torch.count_nonzero(scores))], dtype=torch.float64)
+    responses, scored = (batch_sum(counts) if batch_sum is not None else counts).tolist()
     stats = _GroupStats(scores, index)
     centred = torch.where(stats.singleton, scores, stats.deviation)
-    adv = _broadcast(centred * (batch_size / max(batch_scored, 1)), response_mask)
+    adv = _broadcast(centred * (responses / max(scored, 1)), response_mask)
     return adv, adv
 
 

@@ -24,8 +24,6 @@ class EstimatorTraits:
     needs_critic: bool = False  # values from a value model (`values` input): the critic role runs
     needs_groups: bool = False  # compares the samples of one prompt: rollout.n >= 2 makes sense, filter_groups applies
     needs_greedy_baseline: bool = False  # a greedy response's reward per prompt (`reward_baselines` input)
-    # the whole batch's response count and how many scored nonzero, over all ranks (`batch_size`, `batch_scored`)
-    needs_batch_counts: bool = False
     # each token's sum over the vocabulary of pi^2 from the old-policy pass (`sum_pi_squared`, `old_log_probs`)
     needs_sum_pi_squared: bool = False
 
@@ -44,7 +42,7 @@ for _name, _traits in (
     ("reinforce_plus_plus", None),
     ("reinforce_plus_plus_baseline", _GROUPED),
     ("remax", EstimatorTraits(needs_greedy_baseline=True)),
-    ("gpg", EstimatorTraits(needs_groups=True, needs_batch_counts=True)),
+    ("gpg", _GROUPED),
     ("optimal_token_baseline", EstimatorTraits(needs_groups=True, needs_sum_pi_squared=True)),
 ):
     ADV_ESTIMATORS.add(_name, f"algos.advantages:{_name}", traits=_traits)

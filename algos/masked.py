@@ -7,7 +7,13 @@ cannot leak into a result.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
+
+# Sums a tensor over every part of a batch that is split over data-parallel ranks, on each rank alike (an all-reduce;
+# the trainer's RankGroup.sum_tensor). Statistics "over the batch" use it so that every rank gets the whole batch's.
+BatchSum = Callable[[torch.Tensor], torch.Tensor]
 
 
 def masked_fill_zero(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -42,16 +48,27 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
     return sq / denom.clamp(min=1).to(values.dtype)
 
 
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+def masked_whiten(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+    batch_sum: BatchSum | None = None,
+) -> torch.Tensor:
     """Normalise kept entries to zero mean and unit (unbiased) variance over the whole tensor; 0 where dropped.
 
-    With ``shift_mean=False`` the mean is added back (only the scale changes).
+    With ``shift_mean=False`` the mean is added back (only the scale changes). ``batch_sum``: where ``values`` is one
+    rank's part of a batch, the mean and variance are the whole batch's (two all-reduces: count and sum, then the
+    squared deviations), as verl computes them on its driver over the undivided batch; None: this tensor's own.
     """
     # in float64: padding changes the order of the reductions, which in float32 moved results by a few ulps (3.9e-6
     # on REINFORCE++ returns), so the same kept entries gave different advantages with and without padding
     wide = values.double()
-    mean = masked_mean(wide, mask)
-    var = masked_var(wide, mask)
+    total = batch_sum if batch_sum is not None else (lambda t: t)
+    count, kept_sum = total(torch.stack([masked_count(mask).to(wide.dtype), masked_sum(wide, mask)]))
+    mean = kept_sum / count.clamp(min=1)
+    squares = total(masked_sum((wide - mean) ** 2, mask).reshape(1))[0]
+    var = squares / (count - 1).clamp(min=1)  # unbiased, as masked_var
     whitened = (wide - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         whitened = whitened + mean

@@ -39,8 +39,9 @@ class AdvantageFn(Protocol):
     Called with keywords only, each estimator taking those it declares (``algos.registry.call_with_supported_kwargs``)
     of ``token_level_rewards`` and ``response_mask`` (always given), ``values``, ``index`` (one prompt uid per row),
     ``reward_baselines``, ``gamma``, ``lam``, ``norm_adv_by_std_in_grpo``, ``old_log_probs`` and ``sum_pi_squared``
-    (the old policy's, per token; the latter with ``actor.calculate_sum_pi_squared``); any other parameter needs a
-    default.
+    (the old policy's, per token; the latter with ``actor.calculate_sum_pi_squared``), and ``batch_sum``
+    (``algos.masked.BatchSum``: sums a tensor over the ranks that each hold part of the batch, for statistics of the
+    whole batch); any other parameter needs a default.
     Returns ``(advantages, returns)``, both ``(batch, response_len)`` and exactly 0 outside ``response_mask``.
     """
 

@@ -32,7 +32,11 @@ class RankGroup:
         return out
 
     def sum(self, value: float) -> float:
-        return float(self.engine.all_reduce(torch.tensor([value], dtype=torch.float64), "sum")[0])
+        return float(self.sum_tensor(torch.tensor([value], dtype=torch.float64))[0])
+
+    def sum_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` summed over the ranks, in float64 and back in its dtype (an algos.masked.BatchSum)."""
+        return self.engine.all_reduce(tensor.double(), "sum").to(tensor.dtype)
 
     def min_int(self, value: int) -> int:
         return -int(self.engine.all_reduce(torch.tensor([-float(value)]), "max")[0])

@@ -92,7 +92,7 @@ class Learner:
             old_log_probs=batch.get("old_log_probs"),
             sum_pi_squared=batch.get("sum_pi_squared"),
             rollout_is_weights=self.rollout_is_weights(batch),
-            **self.batch_counts(batch),
+            batch_sum=self.ranks.sum_tensor,  # the whole batch's statistics where an estimator takes them
         )
         batch["advantages"], batch["returns"] = advantages, returns
         if "sum_pi_squared" in batch:
@@ -114,17 +114,6 @@ class Learner:
             threshold=correction.rollout_is_threshold,
         )
         return weights
-
-    def batch_counts(self, batch: TensorBatch) -> dict[str, int]:
-        """The whole batch's response count and how many of them scored nonzero, summed over the ranks (collective),
-        for an estimator that scales by them (GPG); nothing for the others."""
-        if not estimator_traits(self.algo.adv_estimator).needs_batch_counts:
-            return {}
-        scores = (batch["token_level_rewards"] * batch["response_mask"]).sum(-1)
-        return {
-            "batch_size": round(self.ranks.sum(len(batch))),
-            "batch_scored": round(self.ranks.sum(int(torch.count_nonzero(scores)))),
-        }
 
     def updates_actor(self, step: int) -> bool:
         """Whether `step` updates the actor (the critic alone learns during `trainer.critic_warmup`)."""

@@ -106,6 +106,34 @@ def test_reinforce_plus_plus_baseline_hand_computed():
     assert torch.allclose(adv, torch.tensor([[(-4 / 3) / s, 0.0], [(2 / 3) / s, (2 / 3) / s]]), atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gpg"])
+def test_batch_statistics_over_two_ranks_are_the_undivided_batchs(name):
+    from two_ranks import on_two_ranks
+
+    # Four responses of two prompts, split over two ranks a group each (as the trainer splits them), rank 1's rows
+    # padded wider. Each rank's advantages must be those of the undivided batch: verl computes them on its driver.
+    # A rank that whitened (or, for gpg, counted) its own part alone gets others: checked last, so the test can fail.
+    rewards = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
+    values = torch.tensor([[0.1, 0.2, 0.3], [0.0, 0.4, 0.0], [0.5, 0.0, 0.0], [0.2, 0.3, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]])
+    index = ["a", "a", "b", "b"]
+    inputs = {"token_level_rewards": rewards, "response_mask": mask, "values": values, "index": index, "gamma": 0.9}
+    whole, _ = compute_advantages(name, **inputs)
+
+    def part(rows, width):
+        sliced = {k: v[rows, :width] for k, v in inputs.items() if torch.is_tensor(v)}
+        return {**inputs, **sliced, "index": index[rows]}
+
+    def estimate(batch_sum, **part_inputs):
+        return compute_advantages(name, **part_inputs, batch_sum=batch_sum)[0]
+
+    parts = [part(slice(0, 2), 3), part(slice(2, 4), 2)]
+    rank0, rank1 = on_two_ranks(estimate, parts)
+    assert torch.allclose(rank0, whole[:2], atol=1e-6) and torch.allclose(rank1, whole[2:, :2], atol=1e-6)
+    alone = compute_advantages(name, **parts[0])[0]
+    assert not torch.allclose(alone, whole[:2], atol=1e-3)
+
+
 def test_remax_hand_computed():
     adv, ret = remax(torch.tensor([[0.0, 1.0, 2.0, 9.0]]), torch.tensor([1.5]), torch.tensor([[1, 1, 1, 0]]))
     # Reward-to-go over kept tokens [3, 3, 2] (the 9 is padding), minus the greedy baseline 1.5.
@@ -120,8 +148,8 @@ def test_gpg_hand_computed():
     # response of group 2 has no baseline: 3 * 2.5
     assert adv.flatten().tolist() == pytest.approx([1.25, -1.25, 0.0, 0.0, 7.5], abs=1e-6)
     assert torch.equal(adv, ret)
-    # counts of the whole batch (other ranks' rows too) set alpha: 8 / 2 = 4
-    adv, _ = gpg(rewards, torch.ones(5, 1), index=index, batch_size=8, batch_scored=2)
+    # counts of the whole batch set alpha: another rank's 3 responses, none scored, make it 8 / 2 = 4
+    adv, _ = gpg(rewards, torch.ones(5, 1), index=index, batch_sum=lambda counts: counts + torch.tensor([3.0, 0.0]))
     assert adv.flatten().tolist() == pytest.approx([2.0, -2.0, 0.0, 0.0, 12.0], abs=1e-6)
     # nothing scores: alpha is the batch size over 1 and every advantage 0 (no division by zero)
     assert not gpg(torch.zeros(4, 1), torch.ones(4, 1), index=[0, 0, 1, 1])[0].any()

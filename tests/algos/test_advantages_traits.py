@@ -10,7 +10,6 @@ def test_built_in_estimators_declare_what_they_need():
     needs = {name: estimator_traits(name) for name in ADV_ESTIMATORS.names()}
     assert [n for n, t in needs.items() if t.needs_critic] == ["gae"]
     assert [n for n, t in needs.items() if t.needs_greedy_baseline] == ["remax"]
-    assert [n for n, t in needs.items() if t.needs_batch_counts] == ["gpg"]
     assert [n for n, t in needs.items() if t.needs_sum_pi_squared] == ["optimal_token_baseline"]
     assert sorted(n for n, t in needs.items() if t.needs_groups) == [
         "gpg",

@@ -35,3 +35,19 @@ def test_masked_whiten_standardises_kept_and_zeroes_dropped():
     # shift_mean=False keeps the mean: whitened + 2.5 on kept entries.
     unshifted = masked_whiten(VALUES, MASK, shift_mean=False)
     assert torch.allclose(unshifted[MASK.bool()], out[MASK.bool()] + 2.5, atol=1e-6)
+
+
+def test_masked_whiten_over_two_ranks_uses_the_whole_batchs_mean_and_variance():
+    from two_ranks import on_two_ranks
+
+    # Rank 0 keeps 1, 2 (its padding holds garbage), rank 1 keeps 3, 4, 5, 6: the whole batch's mean is 3.5 and its
+    # unbiased variance (6.25 + 2.25 + 0.25 + 0.25 + 2.25 + 6.25) / 5 = 3.5, as masked_whiten of the undivided batch
+    # gives; each rank whitening its own part would centre rank 0 on 1.5 and rank 1 on 4.5.
+    part0 = {"values": torch.tensor([[1.0, 2.0, float("nan")]]), "mask": torch.tensor([[1, 1, 0]])}
+    part1 = {"values": torch.tensor([[3.0, 4.0, 5.0], [6.0, 0.0, 0.0]]), "mask": torch.tensor([[1, 1, 1], [1, 0, 0]])}
+    out0, out1 = on_two_ranks(masked_whiten, [part0, part1])
+    std = math.sqrt(3.5)
+    assert torch.allclose(out0, torch.tensor([[-2.5 / std, -1.5 / std, 0.0]]), atol=1e-6)
+    assert torch.allclose(out1, torch.tensor([[-0.5 / std, 0.5 / std, 1.5 / std], [2.5 / std, 0.0, 0.0]]), atol=1e-6)
+    whole = masked_whiten(torch.tensor([[1.0, 2, 3, 4, 5, 6]]), torch.ones(1, 6))
+    assert torch.allclose(torch.cat([out0[0, :2], out1[0], out1[1, :1]]), whole[0], atol=1e-6)

@@ -190,7 +190,7 @@ def test_gpg_script(paths):
     cfg = run_script(GPG, paths)
     arr = cfg.actor_rollout_ref
     assert cfg.algorithm.adv_estimator == "gpg" and arr.actor.policy_loss.loss_mode == "gpg"
-    assert estimator_traits("gpg").needs_batch_counts and not arr.actor.use_kl_loss
+    assert estimator_traits("gpg").needs_groups and not arr.actor.use_kl_loss
 
 
 def test_sync_ref_model_script(paths):

@@ -58,3 +58,9 @@ def test_union_of_names_over_ranks():
 def test_gather_text_keeps_rank_order_and_utf8():
     # rank 0's text is longer than rank 1's 8 bytes and not ASCII: each comes back whole, rank 0 first
     assert RankGroup(_RankOne()).gather_text("½ + ¼ = ¾ ok") == ["½ + ¼ = ¾ ok", "acc\npred"]
+
+
+def test_sum_tensor_sums_elementwise_and_keeps_the_dtype():
+    # rank 1 holds twice rank 0's values: each element is 3x rank 0's; float32 in, float32 out
+    total = RankGroup(_TwoRanks(lambda t: 2 * t)).sum_tensor(torch.tensor([1.0, 2.5]))
+    assert total.tolist() == [3.0, 7.5] and total.dtype == torch.float32

@@ -91,11 +91,11 @@ class AnotherRankWith:
     dp_rank, dp_world_size = 0, 2
 
     def __init__(self, rows: int, scored: int):
-        self.others = [rows, scored]
+        self.others = torch.tensor([rows, scored], dtype=torch.float64)
 
     def all_reduce(self, tensor, op):
-        assert op == "sum"
-        return tensor + self.others.pop(0)
+        assert op == "sum" and tensor.shape == (2,)  # gpg's counts: responses, scored
+        return tensor + self.others
 
 
 def test_gpg_scales_by_the_whole_batchs_share_of_scored_responses():
