@@ -16,6 +16,7 @@ from typing import Iterator, Optional
 
 import torch
 
+from algos.masked import masked_sum
 from app.batch import TensorBatch
 from app.trainer.collectives import RankGroup
 
@@ -81,38 +82,55 @@ def step_metrics(
     phase times, `extra` (gathered by the caller), and the throughput in tokens per second of the whole step.
     `means`: more per-rank statistics averaged over the ranks (the same names on every rank)."""
     out = ranks.reduce(batch_metrics(batch, response_length_limit) | (means or {}), max_min_metrics(batch))
-    out |= timer.metrics() | extra
+    out |= token_means(batch, ranks) | timer.metrics() | extra
     tokens = ranks.sum(float(batch["attention_mask"].sum()))
     out["perf/throughput"] = tokens / max(timer.seconds["step"], 1e-9)
     return out
 
 
 def batch_metrics(batch: TensorBatch, response_length_limit: int) -> dict[str, float]:
-    """Reward, advantage, length and rollout-match statistics of this rank's samples.
+    """Reward and length statistics of this rank's samples: means over its responses (every rank holds as many, so
+    the mean over ranks is the whole batch's).
 
     `response_length/clip_ratio` is the share of responses that hit the length limit (they were cut, not finished).
-    `actor/rollout_logprob_diff` is the mean |actor − vLLM| log-prob over response tokens: how far the rollout engine's
-    numbers are from the trainer's on the same tokens (bf16 kernels, sampling processors).
     """
     mask = batch["response_mask"].bool()
     lengths = mask.sum(dim=1).float()
-    tokens = mask.sum().clamp(min=1)
-    out = {
+    return {
         "critic/score/mean": float(batch["token_level_scores"].sum(dim=1).mean()),
         "critic/rewards/mean": float(batch["token_level_rewards"].sum(dim=1).mean()),
-        "critic/advantages/mean": float((batch["advantages"] * mask).sum() / tokens),
-        "critic/returns/mean": float((batch["returns"] * mask).sum() / tokens),
         "response_length/mean": float(lengths.mean()),
         "response_length/clip_ratio": float((lengths >= response_length_limit).float().mean()),
         # the prompt columns only: a multi-turn row's tool results are in the response, outside its mask
         "prompt_length/mean": float(batch["attention_mask"][:, : -mask.shape[1]].sum(dim=1).float().mean()),
     }
+
+
+# token-weighted means: metric -> the batch field averaged over every response token
+TOKEN_MEAN_FIELDS = {
+    "critic/advantages/mean": "advantages",
+    "critic/returns/mean": "returns",
+    "critic/values/mean": "values",
+}
+
+
+def token_means(batch: TensorBatch, ranks: RankGroup) -> dict[str, float]:
+    """Means over every response token of the whole batch (collective), as verl's masked means over the undivided
+    batch: the ranks' sums over their token counts, not a mean of the ranks' means, which would weigh each token by
+    how few its rank holds. A whitened advantage then reads 0.
+
+    `actor/rollout_logprob_diff` is the mean |actor − vLLM| log-prob over response tokens: how far the rollout engine's
+    numbers are from the trainer's on the same tokens (bf16 kernels, sampling processors).
+    """
+    mask = batch["response_mask"].bool()
+    fields = {name: batch[key] for name, key in TOKEN_MEAN_FIELDS.items() if key in batch}
     if "old_log_probs" in batch and "rollout_log_probs" in batch:
-        diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs()
-        out["actor/rollout_logprob_diff"] = float((diff * mask).sum() / tokens)
-    if "values" in batch:
-        out["critic/values/mean"] = float((batch["values"] * mask).sum() / tokens)
-    return out
+        fields["actor/rollout_logprob_diff"] = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs()
+    names = sorted(fields)  # every rank holds the same fields, so the sums line up
+    sums = [masked_sum(fields[name].double(), mask) for name in names]
+    total = ranks.sum_tensor(torch.stack([*sums, mask.sum().double()]))
+    tokens = total[-1].clamp(min=1)
+    return {name: float(total[i] / tokens) for i, name in enumerate(names)}
 
 
 def max_min_metrics(batch: TensorBatch) -> dict[str, torch.Tensor]:

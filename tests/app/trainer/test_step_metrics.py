@@ -12,10 +12,13 @@ from pathlib import Path
 
 import nan_policy_loss
 import pytest
+import torch
 from recording_rollout import RecordingRollout
 from support import in_process_run_overrides
 
-from app.trainer.step_metrics import BadStepGuard, BadStepLimitExceeded
+from app.batch import TensorBatch
+from app.trainer.collectives import RankGroup
+from app.trainer.step_metrics import BadStepGuard, BadStepLimitExceeded, token_means
 
 
 def test_guard_counts_bad_steps_and_stops_at_the_limit_in_a_row():
@@ -33,6 +36,34 @@ def test_guard_counts_bad_steps_and_stops_at_the_limit_in_a_row():
         metrics = dict(bad)
         never.observe(step, metrics)
     assert metrics["training/bad_steps"] == 5.0
+
+
+class _RankOneHolds:
+    """The engine's all-reduce as rank 0 sees it when rank 1 adds `sums` (its token sums, then its token count)."""
+
+    dp_rank, dp_world_size = 0, 2
+
+    def __init__(self, sums: list[float]):
+        self.sums = torch.tensor(sums, dtype=torch.float64)
+
+    def all_reduce(self, tensor, op="sum"):
+        assert op == "sum"
+        return tensor + self.sums
+
+
+def test_token_means_weigh_every_token_of_the_whole_batch_alike():
+    # rank 0: one response of 3 tokens (its padding holds garbage), advantages 1 each, returns 2 each; rank 1: one
+    # response of 1 token, advantage -3, return 6. Over the 4 tokens: advantages (3 - 3) / 4 = 0, returns
+    # (6 + 6) / 4 = 3; a mean of the ranks' means would read (1 - 3) / 2 = -1 and (2 + 6) / 2 = 4
+    batch = TensorBatch(
+        {
+            "response_mask": torch.tensor([[1, 1, 1, 0]]),
+            "advantages": torch.tensor([[1.0, 1.0, 1.0, float("nan")]]),
+            "returns": torch.tensor([[2.0, 2.0, 2.0, 9.0]]),
+        }
+    )
+    means = token_means(batch, RankGroup(_RankOneHolds([-3.0, 6.0, 1.0])))
+    assert means == {"critic/advantages/mean": 0.0, "critic/returns/mean": 3.0}
 
 
 def _run(compose, tiny_model_dir, data: Path, out: Path, steps: int, nan_steps: set[int]):
