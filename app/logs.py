@@ -23,6 +23,7 @@ __all__ = [
     "quiet_loggers",
     "train_log_level",
     "quiet_train_reports",
+    "quiet_dashboardless_worker",
 ]
 
 # Environment of every Ray process of a quiet run (set in the runtime env, so workers on other nodes get it too). A
@@ -47,6 +48,12 @@ CHATTY_LOGGERS = ("ray.serve", "huggingface_hub")
 CHATTY_FILE_LOGGERS = ("huggingface_hub.serialization._torch",)
 # loggers whose warnings are notices, not problems: Ray's "token authentication is enabled" at every local start
 NOTICE_LOGGERS = ("ray._private.authentication.authentication_token_setup",)
+# Ray Train's placement-group cleaner asks the dashboard's state API every second whether the run's controller lives;
+# on a cluster started without the dashboard (ray_kwargs.ray_init.include_dashboard=false) each ask fails with a
+# WARNING line and it goes on watching: hundreds of lines a run, about nothing the user can act on
+DASHBOARDLESS_LOGGERS = ("ray.train.v2._internal.execution.controller.placement_group_cleaner",)
+# the Ray worker process setup hook (runtime_env `worker_process_setup_hook`) of a cluster started without the dashboard
+DASHBOARDLESS_WORKER_HOOK = "app.logs.quiet_dashboardless_worker"
 
 
 def setup_logging() -> None:
@@ -74,6 +81,15 @@ def quiet_loggers() -> None:
     for module in CHATTY_FILE_LOGGERS:
         _file_named_logger(module).setLevel(logging.WARNING)
     for name in NOTICE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def quiet_dashboardless_worker() -> None:
+    """Run by Ray in every worker process of a cluster the run starts without the dashboard (DASHBOARDLESS_WORKER_HOOK):
+    DASHBOARDLESS_LOGGERS at ERROR unless verbose."""
+    if verbose():
+        return
+    for name in DASHBOARDLESS_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 

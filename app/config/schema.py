@@ -807,6 +807,19 @@ def verl_global_profiler() -> dict[str, Any]:
 
 
 @dataclass
+class RayKwargsConfig:
+    """verl's `ray_kwargs`: how the run calls ray.init (app.trainer.ray_init)."""
+
+    # ray.init's keyword arguments (verl passes them as they are): those of a cluster the run starts (num_cpus,
+    # num_gpus, include_dashboard, object_store_memory, _temp_dir, ...) apply when it starts one; runtime_env (its
+    # env_vars reach every process of the run), namespace, log_to_driver also when it joins one; address is
+    # trainer.ray_address's (null: verl's num_cpus left to this run)
+    ray_init: dict[str, Any] = field(default_factory=lambda: {"num_cpus": None})
+    # after training, Ray's timeline of the run's tasks and actors (ray.timeline, Chrome trace JSON) written here
+    timeline_json_file: Optional[str] = None
+
+
+@dataclass
 class TrainerRunConfig:
     """The root: `python -m app.train` turns the Hydra config into this before anything starts."""
 
@@ -818,9 +831,6 @@ class TrainerRunConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    # verl sections with no effect here (verl_compat.NO_EFFECT): its profiler, and ray.init arguments (the Ray cluster
-    # here is trainer.ray_address or a local one Ray sizes itself)
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    # verl's section with no effect here (verl_compat.NO_EFFECT): its profiler
     global_profiler: dict[str, Any] = field(default_factory=verl_global_profiler)
-    ray_kwargs: dict[str, Any] = field(
-        default_factory=lambda: {"ray_init": {"num_cpus": None}, "timeline_json_file": None}
-    )

@@ -160,7 +160,6 @@ NO_EFFECT = {
     # checkpoint under default_local_dir; without default_hdfs_dir every checkpoint here is such a local one
     "trainer.del_local_ckpt_after_load": "verl deletes only the copies it fetched from HDFS (trainer.default_hdfs_dir, "
     "not supported here); local checkpoints are kept after resuming, as verl keeps them",
-    "ray_kwargs": "the Ray cluster is trainer.ray_address or a local one that Ray sizes itself",
 }
 
 # verl keys accepted at verl's default (the schema's default) and refused at any other value, and why
@@ -241,6 +240,22 @@ def apply_verl_names(cfg: TrainerRunConfig) -> None:
     _map_rollout_name(cfg)
     _map_resume_path(cfg)
     _map_checkpoint_limits(cfg)
+    _map_ray_init_address(cfg)
+
+
+def _map_ray_init_address(cfg: TrainerRunConfig) -> None:
+    """verl joins a cluster given as `ray_kwargs.ray_init.address`; here that is trainer.ray_address's job. `local` (a
+    cluster the run starts) is what an unset trainer.ray_address does already."""
+    ray_init = cfg.ray_kwargs.ray_init
+    address = ray_init.pop("address", None)
+    if address in (None, "local"):
+        return
+    given = cfg.trainer.ray_address
+    if given is not None and given != address:
+        raise ConfigError(
+            f"ray_kwargs.ray_init.address={address!r} and trainer.ray_address={given!r} name two clusters; give one"
+        )
+    cfg.trainer.ray_address = str(address)
 
 
 def _map_rollout_name(cfg: TrainerRunConfig) -> None:

@@ -50,6 +50,9 @@ READ_NOTES = {
     "actor_rollout_ref.model.override_config": "set on the model's config by the trainer's engines and vLLM "
     "(hf_overrides); names the model's config lacks are refused before Ray starts",
     "critic.model.override_config": "set on the critic's model config; names it lacks are refused before Ray starts",
+    "ray_kwargs.ray_init.num_cpus": "passed to ray.init with the rest of ray_kwargs.ray_init (app.trainer.ray_init); "
+    "null: the CPUs the run holds or the machine's, whichever is more",
+    "ray_kwargs.timeline_json_file": "after training, ray.timeline writes the run's Chrome trace there",
     "actor_rollout_ref.actor.checkpoint.save_contents": _ACTOR_CKPT,
     "actor_rollout_ref.actor.checkpoint.load_contents": _ACTOR_CKPT,
 }
@@ -76,7 +79,8 @@ def classify(key: str) -> tuple[str, str]:
         return READ, _SP_COPY if ".fsdp_config." in key else _SP
     if name == "fsdp_size":
         return READ, _FSDP_SIZE
-    if key in schema_leaf_keys():
+    leaves = schema_leaf_keys()
+    if key in leaves or any(key.startswith(leaf + ".") for leaf in leaves):  # or inside a read mapping (ray_init)
         return READ, READ_NOTES.get(key, "")
     raise KeyError(key)
 

@@ -24,6 +24,7 @@ from app.preflight.extension_lock import check_extension_locks
 from app.preflight.http_port import check_http_port
 from app.preflight.model_overrides import check_model_overrides
 from app.preflight.model_path import check_model_paths
+from app.preflight.ray_init import check_ray_init
 from app.preflight.reward_file import check_reward_function
 from app.preflight.tokenizer import check_tokenizer
 from app.preflight.vllm_engine_kwargs import check_vllm_engine_kwargs_names
@@ -38,6 +39,7 @@ class Check:
 
 CHECKS: list[Check] = [
     Check("cluster_address", check_cluster_answers),
+    Check("ray_init", check_ray_init),
     Check("model_path", check_model_paths),
     Check("context_length", check_context_length),
     Check("http_port", check_http_port),

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import copy
+import logging
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any, Optional
 
 from app.config.schema import TrainerRunConfig
+
+log = logging.getLogger(__name__)
 
 
 def rollout_app_name(cfg: TrainerRunConfig) -> str:
@@ -25,14 +29,23 @@ def ensure_ray(cfg: TrainerRunConfig) -> bool:
     the run starts its own cluster even when a cluster that died without `ray stop` left its address file in Ray's
     temp folder (which a plain ray.init() would try to join). Whatever the cluster, everything the run will hold
     (app.config.placement) must fit on its nodes: a ConfigError says what is asked and what the cluster has
-    otherwise, before any worker or replica is asked for."""
+    otherwise, before any worker or replica is asked for. `ray_kwargs.ray_init` (verl's ray.init arguments) goes
+    over the run's own (app.trainer.ray_init)."""
     import ray
 
     from app.config.placement import plan_resources, wants_custom_resources
     from app.preflight.cluster_address import check_cluster_answers, cluster_address
+    from app.preflight.ray_init import ray_init_arguments
+    from app.trainer.ray_init import joining_kwargs, starting_kwargs
 
     plan = plan_resources(cfg)
+    user = ray_init_arguments(cfg.ray_kwargs.ray_init)  # ray_kwargs.ray_init: verl's ray.init arguments
     if ray.is_initialized():
+        if user:
+            log.warning(
+                "ray_kwargs.ray_init (%s) left out: this process is connected to a Ray cluster already",
+                ", ".join(sorted(user)),
+            )
         check_cluster_fits(plan)
         return False
     given = cluster_address(cfg)
@@ -41,7 +54,8 @@ def ensure_ray(cfg: TrainerRunConfig) -> bool:
     runtime_env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", **quiet_env()}}
     if given:
         check_cluster_answers(cfg)
-        ray.init(address=given[0], runtime_env=runtime_env, log_to_driver=True)
+        ours = {"address": given[0], "runtime_env": runtime_env, "log_to_driver": True}
+        ray.init(**joining_kwargs(ours, user, given[0]))
         check_cluster_fits(plan)
         return False
     if wants_custom_resources(cfg):
@@ -55,23 +69,26 @@ def ensure_ray(cfg: TrainerRunConfig) -> bool:
         )
     # Logical CPUs: the rollout replicas and the train workers take turns on the cores (synchronous RL), so each
     # gets its own reservation even though they share the physical cores.
-    needed = plan.total().get("CPU", 0.0) + 2
+    held = math.ceil(plan.total().get("CPU", 0.0))  # what the placement reserves; check_cluster_fits asks for it
+    needed = held + 2
     gpus = {}
     if cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node > 0:
         # a GPU layout computed on the CPU: the local cluster declares the GPUs the layout places by
         gpus = {"num_gpus": cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes}
     # The dashboard shows the run (and the rayrl_* metrics); Ray Train's placement-group cleaner also needs its state
-    # API and, without it, logs a warning every few seconds for the whole run.
+    # API and, without it, logs a warning every few seconds for the whole run (ray_kwargs.ray_init.include_dashboard=
+    # false turns it off all the same).
     # address="local": Ray's documented way to start a new cluster whatever its temp folder says is running
-    ray.init(
+    ours = dict(
         address="local",
-        num_cpus=max(int(needed + 0.999), os.cpu_count() or 1),
+        num_cpus=max(needed, os.cpu_count() or 1),
         runtime_env=local_runtime_env(runtime_env),
         include_dashboard=True,
         log_to_driver=True,
         _system_config=LOCAL_CLUSTER_SYSTEM_CONFIG,
         **gpus,
     )
+    ray.init(**starting_kwargs(ours, user, held))
     _exit_on_sigterm_again()
     check_cluster_fits(plan)
     return True
@@ -285,6 +302,8 @@ def train(
     try:
         with follow_progress(out_dir):
             trainer.fit()
+        if cfg.ray_kwargs.timeline_json_file:  # as verl: the run's tasks and actors as a Chrome trace
+            ray.timeline(filename=cfg.ray_kwargs.timeline_json_file)
     finally:
         if started_cluster:  # the replicas end with the cluster; deleting the application first took seconds
             ray.shutdown()

@@ -133,3 +133,26 @@ def test_a_verl_config_folder_runs_with_config_path_as_in_verls_scripts(tiny_mod
     assert done.returncode == 0, done.stderr[-2000:]
     assert "fits: every process has a place" in done.stdout
     assert "verl/trainer/config" not in done.stderr  # Hydra's warning about verl's own folder is dropped
+
+
+def test_the_local_cluster_of_the_plan_is_sized_by_ray_init_where_the_user_sizes_it(monkeypatch):
+    from support import with_dotted
+
+    from app.config import load_config
+    from app.config.placement import plan_resources
+    from app.dry_run import cluster_for
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    base = {
+        "data": {"train_files": "train.parquet", "train_batch_size": 4},
+        "actor_rollout_ref": {"model": {"path": "/models/x"}, "actor": {"ppo_mini_batch_size": 4}},
+        "algorithm": {"adv_estimator": "grpo"},
+        "trainer": {"n_gpus_per_node": 2, "device": "cpu"},  # a GPU layout computed on the CPU
+    }
+    cfg = load_config(with_dotted(base))
+    nodes, where = cluster_for(cfg, plan_resources(cfg), DryRun())
+    assert where == "a local Ray cluster on this machine" and nodes[0]["GPU"] == 2  # the simulated layout's
+    assert nodes[0]["CPU"] >= plan_resources(cfg).total()["CPU"] + 2
+    sized = load_config(with_dotted({**base, "ray_kwargs": {"ray_init": {"num_cpus": 3, "num_gpus": 1}}}))
+    nodes, _ = cluster_for(sized, plan_resources(sized), DryRun())
+    assert (nodes[0]["CPU"], nodes[0]["GPU"]) == (3.0, 1)  # what ray.init would give the cluster it starts

@@ -140,7 +140,8 @@ def test_every_verl_key_is_classified():
         classes.setdefault(classify(key)[0], []).append(key)  # KeyError: a key nothing here accounts for
     assert set(classes) == {READ, NO_EFFECT_CLASS, DEFAULT_ONLY_CLASS}
     leaves = schema_leaf_keys()
-    assert set(classes[READ]) <= leaves  # read: the schema has the key itself
+    # read: the schema has the key itself, or the mapping it sits in (ray_kwargs.ray_init.num_cpus: ray.init's own)
+    assert set(classes[READ]) - leaves == {"ray_kwargs.ray_init.num_cpus"} and "ray_kwargs.ray_init" in leaves
     # every no-effect and default-only entry is a real schema key (a typo there would classify nothing)
     assert set(NO_EFFECT) <= leaves and set(DEFAULT_ONLY) <= leaves
     # each class has its reason, except plain reads
@@ -294,3 +295,13 @@ def test_docs_page_is_the_classification_of_the_key_list():
         assert f"| `{key}` |" in page
     assert "`algorithm.filter_groups.enable`" in page.split("## Keys of this framework")[1]
     assert "actor_rollout_ref.actor.profiler" not in ours_only([k for k, _ in VERL_KEYS])
+
+
+def test_ray_init_address_is_trainer_ray_address():
+    # verl joins the cluster its ray.init names; here trainer.ray_address does, and ray.init gets no second address
+    run = load(ray_kwargs__ray_init={"address": "10.0.0.1:6379", "num_cpus": 8})
+    assert run.trainer.ray_address == "10.0.0.1:6379" and run.ray_kwargs.ray_init == {"num_cpus": 8}
+    assert load(ray_kwargs__ray_init={"address": "local"}).trainer.ray_address is None  # a cluster the run starts
+    assert load(ray_kwargs__ray_init={"address": "auto"}, trainer__ray_address="auto").trainer.ray_address == "auto"
+    with pytest.raises(ConfigError, match=r"ray_init\.address='auto' and trainer\.ray_address='h:1' name two"):
+        load(ray_kwargs__ray_init={"address": "auto"}, trainer__ray_address="h:1")

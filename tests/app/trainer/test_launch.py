@@ -2,6 +2,8 @@
 node of a local cluster is never drained), unless the user's environment says otherwise; a joined cluster is left as
 its owner configured it."""
 
+import functools
+
 import pytest
 from support import with_dotted
 
@@ -21,8 +23,13 @@ def init_calls(monkeypatch):
     import ray
 
     calls = []
+
+    @functools.wraps(ray.init)  # ray.init's signature, which the names in ray_kwargs.ray_init are checked against
+    def record(*args, **kwargs):
+        calls.append(kwargs)
+
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(ray, "init", record)
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 8.0}}])
     return calls
 
@@ -69,6 +76,35 @@ def test_a_joined_cluster_keeps_its_watcher(monkeypatch, init_calls):
     from app.logs import quiet_env
 
     assert kwargs["runtime_env"]["env_vars"] == {"TOKENIZERS_PARALLELISM": "false", **quiet_env()}
+
+
+def test_the_users_ray_init_goes_over_the_runs_own(monkeypatch, init_calls):
+    from app.trainer.launch import ensure_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(WATCHER, raising=False)
+    user = {"num_cpus": 16, "include_dashboard": False, "runtime_env": {"env_vars": {"JUDGE_URL": "http://j"}}}
+    ensure_ray(load_config(with_dotted({**BASE, "ray_kwargs": {"ray_init": user}})))
+    (kwargs,) = init_calls
+    assert kwargs["num_cpus"] == 16 and kwargs["include_dashboard"] is False
+    assert kwargs["runtime_env"]["env_vars"]["JUDGE_URL"] == "http://j"  # beside the run's own variables
+    assert kwargs["runtime_env"]["env_vars"][WATCHER] == "0" and kwargs["address"] == "local"
+
+
+def test_a_joined_cluster_gets_the_users_runtime_env_but_not_its_size(monkeypatch, init_calls):
+    import socket
+
+    from app.trainer.launch import ensure_ray
+
+    user = {"num_cpus": 16, "namespace": "rl", "runtime_env": {"env_vars": {"JUDGE_URL": "http://j"}}}
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{head.getsockname()[1]}")
+        ensure_ray(load_config(with_dotted({**BASE, "ray_kwargs": {"ray_init": user}})))
+    (kwargs,) = init_calls
+    assert "num_cpus" not in kwargs and kwargs["namespace"] == "rl"  # Ray refuses a size when it joins a cluster
+    assert kwargs["runtime_env"]["env_vars"]["JUDGE_URL"] == "http://j"
 
 
 def test_the_workers_get_the_drivers_typed_config_with_absolute_paths_and_nothing_reparses_it(monkeypatch, tmp_path):

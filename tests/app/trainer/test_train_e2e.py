@@ -153,6 +153,7 @@ def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, ar
         "trainer.num_workers=1",
         "trainer.total_training_steps=2",
         "trainer.experiment_name=ppo-e2e",
+        f"ray_kwargs.timeline_json_file={out / 'timeline.json'}",
     ]
     train(compose(overrides), rollout_app=rollout_app)
     rows = read_metrics(out / "metrics.jsonl")
@@ -163,6 +164,9 @@ def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, ar
     # as closely as before any update (as in the GRPO test above), so every updated tensor reached the replica
     assert rows[-1]["actor/rollout_logprob_diff"] < 1e-3
     assert (out / "hf_model" / "model.safetensors").is_file()
+    # verl's ray_kwargs.timeline_json_file: Ray's Chrome trace of the run's tasks and actors, the train worker's too
+    events = json.loads((out / "timeline.json").read_text())
+    assert any(event.get("cat", "").startswith("task::RayTrainWorker.") for event in events)
 
 
 def test_async_training_samples_the_next_batch_with_the_previous_policy(
