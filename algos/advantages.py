@@ -21,7 +21,7 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from algos.catalog import ADV_ESTIMATORS
-from algos.masked import BatchSum, masked_fill_zero, masked_whiten
+from algos.masked import BatchSum, masked_fill_zero, masked_moments, masked_whiten
 from algos.registry import call_with_supported_kwargs
 
 
@@ -144,6 +144,32 @@ def grpo(
         std = torch.where(stats.singleton, torch.ones_like(scores), stats.std[stats.ids])
         centred = centred / (std + epsilon)
     adv = _broadcast(centred, response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def grpo_batch_std(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[Hashable],
+    epsilon: float = 1e-6,
+    batch_sum: BatchSum | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO's group-mean baseline scaled by the whole batch's std: ``(score - group_mean) / (batch_std + epsilon)`` on
+    every kept token (TRL's ``scale_rewards="batch"``; group mean and batch std, as LitePPO, Liu et al., 2025,
+    "Tricks or Traps? A Deep Dive into RL for LLM Reasoning").
+
+    ``batch_std``: the unbiased std of every response's score in the batch, over every rank's part with ``batch_sum``
+    (``algos.masked.masked_moments``). A group that differs little keeps a small advantage, where the group std would
+    blow it up. A single-response group uses mean 0 (as ``grpo``). Returns ``(advantages, advantages)``.
+    """
+    _check_2d("response_mask", response_mask)
+    _check_2d("token_level_rewards", token_level_rewards, response_mask)
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    stats = _GroupStats(scores, index)
+    centred = torch.where(stats.singleton, scores, stats.deviation)
+    _, var = masked_moments(scores, torch.ones_like(scores, dtype=torch.bool), batch_sum)
+    adv = _broadcast(centred / (var.sqrt().to(scores.dtype) + epsilon), response_mask)
     return adv, adv
 
 

@@ -37,6 +37,7 @@ _GROUPED = EstimatorTraits(needs_groups=True)
 for _name, _traits in (
     ("gae", EstimatorTraits(needs_critic=True)),
     ("grpo", _GROUPED),
+    ("grpo_batch_std", _GROUPED),
     ("rloo", _GROUPED),
     ("opo", _GROUPED),
     ("reinforce_plus_plus", None),

@@ -48,6 +48,22 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
     return sq / denom.clamp(min=1).to(values.dtype)
 
 
+def masked_moments(
+    values: torch.Tensor, mask: torch.Tensor, batch_sum: BatchSum | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, unbiased variance) of the kept entries, float64 scalars; with a single kept entry the variance is 0.
+
+    ``batch_sum``: where ``values`` is one rank's part of a batch, the whole batch's (two all-reduces: count and sum,
+    then the squared deviations), as verl computes them on its driver over the undivided batch; None: this tensor's.
+    """
+    wide = values.double()
+    total = batch_sum if batch_sum is not None else (lambda t: t)
+    count, kept_sum = total(torch.stack([masked_count(mask).to(wide.dtype), masked_sum(wide, mask)]))
+    mean = kept_sum / count.clamp(min=1)
+    squares = total(masked_sum((wide - mean) ** 2, mask).reshape(1))[0]
+    return mean, squares / (count - 1).clamp(min=1)  # unbiased, as masked_var
+
+
 def masked_whiten(
     values: torch.Tensor,
     mask: torch.Tensor,
@@ -57,18 +73,13 @@ def masked_whiten(
 ) -> torch.Tensor:
     """Normalise kept entries to zero mean and unit (unbiased) variance over the whole tensor; 0 where dropped.
 
-    With ``shift_mean=False`` the mean is added back (only the scale changes). ``batch_sum``: where ``values`` is one
-    rank's part of a batch, the mean and variance are the whole batch's (two all-reduces: count and sum, then the
-    squared deviations), as verl computes them on its driver over the undivided batch; None: this tensor's own.
+    With ``shift_mean=False`` the mean is added back (only the scale changes). ``batch_sum``: the whole batch's mean
+    and variance where ``values`` is one rank's part of it (``masked_moments``).
     """
     # in float64: padding changes the order of the reductions, which in float32 moved results by a few ulps (3.9e-6
     # on REINFORCE++ returns), so the same kept entries gave different advantages with and without padding
     wide = values.double()
-    total = batch_sum if batch_sum is not None else (lambda t: t)
-    count, kept_sum = total(torch.stack([masked_count(mask).to(wide.dtype), masked_sum(wide, mask)]))
-    mean = kept_sum / count.clamp(min=1)
-    squares = total(masked_sum((wide - mean) ** 2, mask).reshape(1))[0]
-    var = squares / (count - 1).clamp(min=1)  # unbiased, as masked_var
+    mean, var = masked_moments(wide, mask, batch_sum)
     whitened = (wide - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         whitened = whitened + mean

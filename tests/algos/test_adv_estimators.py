@@ -14,6 +14,7 @@ from algos.advantages import (
     gae,
     gpg,
     grpo,
+    grpo_batch_std,
     opo,
     optimal_token_baseline,
     reinforce_plus_plus,
@@ -23,7 +24,7 @@ from algos.advantages import (
 )
 
 HYP = settings(max_examples=40, deadline=None)
-GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "reinforce_plus_plus_baseline", "gpg")
+GROUP_ESTIMATORS = ("grpo", "grpo_batch_std", "rloo", "opo", "reinforce_plus_plus_baseline", "gpg")
 
 
 def whiten_list(xs):
@@ -106,7 +107,9 @@ def test_reinforce_plus_plus_baseline_hand_computed():
     assert torch.allclose(adv, torch.tensor([[(-4 / 3) / s, 0.0], [(2 / 3) / s, (2 / 3) / s]]), atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gpg"])
+@pytest.mark.parametrize(
+    "name", ["gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gpg", "grpo_batch_std"]
+)
 def test_batch_statistics_over_two_ranks_are_the_undivided_batchs(name):
     from two_ranks import on_two_ranks
 
@@ -153,6 +156,18 @@ def test_gpg_hand_computed():
     assert adv.flatten().tolist() == pytest.approx([2.0, -2.0, 0.0, 0.0, 12.0], abs=1e-6)
     # nothing scores: alpha is the batch size over 1 and every advantage 0 (no division by zero)
     assert not gpg(torch.zeros(4, 1), torch.ones(4, 1), index=[0, 0, 1, 1])[0].any()
+
+
+def test_grpo_batch_std_hand_computed():
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [3.0, 0.0]])
+    mask = torch.tensor([[1, 0], [1, 1], [1, 0], [1, 1], [1, 0]])
+    adv, ret = grpo_batch_std(rewards, mask, index=[0, 0, 1, 1, 2])
+    # Scores 1, 0, 0, 0, 3: group 0 centred to +-0.5, group 1 to 0, the single response of group 2 keeps its 3. The
+    # batch's scores have mean 0.8 and unbiased variance (0.04 + 3 * 0.64 + 4.84) / 4 = 1.7; group 0's own std
+    # (0.707) would have given +-0.707 instead of +-0.5 / 1.304
+    std = math.sqrt(1.7)
+    expected = torch.tensor([[0.5, 0.0], [-0.5, -0.5], [0.0, 0.0], [0.0, 0.0], [3.0, 0.0]]) / (std + 1e-6)
+    assert torch.allclose(adv, expected, atol=1e-6) and torch.equal(adv, ret)
 
 
 def test_optimal_token_baseline_hand_computed():

@@ -14,6 +14,7 @@ def test_built_in_estimators_declare_what_they_need():
     assert sorted(n for n, t in needs.items() if t.needs_groups) == [
         "gpg",
         "grpo",
+        "grpo_batch_std",
         "opo",
         "optimal_token_baseline",
         "reinforce_plus_plus_baseline",
