@@ -82,16 +82,12 @@ def cluster_for(cfg: TrainerRunConfig, plan: ResourcePlan, request: DryRun) -> t
             return cluster_nodes(), f"the Ray cluster at {address}"
         finally:
             ray.shutdown()
-    # as app.trainer.launch.ensure_ray would start it: logical CPUs for everything, the GPUs of a simulated layout,
-    # unless ray_kwargs.ray_init sizes it
-    user = cfg.ray_kwargs.ray_init
-    cpus = max(plan.total().get("CPU", 0.0) + 2, float(os.cpu_count() or 1))
-    if cfg.trainer.device == "cpu":
-        gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
-    else:
-        gpus = _local_gpus()
-    cpus = float(user["num_cpus"]) if user.get("num_cpus") is not None else cpus
-    gpus = user["num_gpus"] if user.get("num_gpus") is not None else gpus
+    # as app.trainer.launch.ensure_ray would start it; without a GPU count given, Ray counts this machine's
+    from app.trainer.ray_init import local_cluster_size
+
+    size = local_cluster_size(cfg, plan)
+    cpus = float(size["num_cpus"])
+    gpus = size.get("num_gpus", 0 if cfg.trainer.device == "cpu" else _local_gpus())
     return described_cluster(1, cpus, gpus), "a local Ray cluster on this machine"
 
 

@@ -36,7 +36,7 @@ def ensure_ray(cfg: TrainerRunConfig) -> bool:
     from app.config.placement import plan_resources, wants_custom_resources
     from app.preflight.cluster_address import check_cluster_answers, cluster_address
     from app.preflight.ray_init import ray_init_arguments
-    from app.trainer.ray_init import joining_kwargs, starting_kwargs
+    from app.trainer.ray_init import joining_kwargs, local_cluster_size, starting_kwargs
 
     plan = plan_resources(cfg)
     user = ray_init_arguments(cfg.ray_kwargs.ray_init)  # ray_kwargs.ray_init: verl's ray.init arguments
@@ -67,27 +67,19 @@ def ensure_ray(cfg: TrainerRunConfig) -> bool:
             "declare them (`ray start --resources ...`) as trainer.ray_address or RAY_ADDRESS (ray job "
             "submit sets it)"
         )
-    # Logical CPUs: the rollout replicas and the train workers take turns on the cores (synchronous RL), so each
-    # gets its own reservation even though they share the physical cores.
-    held = math.ceil(plan.total().get("CPU", 0.0))  # what the placement reserves; check_cluster_fits asks for it
-    needed = held + 2
-    gpus = {}
-    if cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node > 0:
-        # a GPU layout computed on the CPU: the local cluster declares the GPUs the layout places by
-        gpus = {"num_gpus": cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes}
     # The dashboard shows the run (and the rayrl_* metrics); Ray Train's placement-group cleaner also needs its state
     # API and, without it, logs a warning every few seconds for the whole run (ray_kwargs.ray_init.include_dashboard=
     # false turns it off all the same).
     # address="local": Ray's documented way to start a new cluster whatever its temp folder says is running
     ours = dict(
         address="local",
-        num_cpus=max(needed, os.cpu_count() or 1),
+        **local_cluster_size(cfg, plan),
         runtime_env=local_runtime_env(runtime_env),
         include_dashboard=True,
         log_to_driver=True,
         _system_config=LOCAL_CLUSTER_SYSTEM_CONFIG,
-        **gpus,
     )
+    held = math.ceil(plan.total().get("CPU", 0.0))  # what check_cluster_fits asks of the cluster
     ray.init(**starting_kwargs(ours, user, held))
     _exit_on_sigterm_again()
     check_cluster_fits(plan)

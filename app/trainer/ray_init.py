@@ -11,6 +11,8 @@ refuses them there); the others still apply.
 from __future__ import annotations
 
 import logging
+import math
+import os
 from typing import Any, Mapping, Optional
 
 from app.config.errors import ConfigError
@@ -32,6 +34,19 @@ STARTING_ONLY = (
 )
 
 log = logging.getLogger(__name__)
+
+
+def local_cluster_size(cfg: Any, plan: Any) -> dict[str, int]:
+    """`num_cpus` and, for a GPU layout computed on the CPU, `num_gpus` of a cluster the run starts on this machine
+    (`cfg` a TrainerRunConfig, `plan` its app.config.placement plan): a logical CPU for everything the placement holds
+    and two more, at least the machine's count (the replicas and the train workers take turns on the cores, so each
+    gets its own reservation), and the GPUs the layout places by; `ray_kwargs.ray_init`'s num_cpus / num_gpus where
+    given. Without `num_gpus` Ray counts the machine's GPUs."""
+    size = {"num_cpus": max(math.ceil(plan.total().get("CPU", 0.0)) + 2, os.cpu_count() or 1)}
+    if cfg.trainer.device == "cpu" and cfg.trainer.n_gpus_per_node > 0:
+        size["num_gpus"] = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    given = cfg.ray_kwargs.ray_init
+    return size | {name: given[name] for name in ("num_cpus", "num_gpus") if given.get(name) is not None}
 
 
 def merged_runtime_env(ours: Mapping[str, Any], user: Optional[Mapping[str, Any]]) -> dict[str, Any]:
