@@ -34,3 +34,28 @@ def on_two_ranks(fn: Callable[..., Any], parts: Sequence[dict[str, Any]]) -> lis
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(fn, **part, batch_sum=reduce.for_rank(rank)) for rank, part in enumerate(parts)]
         return [future.result() for future in futures]
+
+
+class TwoRankEngine:
+    """The engine's `all_reduce(tensor, op)` ("sum", "mean", "max") between two threads, as rank `dp_rank` sees it."""
+
+    dp_world_size = 2
+
+    def __init__(self, rank: int, exchange: _AllReduce) -> None:
+        self.dp_rank, self._exchange = rank, exchange
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        exchange = self._exchange
+        exchange.slots[self.dp_rank] = tensor
+        exchange.barrier.wait()
+        both = torch.stack(exchange.slots)
+        exchange.barrier.wait()
+        return {"sum": both.sum(0), "mean": both.mean(0), "max": both.max(0).values}[op]
+
+
+def with_two_engines(fn: Callable[[TwoRankEngine], Any]) -> list[Any]:
+    """[fn(rank 0's engine), fn(rank 1's engine)], run at once; a rank's error is raised here."""
+    exchange = _AllReduce()
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(fn, TwoRankEngine(rank, exchange)) for rank in range(2)]
+        return [future.result() for future in futures]

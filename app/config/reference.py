@@ -30,6 +30,7 @@ OURS = frozenset(
         "data.ground_truth_key",
         "data.default_data_source",
         "data.system_prompt",
+        "data.sampler.options",
         "actor_rollout_ref.model.share_prompt_prefix",
         "critic.model.share_prompt_prefix",
         "actor_rollout_ref.actor.logits_chunk_size",

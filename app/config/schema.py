@@ -47,10 +47,17 @@ class ClassRefConfig:
 
 @dataclass
 class SamplerRefConfig:
-    """verl's custom curriculum sampler (a .py file and a class in it)."""
+    """verl's custom sampler of training prompts (app/data/custom_sampler.py; docs/samplers.md): a class built as
+    `cls(data_source=..., data_config=...)` that yields dataset indices, and, where it defines `update(batch)`, learns
+    from each trained batch (a curriculum)."""
 
-    class_path: Optional[str] = None
-    class_name: Optional[str] = None
+    EXTRA_KEYS_FIELD = "options"  # any other key under data.sampler lands here (verl: +data.sampler.<name>=...)
+
+    class_path: Optional[str] = None  # a .py file, or pkg://<module> for an importable one; None: data.shuffle's order
+    class_name: Optional[str] = None  # the class in it
+    # the sampler's own settings, read by it as data_config.sampler.<name>: every key under data.sampler other than
+    # class_path and class_name
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,6 +82,7 @@ class DataConfig:
     truncation: Literal["error", "left", "right", "middle"] = "error"
     shuffle: bool = True
     seed: int = 1
+    sampler: SamplerRefConfig = field(default_factory=SamplerRefConfig)  # a custom order of the training prompts
     val_max_samples: Optional[int] = None  # cap on validation prompts (None: all)
     train_max_samples: Optional[int] = None  # cap on training prompts (None: all)
     # more variables for the chat template, passed to apply_chat_template wherever the policy's messages are templated
@@ -96,7 +104,6 @@ class DataConfig:
     # verl keys accepted at verl's default only (app/config/verl_compat.py DEFAULT_ONLY says why for each)
     tokenizer: Optional[str] = None
     custom_cls: ClassRefConfig = field(default_factory=ClassRefConfig)
-    sampler: SamplerRefConfig = field(default_factory=SamplerRefConfig)
     datagen: ClassRefConfig = field(default_factory=ClassRefConfig)
 
 

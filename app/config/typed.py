@@ -22,6 +22,10 @@ def build_typed(cls: type, data: Any, path: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
+    extra_field = getattr(cls, "EXTRA_KEYS_FIELD", None)
+    if unknown and extra_field:  # a section that hands the keys it does not know to user code (a custom sampler's)
+        data = _collect_extra_keys(data, unknown, extra_field, path)
+        unknown = []
     if unknown:
         where = path or "the top level"
         hints_text = "".join(_suggestion(cls, path, k) for k in unknown)
@@ -31,6 +35,21 @@ def build_typed(cls: type, data: Any, path: str = "") -> Any:
         )
     kwargs = {name: coerce(hints[name], value, _join(path, name)) for name, value in data.items()}
     return cls(**kwargs)
+
+
+def _collect_extra_keys(data: dict, unknown: list[str], extra_field: str, path: str) -> dict:
+    """`data` with its `unknown` keys moved into the mapping `extra_field`; a name given both ways is an error."""
+    given = data.get(extra_field) or {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"{_join(path, extra_field)}: expected a mapping, got {given!r}")
+    both = sorted(set(unknown) & set(given))
+    if both:
+        raise ConfigError(
+            f"{', '.join(_join(path, k) for k in both)} given twice: as {path}.<name> and as "
+            f"{_join(path, extra_field)}.<name>; keep one"
+        )
+    kept = {k: v for k, v in data.items() if k not in unknown}
+    return kept | {extra_field: {**given, **{k: data[k] for k in unknown}}}
 
 
 def _suggestion(cls: type, path: str, key: str) -> str:

@@ -87,6 +87,18 @@ def _check_required(cfg: TrainerRunConfig) -> None:
         )
     if cfg.reward_model.enable and not cfg.reward_model.model.path:
         raise ConfigError("reward_model.enable=true needs reward_model.model.path")
+    sampler = cfg.data.sampler
+    if sampler.class_path and not sampler.class_name:
+        raise ConfigError(
+            f"data.sampler.class_path={sampler.class_path} needs data.sampler.class_name, the class in it"
+        )
+    if not sampler.class_path and (sampler.class_name or sampler.options):
+        given = ["class_name"] * bool(sampler.class_name) + sorted(sampler.options)
+        raise ConfigError(
+            f"{', '.join('data.sampler.' + k for k in given)} given without data.sampler.class_path: a custom sampler "
+            "is a class in a .py file (class_path) that reads them; without one, data.shuffle and data.seed order the "
+            "prompts"
+        )
     if cfg.trainer.val_only:
         if not cfg.data.val_files:
             raise ConfigError("trainer.val_only=true validates and stops, which needs data.val_files")

@@ -169,8 +169,6 @@ DEFAULT_ONLY = {
     "data.custom_cls.path": "custom dataset classes are not supported; rows come from parquet / JSONL / "
     "save_to_disk files",
     "data.custom_cls.name": "custom dataset classes are not supported",
-    "data.sampler.class_path": "custom samplers are not supported; data.shuffle and data.seed order the prompts",
-    "data.sampler.class_name": "custom samplers are not supported",
     "data.datagen.path": "dynamic data generation is not supported",
     "data.datagen.name": "dynamic data generation is not supported",
     "actor_rollout_ref.model.hf_config_path": "the model's config is read from model.path",

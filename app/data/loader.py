@@ -36,11 +36,18 @@ class PromptDataLoader:
         seed: int = 0,
         drop_last: bool = True,
         pad_to: int | None = None,
+        batch_sampler: Any = None,
     ):
+        """`batch_sampler`: where the batches' indices come from in place of data.shuffle's order (a
+        CustomBatchSampler: data.sampler's class); it has ResumableBatchSampler's draw / state_dict interface."""
         self.dataset = dataset
         self.pad_token_id = pad_token_id
         self.pad_to = pad_to
-        self.sampler = ResumableBatchSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        if batch_sampler is None:
+            batch_sampler = ResumableBatchSampler(
+                len(dataset), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last
+            )
+        self.sampler = batch_sampler
 
     def __len__(self) -> int:
         """Batches per epoch."""
@@ -51,8 +58,7 @@ class PromptDataLoader:
         return self.sampler.epoch
 
     def next_batch(self) -> PromptBatch:
-        epoch, batch_number = self.sampler.epoch, self.sampler.batch_in_epoch
-        indices = self.sampler.next_batch()
+        epoch, batch_number, indices = self.sampler.draw()
         uids = [f"e{epoch}-b{batch_number}-{row}" for row in range(len(indices))]
         records = [self.dataset[i] for i in indices]
         return collate_prompts(records, indices, uids, self.pad_token_id, self.pad_to)

@@ -14,7 +14,24 @@ import numpy as np
 from app.data.errors import DataError
 
 
-class ResumableBatchSampler:
+class BatchPosition:
+    """Where a batch sampler stands (its subclasses move `_epoch` and `_batch_in_epoch` as they draw)."""
+
+    _epoch = 0
+    _batch_in_epoch = 0
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the batches being drawn."""
+        return self._epoch
+
+    @property
+    def batch_in_epoch(self) -> int:
+        """How many batches of the current epoch were already taken."""
+        return self._batch_in_epoch
+
+
+class ResumableBatchSampler(BatchPosition):
     """Yields lists of dataset indices, ``batch_size`` at a time.
 
     Args:
@@ -49,16 +66,6 @@ class ResumableBatchSampler:
             return self.dataset_size // self.batch_size
         return -(-self.dataset_size // self.batch_size)
 
-    @property
-    def epoch(self) -> int:
-        """The epoch the next batch comes from."""
-        return self._epoch
-
-    @property
-    def batch_in_epoch(self) -> int:
-        """How many batches of the current epoch were already taken."""
-        return self._batch_in_epoch
-
     def epoch_order(self, epoch: int) -> np.ndarray:
         """``(dataset_size,)`` the visiting order of ``epoch``; the same for the same seed and epoch."""
         if self._order_cache is not None and self._order_cache[0] == epoch:
@@ -69,6 +76,11 @@ class ResumableBatchSampler:
             order = np.arange(self.dataset_size)
         self._order_cache = (epoch, order)
         return order
+
+    def draw(self) -> tuple[int, int, list[int]]:
+        """(epoch, batch number in it, indices) of the next batch."""
+        epoch, number = self._epoch, self._batch_in_epoch
+        return epoch, number, self.next_batch()
 
     def next_batch(self) -> list[int]:
         """The next batch of indices; moves on to the next epoch after the last batch of this one."""

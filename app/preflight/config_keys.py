@@ -20,6 +20,8 @@ def dotted_keys(cls: type, prefix: str = "") -> tuple[set[str], set[str]]:
             sub_keys, sub_open = dotted_keys(tp, key + ".")
             keys |= sub_keys
             open_keys |= sub_open
+            if getattr(tp, "EXTRA_KEYS_FIELD", None):  # a section that hands other keys to user code (data.sampler)
+                open_keys.add(key)
         elif _is_free_form(tp):
             open_keys.add(key)
     return keys, open_keys

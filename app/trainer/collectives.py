@@ -59,5 +59,26 @@ class RankGroup:
         rows = self.engine.all_reduce(rows, "sum")
         return [bytes(row).rstrip(b"\0").decode() for row in rows.to(torch.uint8).tolist()]
 
+    def gather_rows(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's `(rows, cols)` tensor stacked in rank order, each zero-padded on the right to the widest
+        rank's columns (float64 on the wire: exact for token ids and counts below 2**53)."""
+        if self.world == 1:
+            return tensor
+        sizes = torch.zeros(2 * self.world, dtype=torch.float64)
+        sizes[2 * self.rank], sizes[2 * self.rank + 1] = tensor.shape[0], tensor.shape[1]
+        sizes = self.engine.all_reduce(sizes, "sum").long().view(self.world, 2)
+        width = int(sizes[:, 1].max())
+        rows = torch.zeros(int(sizes[:, 0].sum()), width, dtype=torch.float64)
+        start = int(sizes[: self.rank, 0].sum())
+        rows[start : start + tensor.shape[0], : tensor.shape[1]] = tensor.double()
+        return self.engine.all_reduce(rows, "sum").to(tensor.dtype)
+
+    def from_rank0(self, values: list[int]) -> list[int]:
+        """Rank 0's `values` on every rank (each rank passes a list of the same length; only rank 0's are kept)."""
+        if self.world == 1:
+            return list(values)
+        mine = torch.tensor(values, dtype=torch.float64) if self.rank == 0 else torch.zeros(len(values))
+        return [int(v) for v in self.engine.all_reduce(mine.double(), "sum").tolist()]
+
     def barrier(self) -> None:
         self.engine.all_reduce(torch.zeros(1), "sum")

@@ -135,6 +135,7 @@ ABSOLUTE_PATH_KEYS = (
     "trainer.rollout_data_dir",
     "trainer.validation_data_dir",
     "custom_reward_function.path",
+    "data.sampler.class_path",
 )
 EXISTING_PATH_KEYS = (
     "actor_rollout_ref.model.path",
@@ -153,7 +154,9 @@ def with_absolute_paths(cfg: TrainerRunConfig, cwd: Optional[Path] = None) -> Tr
     def absolute(value, only_existing=False):
         if isinstance(value, list):
             return [absolute(v, only_existing) for v in value]
-        if not value or "${" in value or (only_existing and not (base / Path(value).expanduser()).exists()):
+        if not value or "${" in value or "://" in value:  # an interpolation, or a URI such as pkg://module
+            return value
+        if only_existing and not (base / Path(value).expanduser()).exists():
             return value
         return str((base / Path(value).expanduser()).resolve())
 

@@ -20,6 +20,7 @@ from algos.kl_controller import make_kl_controller
 from app.config.schema import TrainerRunConfig
 from app.data import PromptBatch
 from app.trainer.collectives import RankGroup
+from app.trainer.curriculum import Curriculum
 from app.trainer.dynamic_sampling import FILTER_COUNTS, fill_with_informative_groups, filter_metric
 from app.trainer.learner import Learner
 from app.trainer.multi_turn import agent_rollout, multi_turn_metrics, trajectory_group
@@ -59,6 +60,7 @@ class RLTrainer:
         self.engine = actor.engine
         self.ranks = RankGroup(self.engine)
         self.rank, self.world = self.ranks.rank, self.ranks.world
+        self.curriculum = Curriculum(train_loader, self.ranks)  # data.sampler: rank 0's order; its update(batch)
         rollout_cfg, kl = cfg.actor_rollout_ref.rollout, cfg.algorithm.kl_ctrl
         # colocated GPU placement: vLLM frees its memory while the trainer runs, unless rollout.free_cache_engine=false
         self.rollout = RolloutSync(
@@ -145,6 +147,7 @@ class RLTrainer:
             with timer.phase("adv"):
                 metrics |= self.learner.advantages(group)
             metrics |= self.learner.update(group, state.step, timer)
+            self.curriculum.learn(group, state.step, state.version)  # a sampler that learns from the trained batch
             if self.learner.updates_actor(state.step):
                 if self.ahead is not None:
                     self.ahead.drain()  # outside "sync": timing_s/gen_wait counts this wait

@@ -20,11 +20,23 @@ import numpy as np
 import torch
 
 from app.config.schema import CHECKPOINT_HF, TrainerRunConfig
+from app.data.custom_sampler import load_sampler_state, save_sampler_state
 from app.trainer import checkpoints
 from app.trainer.collectives import RankGroup
 from app.trainer.self_imitation import ReplayBuffer
 
 log = logging.getLogger(__name__)
+
+
+SAMPLER_STATE_FILE = "data_sampler_state.pt"  # data.sampler's own state_dict(), where it has one
+
+
+def _split_sampler_state(loader_state: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(`loader_state` without a custom sampler's own state, that state or None)."""
+    sampler = loader_state.get("sampler", {})
+    if sampler.get("state") is None:
+        return loader_state, None
+    return loader_state | {"sampler": {k: v for k, v in sampler.items() if k != "state"}}, sampler["state"]
 
 
 @dataclass
@@ -101,6 +113,9 @@ class RunStore:
         self.ranks.barrier()
         final = checkpoints.step_dir(self.root, state.step)
         if rank == 0:
+            loader_state, sampler_state = _split_sampler_state(loader_state)
+            if sampler_state is not None:  # a custom sampler's own state: tensors and numpy arrays, not JSON
+                save_sampler_state(sampler_state, staging / SAMPLER_STATE_FILE)
             saved = {
                 "global_step": state.step,
                 "policy_version": state.version,
@@ -132,7 +147,10 @@ class RunStore:
                     "reference restarts from the initial model and moves toward the actor from here on",
                     ckpt,
                 )
-        self.train_loader.load_state_dict(saved["data"])
+        data_state = saved["data"]
+        if (ckpt / SAMPLER_STATE_FILE).is_file():
+            data_state["sampler"]["state"] = load_sampler_state(ckpt / SAMPLER_STATE_FILE)
+        self.train_loader.load_state_dict(data_state)
         state.kl_ctrl.value = saved["kl_coef"]
         rng_file = ckpt / f"rng_rank{self.ranks.rank}.pt"
         same_ranks = saved.get("world_size") == self.ranks.world

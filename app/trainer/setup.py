@@ -52,7 +52,18 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
             f"data.train_files has {len(train)} usable prompts, fewer than {need_key}={need}"
             + (f" ({train.num_filtered} dropped as too long)" if train.num_filtered else "")
         )
+    if cfg.data.sampler.class_path:  # the user's sampler builds, yields valid indices and has a state to save
+        custom_batch_sampler(cfg, train).check()
     return len(train), len(val) if val is not None else 0
+
+
+def custom_batch_sampler(cfg: TrainerRunConfig, train: PromptDataset):
+    """data.sampler's class over the training set, or None where none is given (data.shuffle's order)."""
+    if not cfg.data.sampler.class_path:
+        return None
+    from app.data.custom_sampler import build_custom_sampler
+
+    return build_custom_sampler(cfg.data, train, cfg.data.gen_batch_size)
 
 
 def build_trainer(
@@ -80,6 +91,7 @@ def build_trainer(
         pad_token_id=pad_token_id_of(tokenizer),
         shuffle=cfg.data.shuffle,
         seed=cfg.data.seed,
+        batch_sampler=custom_batch_sampler(cfg, train),
     )
     _set_total_steps(cfg, len(train))
     arr = cfg.actor_rollout_ref

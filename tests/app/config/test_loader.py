@@ -427,3 +427,27 @@ def test_cpu_block_size_must_be_a_positive_multiple_of_32(size):
     assert load_config(BASE).actor_rollout_ref.rollout.cpu_block_size == 32
     with pytest.raises(ConfigError, match=rf"rollout\.cpu_block_size={size} must be a positive multiple of 32"):
         load_config(with_(**{"actor_rollout_ref.rollout.cpu_block_size": size}))
+
+
+def test_data_sampler_takes_its_own_settings_beside_class_path_and_name():
+    # verl's samplers read their settings as data_config.sampler.<name>, given as +data.sampler.<name>=...
+    cfg = load_config(
+        with_(**{"data.sampler": {"class_path": "s.py", "class_name": "S", "tau": 0.5, "warmup": {"steps": 2}}})
+    )
+    assert cfg.data.sampler.class_path == "s.py" and cfg.data.sampler.options == {"tau": 0.5, "warmup": {"steps": 2}}
+    both = {"class_path": "s.py", "class_name": "S", "tau": 1, "options": {"tau": 2}}
+    with pytest.raises(ConfigError, match=r"data\.sampler\.tau given twice"):
+        load_config(with_(**{"data.sampler": both}))
+
+
+@pytest.mark.parametrize(
+    "sampler, message",
+    [
+        ({"class_path": "s.py"}, r"data\.sampler\.class_path=s\.py needs data\.sampler\.class_name"),
+        ({"class_name": "S"}, r"data\.sampler\.class_name given without data\.sampler\.class_path"),
+        ({"tau": 0.5}, r"data\.sampler\.tau given without data\.sampler\.class_path: .* data\.shuffle"),
+    ],
+)
+def test_an_incomplete_data_sampler_is_named(sampler, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(with_(**{"data.sampler": sampler}))

@@ -36,3 +36,9 @@ def test_a_misspelt_key_is_refused_however_it_is_given(override):
 
 def test_adding_a_key_inside_a_free_form_mapping_is_accepted():
     check_overrides(["+custom_reward_function.reward_kwargs.scale=2", "trainer.seed=3"], TrainerRunConfig)
+
+
+def test_a_custom_samplers_own_settings_are_accepted_under_data_sampler():
+    check_overrides(["data.sampler.class_path=s.py", "+data.sampler.tau=0.5"], TrainerRunConfig)
+    with pytest.raises(PreflightError, match="unknown key data.samplr.tau"):
+        check_overrides(["+data.samplr.tau=0.5"], TrainerRunConfig)

@@ -243,3 +243,13 @@ def test_the_rollout_starts_beside_the_trainer_unless_they_share_gpus(
     launch.train(load_config(with_dotted(BASE, **overrides)))
     # a cluster started for this run ends with it (the replicas with it); a joined one keeps running, less the app
     assert events == [("deploy", waits), "trainer", "fit", "shutdown" if started_cluster else "delete"]
+
+
+def test_a_custom_samplers_file_becomes_absolute_and_a_module_stays_as_given(tmp_path):
+    from app.trainer.launch import with_absolute_paths
+
+    sampler = {"class_name": "S"}
+    file_cfg = load_config(with_dotted(BASE, **{"data.sampler": {**sampler, "class_path": "samplers/s.py"}}))
+    assert with_absolute_paths(file_cfg, cwd=tmp_path).data.sampler.class_path == str(tmp_path / "samplers" / "s.py")
+    module_cfg = load_config(with_dotted(BASE, **{"data.sampler": {**sampler, "class_path": "pkg://my.samplers"}}))
+    assert with_absolute_paths(module_cfg, cwd=tmp_path).data.sampler.class_path == "pkg://my.samplers"

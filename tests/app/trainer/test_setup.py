@@ -95,3 +95,36 @@ def test_the_rollout_is_waited_for_after_the_models_load_and_before_it_is_first_
     rollout = AskedRollout(vocab_size=1000, n=2, response_len=8)
     build_trainer(cfg, rollout, device="cpu", rollout_ready=lambda: events.append("ready"))
     assert events[:3] == ["actor", "ready", "asked"]
+
+
+def test_the_data_check_builds_the_custom_sampler_and_draws_from_it(smollm2_dir, tmp_path):
+    # the pre-flight's data read (check_data) reaches a sampler that yields past the training set before any worker
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pytest
+
+    from app.data import DataError
+    from app.trainer.setup import check_data
+
+    rows = [
+        {"data_source": "x", "prompt": [{"role": "user", "content": f"{i}?"}], "reward_model": {"ground_truth": "1"}}
+        for i in range(6)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    (tmp_path / "s.py").write_text(
+        "class Past:\n    def __init__(self, data_source, data_config):\n        self.n = len(data_source)\n"
+        "    def __iter__(self):\n        return iter(range(self.n + 4))\n"
+    )
+    base = {
+        "data": {"train_files": str(tmp_path / "train.parquet"), "train_batch_size": 2},
+        "actor_rollout_ref": {"model": {"path": str(smollm2_dir)}, "actor": {"ppo_mini_batch_size": 2}},
+    }
+    base["data"]["sampler"] = {"class_path": str(tmp_path / "s.py"), "class_name": "Past"}
+    assert check_data(load_config(base)) == (6, 0)  # its first batch, 0 and 1, is in the set
+    (tmp_path / "s2.py").write_text(
+        "class Past:\n    def __init__(self, data_source, data_config):\n        self.n = len(data_source)\n"
+        "    def __iter__(self):\n        return iter(range(self.n, self.n + 4))\n"
+    )
+    base["data"]["sampler"]["class_path"] = str(tmp_path / "s2.py")
+    with pytest.raises(DataError, match=r"s2\.py:Past yielded 6: a sampler yields indices of the training set"):
+        check_data(load_config(base))

@@ -248,3 +248,31 @@ def test_a_hung_reward_call_is_cut_off_scored_zero_and_the_run_goes_on(
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]  # the run finished
     assert [r["reward/timeouts"] for r in rows] == [1.0, 0.0]  # the hung call was cut off and counted, once
+
+
+def test_a_curriculum_sampler_orders_the_prompts_learns_from_both_ranks_and_resumes(
+    compose, rollout_app, tiny_model_dir, arith_data, tmp_path
+):
+    out = tmp_path / "curriculum"
+    log = tmp_path / "updates.jsonl"
+    overrides = base_overrides(tiny_model_dir, arith_data, out) + [
+        "trainer.num_workers=2",
+        "trainer.save_freq=2",
+        "trainer.experiment_name=curriculum-e2e",
+        f"data.sampler.class_path={Path(__file__).parent / 'backwards_sampler.py'}",
+        "data.sampler.class_name=Backwards",
+        f"+data.sampler.log={log}",  # the sampler's own setting, read as data_config.sampler.log
+    ]
+    train(compose(overrides + ["trainer.total_training_steps=2"]), rollout_app=rollout_app)
+    # a second run resumes from global_step_2: the sampler's state (2 updates) and the data position come back
+    train(compose(overrides + ["trainer.total_training_steps=3"]), rollout_app=rollout_app)
+    updates = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(u["step"], u["updates"]) for u in updates] == [(1, 1), (2, 2), (3, 3)]  # rank 0 alone learns
+    size = 32  # the training split's prompts: the sampler yields 31, 30, ... in batches of 4
+    for u in updates:
+        backwards = set(range(size - 4 * u["step"], size - 4 * (u["step"] - 1)))
+        # every rank's samples of the step (4 prompts x 2), the prompts the sampler yielded and the rollouts hold
+        assert len(u["dataset_index"]) == 8 and len(u["uid"]) == 4 and set(u["dataset_index"]) == backwards
+        assert dataset_indices(out / "rollouts", u["step"]) == backwards
+        assert all(0.0 <= s <= 1.0 for s in u["scores"])
+    assert (out / "global_step_2" / "data_sampler_state.pt").is_file()
