@@ -13,7 +13,7 @@ difficulty levels), or each prompt alone without one. An epoch draws every promp
         data.sampler.class_path=examples/curriculum_sampler.py data.sampler.class_name=PassRateCurriculum \
         +data.sampler.group_key=extra_info.level
 
-Each draw makes a pass over the training set's prompts. On the quickstart (seven seeds) it passed one seed more than
+Each draw makes a pass over the training set's prompts. On the quickstart (nine seeds) it passed one seed more than
 the shuffled order, within the seeds' noise, and one seed lost the "#### N" line (docs/results.md, "A curriculum over
 the arithmetic levels"): a template for a sampler of your own, not the quickstart's order.
 """
