@@ -1,6 +1,7 @@
 """Rule-based rewards, looked up by a sample's data_source.
 
 Built in: ``openai/gsm8k``/``gsm8k`` (``#### N``), MATH-style ``\\boxed{}`` answers (``math``, ``lighteval/MATH``, ...),
+DAPO's ``Answer:`` grading (``math_dapo`` and every ``aime*`` source), Search-R1's exact match (``searchR1_nq``, ...),
 the built-in ``arithmetic`` task and its tool-use form ``calculator_arithmetic``, and format-only rewards
 (``format_hash``, ``format_boxed``).
 Importing this package registers them. It imports no torch, so reward worker processes start fast;
@@ -13,6 +14,8 @@ from algos.rewards import (  # noqa: F401  (registers the built-ins)
     format_reward,
     gsm8k,
     math_answers,
+    math_dapo,
+    qa_exact_match,
     tool_arithmetic,
 )
 from algos.rewards.default import default_compute_score

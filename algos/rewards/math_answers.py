@@ -18,7 +18,7 @@ _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _TEXT_COMMANDS = ("\\text", "\\textbf", "\\textrm", "\\mathrm", "\\mathbf", "\\mbox")
 
 
-def _matching_brace(s: str, open_idx: int) -> int:
+def matching_brace(s: str, open_idx: int) -> int:
     """Index of the ``}`` closing the ``{`` at ``open_idx``, or -1 when unbalanced."""
     depth = 0
     for i in range(open_idx, len(s)):
@@ -38,7 +38,7 @@ def last_boxed(text: str) -> str | None:
         return None
     i = start + len(command)
     if i < len(text) and text[i] == "{":
-        end = _matching_brace(text, i)
+        end = matching_brace(text, i)
         return text[i + 1 : end] if end >= 0 else None
     if i < len(text) and text[i] == " ":  # "\boxed 5$": the answer runs to the next dollar or whitespace
         m = re.match(r"\s*([^\s$]+)", text[i:])
@@ -52,7 +52,7 @@ def _unwrap(s: str, commands: tuple[str, ...]) -> str:
         pattern = re.compile(re.escape(cmd) + r"\s*\{")
         while (m := pattern.search(s)) is not None:
             open_idx = m.end() - 1
-            end = _matching_brace(s, open_idx)
+            end = matching_brace(s, open_idx)
             if end < 0:
                 break
             s = s[: m.start()] + s[open_idx + 1 : end] + s[end + 1 :]
@@ -70,7 +70,7 @@ def _drop_trailing_unit(s: str) -> str:
                 last = m
     if last is None:
         return s
-    closes_answer = _matching_brace(s, last.end() - 1) == len(s) - 1
+    closes_answer = matching_brace(s, last.end() - 1) == len(s) - 1
     return s[: last.start()] if closes_answer and s[: last.start()].strip() else s
 
 

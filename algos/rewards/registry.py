@@ -1,5 +1,8 @@
 """Registry of rule-based reward functions, looked up by a sample's data_source.
 
+A name ending in ``*`` matches every data_source that starts with the rest (``aime*``: ``aime_2024``, ``aime25``),
+as verl's ``default_compute_score`` matches prefixes; an exact name wins over a prefix, a longer prefix over a shorter.
+
 A registered function has the reduced signature ``fn(solution_str, ground_truth, extra_info=None, **kwargs)``
 and returns a float or a dict with a ``score`` key (plus extra metric keys). It may be given as a callable or as a
 ``"module:function"`` / ``"path/to/file.py:function"`` string, which is imported on first lookup
@@ -55,11 +58,23 @@ def known_data_sources() -> list[str]:
     return list(REWARDS.names())
 
 
+PREFIX_MARK = "*"
+
+
+def _registered_name(data_source: str) -> str | None:
+    """The registered name that ``data_source`` resolves to: itself, else the longest matching ``prefix*``."""
+    if data_source in REWARDS:
+        return data_source
+    prefixes = [n for n in REWARDS.names() if n.endswith(PREFIX_MARK) and data_source.startswith(n[:-1])]
+    return max(prefixes, key=len, default=None)
+
+
 def get_reward_fn(data_source: str) -> RewardFn:
     """The reward function for ``data_source``; raises UnknownDataSourceError listing the known names."""
-    if data_source not in REWARDS:
+    name = _registered_name(data_source)
+    if name is None:
         raise UnknownDataSourceError(
             f"no reward function registered for data_source {data_source!r}; known: {', '.join(known_data_sources())}. "
             "Register one with algos.rewards.register_reward or set custom_reward_function.path"
         )
-    return REWARDS.get(data_source)
+    return REWARDS.get(name)

@@ -76,3 +76,31 @@ def test_load_callable_from_file(tmp_path):
 def test_load_callable_rejects_bad_spec():
     with pytest.raises(ValueError, match="module.path:function"):
         load_callable("no_colon_here")
+
+
+def test_a_name_ending_in_a_star_matches_by_prefix_and_exact_names_win():
+    from algos.rewards import math_dapo
+
+    # verl's default_compute_score: data_source == "math_dapo" or data_source.startswith("aime")
+    assert (
+        get_reward_fn("aime_2024") is get_reward_fn("aime25") is get_reward_fn("math_dapo") is math_dapo.compute_score
+    )
+    assert "aime*" in known_data_sources()
+    with pytest.raises(UnknownDataSourceError, match="'aim'"):
+        get_reward_fn("aim")  # shorter than the prefix
+
+    def exact(solution_str, ground_truth, extra_info=None):
+        return 0.5
+
+    def longer_prefix(solution_str, ground_truth, extra_info=None):
+        return 0.25
+
+    register_reward("aime_2024", fn=exact)
+    register_reward("aime_20*", fn=longer_prefix)
+    try:
+        assert get_reward_fn("aime_2024") is exact
+        assert get_reward_fn("aime_2025") is longer_prefix  # the longest matching prefix
+        assert get_reward_fn("aime_1999") is math_dapo.compute_score
+    finally:
+        unregister_reward("aime_2024")
+        unregister_reward("aime_20*")
