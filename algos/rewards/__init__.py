@@ -2,6 +2,7 @@
 
 Built in: ``openai/gsm8k``/``gsm8k`` (``#### N``), MATH-style ``\\boxed{}`` answers (``math``, ``lighteval/MATH``, ...),
 DAPO's ``Answer:`` grading (``math_dapo`` and every ``aime*`` source), Search-R1's exact match (``searchR1_nq``, ...),
+code run against test cases (``codecontests``, ``apps``, ``codeforces``, ``taco``),
 the built-in ``arithmetic`` task and its tool-use form ``calculator_arithmetic``, and format-only rewards
 (``format_hash``, ``format_boxed``).
 Importing this package registers them. It imports no torch, so reward worker processes start fast;
@@ -11,6 +12,7 @@ Importing this package registers them. It imports no torch, so reward worker pro
 from algos.registry import load_callable
 from algos.rewards import (  # noqa: F401  (registers the built-ins)
     arithmetic,
+    code_tests,
     format_reward,
     gsm8k,
     math_answers,
