@@ -139,7 +139,21 @@ def math_answers_equal(predicted: str | None, gold: str) -> bool:
     return fa is not None and fb is not None and fa == fb
 
 
-@register_reward("math", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500")
+# verl grades the NuminaMath sources with prime_math (the boxed answer, equal after normalisation or by sympy); here
+# they take this rule, which compares the boxed answer after normalisation and by rational value, without sympy
+NUMINA_SOURCES = (
+    "numina_aops_forum",
+    "numina_synthetic_math",
+    "numina_amc_aime",
+    "numina_synthetic_amc",
+    "numina_cn_k12",
+    "numina_olympiads",
+)
+
+
+@register_reward(
+    "math", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", *NUMINA_SOURCES
+)
 def compute_score(
     solution_str: str,
     ground_truth: Any,

@@ -48,3 +48,12 @@ def test_compute_score():
     assert compute_score("3", "3") == 0.0  # no boxed answer
     # A ground truth that is a full solution is reduced to its boxed answer (TRL-style `solution` column).
     assert compute_score(r"\boxed{7}", r"We add, so the total is $\boxed{7}$.") == 1.0
+
+
+def test_the_numina_sources_take_the_math_rule():
+    from algos.rewards import default_compute_score
+    from algos.rewards.math_answers import NUMINA_SOURCES
+
+    for source in NUMINA_SOURCES:  # verl's six NuminaMath names
+        assert default_compute_score(source, r"so $\boxed{\frac{3}{4}}$", "0.75") == 1.0
+        assert default_compute_score(source, r"so $\boxed{1}$", "0.75") == 0.0
