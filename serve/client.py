@@ -330,6 +330,7 @@ def deploy_rollout(
     wait: bool = True,
     chat_template: Optional[str] = None,
     hf_overrides: Optional[Mapping[str, Any]] = None,
+    external_libs: Sequence[str] = (),
 ) -> RolloutClient:
     """Deploy the rollout application `app_name` for `rollout` (a `RolloutConfig`) and return its client.
 
@@ -342,7 +343,8 @@ def deploy_rollout(
     serves no HTTP for this application. `placement`: what each replica holds (None: one CPU bundle,
     `ReplicaPlacement.on_cpu`). `chat_template`: the OpenAI chat route's template (`model.custom_chat_template`;
     None: the tokenizer's). `hf_overrides`: Hugging Face config fields each engine sets on the model's config
-    (`model.override_config`). Requires `ray.init` first.
+    (`model.override_config`). `external_libs`: modules each replica imports before building its engine
+    (`model.external_lib`). Requires `ray.init` first.
     """
     from serve.deployment import build_rollout_app
     from serve.instance import start_serve
@@ -359,6 +361,7 @@ def deploy_rollout(
         placement=placement,
         chat_template=chat_template,
         hf_overrides=hf_overrides,
+        external_libs=external_libs,
     )
     serve.run_many([serve.RunTarget(app, name=app_name, route_prefix=route_prefix)], wait_for_applications_running=wait)
     return RolloutClient(app_name, rollout)

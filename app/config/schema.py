@@ -126,10 +126,13 @@ class ModelConfig:
     # a Jinja chat template in place of the tokenizer's: the prompts, the multi-turn turns and the live policy's
     # OpenAI chat route use it, and the exported hf_model/ keeps it; None: the tokenizer's own
     custom_chat_template: Optional[str] = None
+    # a module (or a list of them) imported before the model is built, by the trainer's engines, the replicas and the
+    # pre-flight checks, for what it registers: a model class with transformers' Auto classes, an architecture with
+    # vLLM's ModelRegistry
+    external_lib: Optional[StrList] = None
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): config and tokenizer come from model.path
     hf_config_path: Optional[str] = None
     tokenizer_path: Optional[str] = None
-    external_lib: Optional[str] = None
     # verl keys with no effect here (verl_compat.NO_EFFECT)
     use_shm: bool = False
     enable_activation_offload: bool = False
@@ -506,7 +509,7 @@ class CriticModelConfig:
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)  # the critic's FSDP settings (verl's location)
     # verl: the critic's tokenizer; None or the policy's model path (the critic reads the policy's tokens here)
     tokenizer_path: Optional[str] = None
-    external_lib: Optional[str] = None  # verl's default only, as actor_rollout_ref.model.external_lib
+    external_lib: Optional[StrList] = None  # as actor_rollout_ref.model.external_lib, imported in the train workers
     # LoRA on the value model: adapters of this rank on target_modules, the fresh value head trained whole; 0: every
     # weight trains
     lora_rank: int = 0
@@ -552,7 +555,7 @@ class RewardModelPathConfig:
     path: Optional[str] = None
     input_tokenizer: Optional[str] = None  # None: the policy's tokenizer
     trust_remote_code: bool = False
-    external_lib: Optional[str] = None  # verl's default only (verl_compat.DEFAULT_ONLY)
+    external_lib: Optional[StrList] = None  # as actor_rollout_ref.model.external_lib, imported in the train workers
     # verl keys with no effect here (verl_compat.NO_EFFECT): the reward model is not sharded
     use_shm: bool = False
     use_remove_padding: bool = False
@@ -774,7 +777,9 @@ class TrainerConfig:
     # disable model.path) answers the validation prompts; no step, checkpoint or export, and the run's metrics.jsonl
     # is left as it is: the result is a row of val_only.jsonl
     val_only: bool = False
-    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY)
+    # a copy of each complete checkpoint goes to <default_hdfs_dir>/global_step_<N> (hdfs://, s3://, gs://, or a
+    # folder: any filesystem pyarrow opens), never pruned; runs resume from default_local_dir
+    # (app/trainer/checkpoint_copy.py)
     default_hdfs_dir: Optional[str] = None
     # verl keys with no effect here (verl_compat.NO_EFFECT)
     del_local_ckpt_after_load: bool = False

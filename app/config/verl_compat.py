@@ -157,9 +157,10 @@ NO_EFFECT = {
     "decides when checkpoints are written",
     "trainer.ray_wait_register_center_timeout": "there is no register center: Ray Train starts the workers",
     # verl deletes only the local copies of a checkpoint it fetched from HDFS (its is_non_local paths), never a
-    # checkpoint under default_local_dir; without default_hdfs_dir every checkpoint here is such a local one
-    "trainer.del_local_ckpt_after_load": "verl deletes only the copies it fetched from HDFS (trainer.default_hdfs_dir, "
-    "not supported here); local checkpoints are kept after resuming, as verl keeps them",
+    # checkpoint under default_local_dir; nothing is fetched here, so every checkpoint is such a local one
+    "trainer.del_local_ckpt_after_load": "verl deletes only the copies it fetched from HDFS; runs resume from "
+    "trainer.default_local_dir here (trainer.default_hdfs_dir only receives copies), and local checkpoints are kept "
+    "after resuming, as verl keeps them",
 }
 
 # verl keys accepted at verl's default (the schema's default) and refused at any other value, and why
@@ -173,7 +174,6 @@ DEFAULT_ONLY = {
     "data.datagen.name": "dynamic data generation is not supported",
     "actor_rollout_ref.model.hf_config_path": "the model's config is read from model.path",
     "actor_rollout_ref.model.tokenizer_path": "the tokenizer is read from model.path",
-    "actor_rollout_ref.model.external_lib": "importing a module to register model classes is not supported",
     "actor_rollout_ref.hybrid_engine": "verl supports only true; the layout here is trainer.placement",
     "actor_rollout_ref.ref.model": "the reference is the actor's initial model (actor_rollout_ref.model.path)",
     **_each(_CHECKPOINT, "async_save", "checkpoints are written before the step returns here"),
@@ -192,15 +192,13 @@ DEFAULT_ONLY = {
     "multi-turn tool use and interactions are actor_rollout_ref.rollout.multi_turn (docs/agents.md)",
     "actor_rollout_ref.rollout.agent.custom_async_server.path": "custom rollout servers are not supported",
     "actor_rollout_ref.rollout.agent.custom_async_server.name": "custom rollout servers are not supported",
-    "critic.model.external_lib": "importing a module to register model classes is not supported",
-    "reward_model.model.external_lib": "importing a module to register model classes is not supported",
     "reward_model.enable_resource_pool": "a separate GPU pool for the reward model is not supported; it runs beside "
     "the trainer",
     "reward_model.n_gpus_per_node": "used only with enable_resource_pool, which is not supported",
     "reward_model.nnodes": "used only with enable_resource_pool, which is not supported",
-    "reward_model.sandbox_fusion.url": "sandboxed code-execution rewards are not supported; a custom reward function "
-    "(custom_reward_function.path) can call a sandbox itself",
-    "trainer.default_hdfs_dir": "checkpoints are not copied to HDFS; trainer.default_local_dir is where they go",
+    "reward_model.sandbox_fusion.url": "sandboxed code-execution rewards are not supported: the code data_sources "
+    "(codecontests, apps, codeforces, taco) run their tests in a local process, as verl does without a sandbox; a "
+    "custom reward function (custom_reward_function.path) can call a sandbox itself",
 }
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"  # read by app/agents; checked by app.config.multi_turn
 NO_EFFECT[f"{MULTI_TURN}.use_inference_chat_template"] = (

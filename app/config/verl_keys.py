@@ -32,6 +32,12 @@ _ACTOR_CKPT = "model, optimizer and extra always (any order); hf_model adds a Hu
 
 # read here, with a mapping onto this framework's keys or a check that they agree
 READ_NOTES = {
+    "actor_rollout_ref.model.external_lib": "imported by the train workers, the replicas and the pre-flight checks "
+    "(which then read a model type it registers); one name or a list, as verl's import_external_libs takes",
+    "critic.model.external_lib": "imported by the train workers, where the critic is built",
+    "reward_model.model.external_lib": "imported by the train workers, where the reward model is built",
+    "trainer.default_hdfs_dir": "any filesystem pyarrow opens (hdfs://, s3://, gs://, a folder); the whole "
+    "global_step_<N> folder is copied, and runs resume from default_local_dir (verl refuses to resume with it set)",
     "actor_rollout_ref.rollout.name": "vllm or hf; sglang is served by vLLM, with a warning saying so",
     "actor_rollout_ref.ref.strategy": "must be the actor's (the reference runs on the actor's engine)",
     "critic.model.tokenizer_path": "must be the policy's model path (the critic reads the policy's tokens)",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Optional
 
 from app.config.schema import TrainerRunConfig
+from app.preflight.checkpoint_copy import check_checkpoint_copy
 from app.preflight.checkpoint_model import check_checkpoint_model
 from app.preflight.cluster_address import check_cluster_answers
 from app.preflight.context_length import check_context_length
@@ -22,6 +23,8 @@ from app.preflight.data_files import check_data_files
 from app.preflight.data_rows import check_data_rows
 from app.preflight.extension_lock import check_extension_locks
 from app.preflight.http_port import check_http_port
+from app.preflight.model_config import check_model_configs
+from app.preflight.model_libs import check_model_libs
 from app.preflight.model_overrides import check_model_overrides
 from app.preflight.model_path import check_model_paths
 from app.preflight.ray_init import check_ray_init
@@ -44,7 +47,11 @@ CHECKS: list[Check] = [
     Check("context_length", check_context_length),
     Check("http_port", check_http_port),
     Check("extension_lock", check_extension_locks),
+    Check("checkpoint_copy", check_checkpoint_copy),
     Check("data_files", check_data_files),  # columns and paths in a second; the full read is the "data" check
+    # first in the child: the checks after it that read a model's config see what these modules register
+    Check("model_libs", check_model_libs, apart=True),
+    Check("model_config", check_model_configs, apart=True),
     Check("reward_function", check_reward_function, apart=True),
     # before the tokenizer and the full data read (seconds for a large file): a wrong checkpoint fails sooner
     Check("checkpoint_model", check_checkpoint_model, apart=True),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from app.config.schema import TrainerRunConfig
+from app.preflight.model_libs import model_libs
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ ABSOLUTE_PATH_KEYS = (
     "trainer.validation_data_dir",
     "custom_reward_function.path",
     "data.sampler.class_path",
+    "trainer.default_hdfs_dir",
 )
 EXISTING_PATH_KEYS = (
     "actor_rollout_ref.model.path",
@@ -184,9 +186,12 @@ def worker_entry(loop_config: dict[str, Any]) -> None:
     from app.logs import quiet_train_reports
     from app.trainer.setup import build_trainer
     from serve import get_rollout_client
+    from serve.model_libs import import_model_libs
 
     quiet_train_reports()
     cfg: TrainerRunConfig = loop_config["config"]
+    for key, names in model_libs(cfg):  # the actor's, critic's and reward model's, before any of them is built
+        import_model_libs(names, key)
     record_placement(Path(cfg.trainer.default_local_dir), cfg.trainer.device)
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
     if cfg.trainer.device == "cuda":  # the GPU Ray assigned to this rank; the engine computes on the current one
@@ -249,6 +254,7 @@ def train(
     from app.logs import quiet_loggers, train_log_level
     from app.trainer.progress import follow_progress
     from serve import deploy_rollout
+    from serve.model_libs import lib_names
 
     quiet_loggers()
     started_cluster = ensure_ray(cfg)
@@ -275,6 +281,7 @@ def train(
             placement=replica_placement(cfg, plan),
             chat_template=model.custom_chat_template,
             hf_overrides=model.override_config,
+            external_libs=lib_names(model.external_lib),
             wait=plan.rollout_starts_first or cfg.trainer.max_failures != 0,
         )
     [worker] = plan.train.bundles

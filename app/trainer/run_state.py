@@ -22,6 +22,7 @@ import torch
 from app.config.schema import CHECKPOINT_HF, TrainerRunConfig
 from app.data.custom_sampler import load_sampler_state, save_sampler_state
 from app.trainer import checkpoints
+from app.trainer.checkpoint_copy import copy_checkpoint
 from app.trainer.collectives import RankGroup
 from app.trainer.self_imitation import ReplayBuffer
 
@@ -124,6 +125,8 @@ class RunStore:
                 "world_size": self.ranks.world,
             }
             final = checkpoints.publish(self.root, staging, state.step, saved, self.cfg.trainer.max_ckpt_to_keep)
+            if self.cfg.trainer.default_hdfs_dir:
+                copy_checkpoint(final, state.step, self.cfg.trainer.default_hdfs_dir)
         self.ranks.barrier()
         return final
 

@@ -32,6 +32,7 @@ def _spec(threads: int, tensor_parallel_size: int = 1, **engine_kwargs) -> Rollo
         chat_template=None,
         hf_overrides={},
         enable_prefix_caching=True,
+        external_libs=(),
     )
 
 

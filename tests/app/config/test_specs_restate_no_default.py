@@ -105,7 +105,7 @@ ROLLOUT_ENGINE = {
     ),
 }
 # rollout keys the builder converts (or derives from model.lora_rank): checked one by one below
-ROLLOUT_CONVERTED = {"max_model_len", "cpu_kv_cache_bytes", "cpu_threads", "max_lora_rank"}
+ROLLOUT_CONVERTED = {"max_model_len", "cpu_kv_cache_bytes", "cpu_threads", "max_lora_rank", "external_libs"}
 PROMPT_DATA = _same_names(
     "data",
     "prompt_key",

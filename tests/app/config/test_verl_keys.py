@@ -189,10 +189,10 @@ REQUIRED = ("actor_rollout_ref.model.path=/m", "data.train_files=/d/train.parque
 def test_a_default_only_refusal_through_hydra_says_why():
     with pytest.raises(
         ConfigError,
-        match=r"^trainer\.default_hdfs_dir='hdfs://n/ckpt': checkpoints are not copied to HDFS; .*only "
+        match=r"^actor_rollout_ref\.model\.tokenizer_path='/t': the tokenizer is read from model\.path; .*only "
         r"verl's default None is accepted",
     ):
-        load_config(compose([*REQUIRED, "trainer.default_hdfs_dir=hdfs://n/ckpt"]))
+        load_config(compose([*REQUIRED, "actor_rollout_ref.model.tokenizer_path=/t"]))
     with pytest.raises(
         ConfigError,
         match=r"^actor_rollout_ref\.rollout\.skip_rollout=True: dumping and replaying rollouts is not supported; "

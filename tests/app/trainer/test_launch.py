@@ -253,3 +253,12 @@ def test_a_custom_samplers_file_becomes_absolute_and_a_module_stays_as_given(tmp
     assert with_absolute_paths(file_cfg, cwd=tmp_path).data.sampler.class_path == str(tmp_path / "samplers" / "s.py")
     module_cfg = load_config(with_dotted(BASE, **{"data.sampler": {**sampler, "class_path": "pkg://my.samplers"}}))
     assert with_absolute_paths(module_cfg, cwd=tmp_path).data.sampler.class_path == "pkg://my.samplers"
+
+
+def test_a_checkpoint_copy_folder_becomes_absolute_and_a_uri_stays_as_given(tmp_path):
+    from app.trainer.launch import with_absolute_paths
+
+    folder = load_config(with_dotted(BASE, **{"trainer.default_hdfs_dir": "copies/run"}))
+    assert with_absolute_paths(folder, cwd=tmp_path).trainer.default_hdfs_dir == str(tmp_path / "copies" / "run")
+    uri = load_config(with_dotted(BASE, **{"trainer.default_hdfs_dir": "s3://bucket/run"}))
+    assert with_absolute_paths(uri, cwd=tmp_path).trainer.default_hdfs_dir == "s3://bucket/run"

@@ -87,6 +87,7 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(
         "trainer.num_workers=2",
         "trainer.save_freq=3",
         "trainer.experiment_name=grpo-e2e",
+        f"trainer.default_hdfs_dir=file://{tmp_path / 'remote'}",  # verl's remote copy of each checkpoint
     ]
     # validation at the last step, with 3 of its samples to TensorBoard (gathered from both ranks) and all of them to
     # trainer.validation_data_dir
@@ -98,6 +99,12 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(
     ]
     train(compose(overrides + first_run), rollout_app=rollout_app)
     assert (out / "global_step_3" / "trainer_state.json").is_file()
+    local, remote = out / "global_step_3", tmp_path / "remote" / "global_step_3"
+    files = sorted(p.relative_to(local) for p in local.rglob("*") if p.is_file())
+    assert "rng_rank1.pt" in map(str, files)  # both ranks' files, all of them
+    assert sorted(p.relative_to(remote) for p in remote.rglob("*") if p.is_file()) == files
+    assert all((remote / f).read_bytes() == (local / f).read_bytes() for f in files)
+    assert (tmp_path / "remote" / "latest_checkpointed_iteration.txt").read_text() == "3"
     first = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in first] == [1, 2, 3]
     assert "val-core/reward/mean" in first[-1]
@@ -122,7 +129,8 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(
     # temperature (both give gaps > 0.1). Later steps' gaps also show each LoRA sync reached the replica.
     assert all(r["actor/rollout_logprob_diff"] < 1e-3 for r in first)
 
-    # A second run with a longer horizon resumes from global_step_3 and trains step 4 only.
+    # A second run with a longer horizon resumes from global_step_3 and trains step 4 only (from default_local_dir:
+    # verl refuses to resume while default_hdfs_dir is set).
     train(compose(overrides + ["trainer.total_training_steps=4"]), rollout_app=rollout_app)
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
@@ -140,9 +148,12 @@ def test_grpo_two_workers_checkpoints_and_resumes_in_data_order(
     assert (out / "hf_model" / "config.json").is_file()
 
 
-def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, arith_data, tmp_path):
+def test_ppo_with_critic_runs_two_steps(compose, rollout_app, marked_model_dir, arith_data, tmp_path):
     out = tmp_path / "ppo"
-    overrides = base_overrides(tiny_model_dir, arith_data, out) + [
+    # actor and critic load the tiny Llama under a model type that only tests/marked_llama.py registers (verl's
+    # model.external_lib, imported by each train worker); the replica serves the same weights as a plain Llama
+    overrides = base_overrides(marked_model_dir, arith_data, out) + [
+        "actor_rollout_ref.model.external_lib=tests.marked_llama",
         "algorithm.adv_estimator=gae",
         "algorithm.lam=0.95",
         "actor_rollout_ref.model.lora_rank=0",
@@ -164,6 +175,7 @@ def test_ppo_with_critic_runs_two_steps(compose, rollout_app, tiny_model_dir, ar
     # as closely as before any update (as in the GRPO test above), so every updated tensor reached the replica
     assert rows[-1]["actor/rollout_logprob_diff"] < 1e-3
     assert (out / "hf_model" / "model.safetensors").is_file()
+    assert json.loads((out / "hf_model" / "config.json").read_text())["model_type"] == "rayrl_marked_llama"
     # verl's ray_kwargs.timeline_json_file: Ray's Chrome trace of the run's tasks and actors, the train worker's too
     events = json.loads((out / "timeline.json").read_text())
     assert any(event.get("cat", "").startswith("task::RayTrainWorker.") for event in events)
