@@ -26,8 +26,11 @@ The step (as `app/trainer/loop.py` with one mini-batch and one PPO epoch, the qu
 one optimiser step on the policy loss at ratio 1 (on-policy: PPO's clip is inactive), plus the replayed answers, the
 KL-to-reference term (the base model, LoRA off) and the entropy bonus, each aggregated over the response budget as the
 actor does; with `algorithm.filter_groups`, DAPO's dynamic sampling draws rounds of prompts until the step's groups
-differ on its metric (`score` or `acc`), as the trainer does. Validation: greedy answers to the first
-`val_max_samples` prompts, as the trainer's.
+differ on its metric (`score` or `acc`), as the trainer does. Prompts: a shuffled order of its own per seed, or the
+config's `data.sampler` class (the quickstart's curriculum), built with rows holding `data_source`,
+`reward_model.ground_truth`, `extra_info.level`, `index` and `dataset_index`, a `data_config` of the run's seed and
+the sampler's own settings only, and updated after each step with the trained samples' `dataset_index` and
+`token_level_scores`. Validation: greedy answers to the first `val_max_samples` prompts, as the trainer's.
 """
 
 from __future__ import annotations
@@ -110,6 +113,8 @@ class Recipe:
     # the lr of each training step (index 0: step 1), the engine's schedule computed when the plan is made, so that
     # the device needs neither the config stack nor the engine
     step_lrs: tuple[float, ...]
+    # data.sampler: {"class_path", "class_name", "options"}, or None for the bench's own shuffled order
+    sampler: Optional[dict] = None
 
 
 # where each Recipe field comes from in the trainer config (verl's keys)
@@ -211,7 +216,9 @@ def recipe_from_config(cfg: Any) -> Recipe:
     )
     values = {name: attrgetter(key)(cfg) for name, key in RECIPE_KEYS.items()}
     step_lrs = engine_step_lrs(values["lr"], values["lr_warmup_steps"], values["steps"])
-    return Recipe(**values | {"betas": tuple(values["betas"]), "step_lrs": step_lrs})
+    ref = cfg.data.sampler
+    sampler = None if ref.class_path is None else {**asdict(ref), "options": dict(ref.options)}
+    return Recipe(**values | {"betas": tuple(values["betas"]), "step_lrs": step_lrs, "sampler": sampler})
 
 
 # ---------------------------------------------------------------- plan (here, with the project's config stack)
@@ -266,6 +273,62 @@ def merged(model):
         yield
     finally:
         model.unmerge_adapter()
+
+
+class PromptDraws:
+    """The training prompts a run draws: a shuffled order of the run's seed, or the recipe's `data.sampler` class
+    (built as the trainer builds it, from the rows this bench has), each epoch of it in turn."""
+
+    def __init__(self, train: Sequence[Prompt], sampler: Optional[dict], seed: int):
+        self.size, self.sampler = len(train), None
+        if sampler is None:
+            self._order = torch.randperm(self.size, generator=torch.Generator().manual_seed(seed)).tolist()
+            self._epoch = iter(self._order)
+            return
+        from types import SimpleNamespace
+
+        from app.data.custom_sampler import load_sampler_class
+
+        rows = [
+            {
+                "data_source": "arithmetic",
+                "reward_model": {"ground_truth": p.ground_truth},
+                "extra_info": {"level": p.level},
+                "index": i,
+                "dataset_index": i,
+            }
+            for i, p in enumerate(train)
+        ]
+        config = SimpleNamespace(seed=seed, sampler=dict(sampler["options"]))
+        self.sampler = load_sampler_class(sampler["class_path"], sampler["class_name"])(rows, config)
+        self._epoch = iter(self.sampler)
+
+    def take(self, k: int) -> list[int]:
+        """The next k indices, a new epoch begun where one runs out."""
+        out = []
+        while len(out) < k:
+            index = next(self._epoch, None)
+            if index is None:
+                self._epoch = iter(self.sampler if self.sampler is not None else self._order)
+                continue
+            out.append(int(index))
+        return out
+
+    def learn(self, indices: Sequence[int], scores: torch.Tensor, lengths: Sequence[int]) -> None:
+        """A sampler's `update` with the step's trained samples: each one's prompt and its score on its last token."""
+        if self.sampler is None or not hasattr(self.sampler, "update"):
+            return
+        import numpy as np
+
+        from app.data.custom_sampler import SamplerBatch
+
+        token_scores = torch.zeros((len(indices), max(lengths)))
+        for row, length in enumerate(lengths):
+            token_scores[row, length - 1] = scores[row]
+        dataset_index = np.asarray(indices, dtype=np.int64)
+        self.sampler.update(
+            SamplerBatch({"token_level_scores": token_scores}, {"dataset_index": dataset_index, "uid": dataset_index})
+        )
 
 
 class Runner:
@@ -374,14 +437,12 @@ class Runner:
         model = self._policy(recipe, seed)
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=recipe.lr, betas=recipe.betas, weight_decay=recipe.weight_decay)
-        order = torch.randperm(len(self.train), generator=torch.Generator().manual_seed(seed)).tolist()
+        draws = PromptDraws(self.train, recipe.sampler, seed)
         buffer: list[tuple[list[int], list[int]]] = []
         curve = {0: self.validate(model, recipe)}
         steps_log = []
-        drawn = 0  # prompts taken from `order` so far
         for step in range(1, recipe.steps + 1):
-            group, answers, scores, rounds = self.sample_batch(model, recipe, order, drawn, seed, step)
-            drawn += rounds * recipe.prompts_per_step
+            group, answers, scores, rounds, indices = self.sample_batch(model, recipe, draws.take, seed, step)
             task = torch.tensor([s["score"] for s in scores])
             rewards = task.clone()
             if recipe.overlong:
@@ -412,6 +473,7 @@ class Runner:
             for param_group in optimizer.param_groups:
                 param_group["lr"] = lr
             metrics = self.update(model, optimizer, recipe, group, answers, advantages, replay)
+            draws.learn(indices, task, [len(a) for a in answers])  # after the update, as the trainer's curriculum
             metrics |= {"step": step, "reward": float(task.mean()), "length": float(mask.sum(1).mean())}
             metrics["rounds"] = rounds
             steps_log.append(metrics)
@@ -420,8 +482,9 @@ class Runner:
         seconds = time.perf_counter() - started
         return {"seed": seed, "curve": curve, "steps": steps_log, "seconds": seconds}
 
-    def sample_batch(self, model, recipe: Recipe, order: list[int], drawn: int, seed: int, step: int):
-        """A step's `prompts_per_step` groups of `n` answers: (prompts per answer, answers, scores, rounds).
+    def sample_batch(self, model, recipe: Recipe, take, seed: int, step: int):
+        """A step's `prompts_per_step` groups of `n` answers: (prompts per answer, answers, scores, rounds, the
+        training-set index of each answer's prompt); `take(k)` gives the next k prompts' indices.
 
         One round without `filter_groups`. With it, the trainer's dynamic sampling loop
         (`app.trainer.dynamic_sampling.informative_rounds`): rounds of the next `prompts_per_step` prompts until that
@@ -429,16 +492,16 @@ class Runner:
         first, then alike ones to fill the batch."""
         per, n = recipe.prompts_per_step, recipe.n
         index = [i // n for i in range(per * n)]  # group ids of a round's answers
-        number = 0  # rounds drawn so far: where the next round's prompts start, and its sampling seed
+        number = 0  # rounds drawn so far: its sampling seed
 
-        def next_round() -> tuple[list[Prompt], list[list[int]], list[dict[str, float]]]:
+        def next_round() -> tuple[list[Prompt], list[list[int]], list[dict[str, float]], list[int]]:
             nonlocal number
-            first = drawn + number * per
-            group = [self.train[order[(first + i) % len(order)]] for i in range(per) for _ in range(n)]
+            indices = [i for i in take(per) for _ in range(n)]
+            group = [self.train[i] for i in indices]
             torch.manual_seed(seed * 100_003 + step + 1_000_003 * number)  # round 0: the one-batch step's seed
             number += 1
             answers = self.generate(model, [p.ids for p in group], recipe, greedy=False)
-            return group, answers, self.score(answers, group)
+            return group, answers, self.score(answers, group), indices
 
         def informative_of(scored) -> dict[int, bool]:
             if not recipe.filter_groups:
@@ -458,6 +521,7 @@ class Runner:
             [a for scored, r in rows for a in scored[1][r]],
             [s for scored, r in rows for s in scored[2][r]],
             counts["rounds"],
+            [i for scored, r in rows for i in scored[3][r]],
         )
 
     def update(self, model, optimizer, recipe: Recipe, group, answers, advantages, replay) -> dict[str, float]:

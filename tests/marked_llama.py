@@ -1,7 +1,7 @@
 """A model type only this module makes known: `rayrl_marked_llama`, a Llama under its own config and model classes,
 registered with transformers' Auto classes on import (what verl's `model.external_lib` modules do): the causal LM for
-the policy, token classification for a critic's value head, and the bare model that head builds on. A folder whose config.json names that type loads only in
-a process that imported this module, as the class of the model shows."""
+the policy, token classification for a critic's value head, and the bare model that head builds on. A folder whose
+config.json names that type loads only in a process that imported this module, as the class of the model shows."""
 
 from transformers import (
     AutoConfig,

@@ -93,9 +93,11 @@ def test_dynamic_sampling_draws_rounds_until_the_groups_score_unlike():
     unlike = {(1, 1), (1, 3), (2, 4), (2, 5), (2, 6)}
 
     def drawn(runner, recipe):
-        prompts, answers, scores, rounds = runner.sample_batch(None, recipe, list(range(12)), 0, 1, 1)
-        assert len(prompts) == len(answers) == len(scores) == 4 * 8
-        assert [p.ids[0] for p in prompts] == [a[0] for a in answers]  # prompts and answers stay paired
+        order = iter(range(12))
+        take = lambda k: [next(order) for _ in range(k)]  # noqa: E731  (prompts 0, 1, 2, ... in turn)
+        prompts, answers, scores, rounds, indices = runner.sample_batch(None, recipe, take, 1, 1)
+        assert len(prompts) == len(answers) == len(scores) == len(indices) == 4 * 8
+        assert [p.ids[0] for p in prompts] == [a[0] for a in answers] == indices  # prompts, answers, indices paired
         return [a[0] for a in answers[::8]], rounds
 
     # informative groups in the order drawn, the surplus (prompt 6) left out, as the trainer's dynamic sampling
@@ -110,6 +112,29 @@ def test_dynamic_sampling_draws_rounds_until_the_groups_score_unlike():
     assert on_acc.filter_metric == "acc"
     acc_unlike = frozenset({(1, 3), (2, 6), (2, 7), (3, 8)})
     assert drawn(ScriptedRunner(unlike, 12, acc_unlike), on_acc) == ([3, 6, 7, 8], 3)
+
+
+def test_prompts_come_from_the_configs_sampler_or_a_shuffled_order_of_the_seed():
+    recipe = recipe_from_config(compose_setting("quickstart", []))
+    assert recipe.sampler == {  # configs/quickstart.yaml's curriculum
+        "class_path": "pkg://app.data.pass_rate_curriculum",
+        "class_name": "PassRateCurriculum",
+        "options": {"group_key": "extra_info.level", "right_score": 0.5},
+    }
+    train = [recipe_screen.Prompt(ids=[i], ground_truth="1", level=1 + i % 2) for i in range(12)]
+    draws = recipe_screen.PromptDraws(train, recipe.sampler, seed=1)
+    first = draws.take(12)
+    assert sorted(first) == list(range(12))  # an epoch draws every prompt once
+    # level 1 (even indices): 4 samples all right; level 2: 4 samples, one right unmarked (0.5 counts: right_score)
+    draws.learn([0, 0, 2, 2, 1, 1, 3, 3], torch.tensor([1.0, 1.0, 1.0, 1.0, 0.5, 0.1, 0.0, 0.0]), [3] * 8)
+    # with one right and one wrong sample as the prior: (4 + 1) / (4 + 2) and (1 + 1) / (4 + 2)
+    assert draws.sampler.pass_rates().tolist() == [5 / 6, 2 / 6]
+    assert len(draws.take(5)) == 5  # the next epoch begins
+    shuffled = recipe_screen.PromptDraws(train, None, seed=1)
+    epoch = shuffled.take(12)
+    assert sorted(epoch) == list(range(12)) and epoch != list(range(12))
+    assert shuffled.take(12) == epoch  # the same order each epoch
+    shuffled.learn([0], torch.tensor([1.0]), [1])  # nothing to learn
 
 
 def test_the_summary_counts_the_seeds_every_setting_finished():

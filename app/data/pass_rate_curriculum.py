@@ -1,5 +1,5 @@
-"""A curriculum sampler in verl's `data.sampler` interface: prompts from the groups the policy solves about half the
-time come first.
+"""The quickstart's curriculum, a sampler in verl's `data.sampler` interface: prompts from the groups the policy
+solves about half the time come first.
 
 A GRPO group teaches only where its samples score unlike, so a prompt the policy always solves, or never does, adds
 nothing. This sampler keeps, for each group of prompts, the share of its recent samples that scored at least
@@ -9,13 +9,14 @@ draws each next prompt with weight p * (1 - p) + `data.sampler.floor`, where p i
 `data.sampler.group_key` (a dotted path into the row, e.g. `extra_info.level` for the built-in arithmetic task's
 difficulty levels), or each prompt alone without one. An epoch draws every prompt once.
 
-    python -m app.train --config-name quickstart \
-        data.sampler.class_path=examples/curriculum_sampler.py data.sampler.class_name=PassRateCurriculum \
-        +data.sampler.group_key=extra_info.level
+    python -m app.train ... data.sampler.class_path=pkg://app.data.pass_rate_curriculum \
+        data.sampler.class_name=PassRateCurriculum +data.sampler.group_key=extra_info.level
 
-Each draw makes a pass over the training set's prompts. On the quickstart (nine seeds) it passed one seed more than
-the shuffled order, within the seeds' noise, and one seed lost the "#### N" line (docs/results.md, "A curriculum over
-the arithmetic levels"): a template for a sampler of your own, not the quickstart's order.
+The quickstart counts a right number as right whether it is marked or not (right_score 0.5, the arithmetic reward's
+score for a right unmarked number), so a level's share follows its accuracy while the format is still being learned;
+with it more seeds gained +0.30 than with the shuffled order (docs/results.md, "A curriculum over the arithmetic
+levels"). Each draw makes a pass over the training set's prompts. docs/samplers.md: the interface, for a sampler of
+your own.
 """
 
 from __future__ import annotations
