@@ -144,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         help="trainer.seed of the first run, +1 for each next one (default: the quickstart's seed)",
     )
     args, overrides = parser.parse_known_args(argv)
-    bad = [o for o in overrides if "=" not in o]
+    bad = [o for o in overrides if "=" not in o and not o.startswith("~")]  # ~key: Hydra's deletion of a key
     if bad:
-        print(f"error: {bad[0]!r} is neither an option of this bench nor a key=value override", file=sys.stderr)
+        print(f"error: {bad[0]!r} is neither an option of this bench nor a key=value or ~key override", file=sys.stderr)
         return 2
     if any(o.split("=", 1)[0].lstrip("+") == "trainer.seed" for o in overrides):
         print("error: trainer.seed is set for each run by --first-seed", file=sys.stderr)

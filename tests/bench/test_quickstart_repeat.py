@@ -44,9 +44,13 @@ def test_bad_arguments_are_refused_before_any_run(tmp_path, capsys):
     assert bench.main(["--runs", "0", "--output-root", str(tmp_path)]) == 2
     assert "--runs must be >= 1, got 0" in capsys.readouterr().err
     assert bench.main(["--bogus", "--output-root", str(tmp_path)]) == 2
-    assert "'--bogus' is neither an option of this bench nor a key=value override" in capsys.readouterr().err
+    assert "'--bogus' is neither an option of this bench nor a key=value or ~key override" in capsys.readouterr().err
     (tmp_path / "run_1").mkdir()  # the second run's folder: refused before the first run trains
     assert bench.main(["--runs", "2", "--output-root", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'run_1'} exists" in capsys.readouterr().err
+    # a Hydra deletion (the quickstart in its shuffled order) is an override, not a bad argument: it reaches the check
+    # of the run folders, as above
+    assert bench.main(["--runs", "2", "--output-root", str(tmp_path), "~data.sampler.group_key"]) == 2
     assert f"{tmp_path / 'run_1'} exists" in capsys.readouterr().err
     assert not (tmp_path / "run_0").exists()
 
