@@ -1,7 +1,8 @@
 """verl's `model.external_lib`: modules imported before a model is built, for what they register on import (a model
 class with transformers' Auto classes, an architecture with vLLM's ModelRegistry). Every process that builds one
-imports them: the replicas (here), the train workers (actor, critic, reward model: app.trainer.launch) and the
-pre-flight checks that read the model's config (app.preflight.model_libs)."""
+imports them: the replicas (here), the train workers (actor, critic, reward model: app.trainer.launch), the
+pre-flight checks that read the model's config (app.preflight.model_libs) and the pipelines' MLflow save
+(app.pipeline.best_model)."""
 
 from __future__ import annotations
 

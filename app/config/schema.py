@@ -126,9 +126,9 @@ class ModelConfig:
     # a Jinja chat template in place of the tokenizer's: the prompts, the multi-turn turns and the live policy's
     # OpenAI chat route use it, and the exported hf_model/ keeps it; None: the tokenizer's own
     custom_chat_template: Optional[str] = None
-    # a module (or a list of them) imported before the model is built, by the trainer's engines, the replicas and the
-    # pre-flight checks, for what it registers: a model class with transformers' Auto classes, an architecture with
-    # vLLM's ModelRegistry
+    # a module (or a list of them) imported before the model is built, by the trainer's engines, the replicas, the
+    # pre-flight checks and the pipelines' MLflow save, for what it registers: a model class with transformers' Auto
+    # classes, an architecture with vLLM's ModelRegistry
     external_lib: Optional[StrList] = None
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): config and tokenizer come from model.path
     hf_config_path: Optional[str] = None

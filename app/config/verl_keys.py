@@ -32,8 +32,9 @@ _ACTOR_CKPT = "model, optimizer and extra always (any order); hf_model adds a Hu
 
 # read here, with a mapping onto this framework's keys or a check that they agree
 READ_NOTES = {
-    "actor_rollout_ref.model.external_lib": "imported by the train workers, the replicas and the pre-flight checks "
-    "(which then read a model type it registers); one name or a list, as verl's import_external_libs takes",
+    "actor_rollout_ref.model.external_lib": "imported by the train workers, the replicas, the pre-flight checks "
+    "(which then read a model type it registers) and the pipelines' MLflow save; one name or a list, as verl's "
+    "import_external_libs takes",
     "critic.model.external_lib": "imported by the train workers, where the critic is built",
     "reward_model.model.external_lib": "imported by the train workers, where the reward model is built",
     "trainer.default_hdfs_dir": "any filesystem pyarrow opens (hdfs://, s3://, gs://, a folder); the whole "

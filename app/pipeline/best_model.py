@@ -50,7 +50,8 @@ def save_best_model(run_cfg: Any, cfg: Any, out: Path) -> Path:
         )
     reward = dict(history).get(chosen)
     staging = out.with_name(f".{out.name}.tmp")
-    _save_mlflow(source, staging, {"rayrl_step": chosen, "rayrl_val_reward": reward, "rayrl_run_dir": str(run_dir)})
+    metadata = {"rayrl_step": chosen, "rayrl_val_reward": reward, "rayrl_run_dir": str(run_dir)}
+    _save_mlflow(source, staging, metadata, run_cfg.actor_rollout_ref.model)
     move_folder(staging, out)
     (out / "best.json").write_text(json.dumps({"step": chosen, REWARD: reward, "source": str(source)}, indent=1))
     print(f"mlflow_model_folder: {out.resolve()} (step {chosen}, validation reward {reward})")
@@ -81,16 +82,23 @@ def _export_checkpoint(cfg: Any, ckpt: Path, step: int, work: Path) -> Path:
     return work / "hf_model"
 
 
-def _save_mlflow(source: Path, out: Path, metadata: dict[str, Any]) -> None:
+def _save_mlflow(source: Path, out: Path, metadata: dict[str, Any], policy: Any) -> None:
+    """Save the Hugging Face folder `source` as an MLflow transformers model; `policy` (the run's
+    actor_rollout_ref.model) names the modules that register a model type of one's own and whether the folder's own
+    code may run, as the trainer loaded it."""
     import shutil
 
     import mlflow.transformers
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from serve.model_libs import KEY, import_model_libs, lib_names
+
+    import_model_libs(lib_names(policy.external_lib), KEY)
     shutil.rmtree(out, ignore_errors=True)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    remote = policy.trust_remote_code
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, trust_remote_code=remote)
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=remote)
     import transformers
 
     # named, not inferred: MLflow's inference imports every optional package transformers might use (torchvision ...)

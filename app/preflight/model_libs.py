@@ -8,18 +8,14 @@ from typing import Iterator
 
 from app.config.schema import TrainerRunConfig
 from app.preflight.errors import PreflightError
+from app.preflight.model_sections import model_sections
 from serve.model_libs import import_model_libs, lib_names
 
 
 def model_libs(cfg: TrainerRunConfig) -> Iterator[tuple[str, tuple[str, ...]]]:
     """(key, module names) of each model section that names external libs (a critic's or reward model's even where
     the run has none: a name given is imported, so a misspelt one is never silently ignored)."""
-    sections = (
-        ("actor_rollout_ref.model", cfg.actor_rollout_ref.model),
-        ("critic.model", cfg.critic.model),
-        ("reward_model.model", cfg.reward_model.model),
-    )
-    for key, model in sections:
+    for key, model in model_sections(cfg):
         names = lib_names(model.external_lib)
         if names:
             yield f"{key}.external_lib", names

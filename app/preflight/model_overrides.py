@@ -5,17 +5,22 @@ through transformers, so it runs apart."""
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterator
+from typing import Any
 
 from app.config.schema import TrainerRunConfig
 from app.preflight.errors import PreflightError
+from app.preflight.model_sections import built_model_sections
 
 
 def check_model_overrides(cfg: TrainerRunConfig) -> None:
-    for key, path, overrides, trust_remote_code in _overridden_models(cfg):
-        from transformers import AutoConfig, PretrainedConfig
+    from transformers import AutoConfig, PretrainedConfig
 
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    for section, model in built_model_sections(cfg):
+        overrides = getattr(model, "override_config", None)  # the reward model's section has none, as verl's
+        if not overrides:
+            continue
+        key, path = f"{section}.override_config", model.path
+        config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code)
         for name in overrides:
             current = getattr(config, name, _ABSENT)
             if current is _ABSENT:
@@ -33,19 +38,6 @@ def check_model_overrides(cfg: TrainerRunConfig) -> None:
 
 
 _ABSENT = object()
-
-
-def _overridden_models(cfg: TrainerRunConfig) -> Iterator[tuple[str, str, dict[str, Any], bool]]:
-    """(key, model path, overrides, trust_remote_code) of each model section that sets override_config."""
-    from algos.catalog import estimator_traits
-
-    arr, critic = cfg.actor_rollout_ref, cfg.critic
-    sections = [("actor_rollout_ref.model.override_config", arr.model)]
-    if estimator_traits(cfg.algorithm.adv_estimator).needs_critic:
-        sections.append(("critic.model.override_config", critic.model))
-    for key, model in sections:
-        if model.override_config:
-            yield key, model.path, dict(model.override_config), model.trust_remote_code
 
 
 def _field_names(config: Any) -> set[str]:

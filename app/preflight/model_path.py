@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Iterator
 
 from app.config.schema import TrainerRunConfig
 from app.preflight.errors import PreflightError
+from app.preflight.model_sections import built_model_sections
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -23,20 +23,9 @@ WEIGHT_FILES = (
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def model_keys(cfg: TrainerRunConfig) -> Iterator[tuple[str, str]]:
-    """(key, path) of every model the run loads."""
-    from algos.catalog import estimator_traits
-
-    yield "actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path
-    if estimator_traits(cfg.algorithm.adv_estimator).needs_critic and cfg.critic.model.path:
-        yield "critic.model.path", cfg.critic.model.path
-    if cfg.reward_model.enable and cfg.reward_model.model.path:
-        yield "reward_model.model.path", cfg.reward_model.model.path
-
-
 def check_model_paths(cfg: TrainerRunConfig) -> None:
-    for key, path in model_keys(cfg):
-        check_model_path(key, path)
+    for section, model in built_model_sections(cfg):
+        check_model_path(f"{section}.path", model.path)
 
 
 def check_model_path(key: str, path: str) -> None:
