@@ -54,7 +54,26 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
         )
     if cfg.data.sampler.class_path:  # the user's sampler builds, yields valid indices and has a state to save
         custom_batch_sampler(cfg, train).check()
+    if not cfg.reward_model.enable and not cfg.custom_reward_function.path:  # the built-in rules score the run
+        for dataset in (train, val):
+            _check_rule_sources(dataset, cfg.data.reward_fn_key)
     return len(train), len(val) if val is not None else 0
+
+
+def _check_rule_sources(dataset: Optional[PromptDataset], key: str) -> None:
+    """Every row's data source has a built-in reward rule: an unknown one fails here, naming its first row, rather
+    than at the first step's scoring, after the workers and replicas started."""
+    from algos.rewards import UnknownDataSourceError, get_reward_fn
+    from app.data import DataError
+
+    checked: set[str] = set()
+    for record in dataset or ():
+        if record.data_source not in checked:
+            checked.add(record.data_source)
+            try:
+                get_reward_fn(record.data_source)
+            except UnknownDataSourceError as err:
+                raise DataError(f"{record.where}, column {key}: {err}") from None
 
 
 def custom_batch_sampler(cfg: TrainerRunConfig, train: PromptDataset):

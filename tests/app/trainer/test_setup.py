@@ -107,7 +107,11 @@ def test_the_data_check_builds_the_custom_sampler_and_draws_from_it(smollm2_dir,
     from app.trainer.setup import check_data
 
     rows = [
-        {"data_source": "x", "prompt": [{"role": "user", "content": f"{i}?"}], "reward_model": {"ground_truth": "1"}}
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [{"role": "user", "content": f"{i}?"}],
+            "reward_model": {"ground_truth": "1"},
+        }
         for i in range(6)
     ]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
@@ -128,3 +132,42 @@ def test_the_data_check_builds_the_custom_sampler_and_draws_from_it(smollm2_dir,
     base["data"]["sampler"]["class_path"] = str(tmp_path / "s2.py")
     with pytest.raises(DataError, match=r"s2\.py:Past yielded 6: a sampler yields indices of the training set"):
         check_data(load_config(base))
+
+
+def test_a_data_source_without_a_rule_is_named_with_its_first_row_before_any_worker(smollm2_dir, tmp_path):
+    # with the built-in rules it failed at the first step's scoring, after Ray, the workers and vLLM had started
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pytest
+
+    from app.data import DataError
+    from app.trainer.setup import check_data
+
+    sources = ["openai/gsm8k", "openai/gsm8k", "aime_2025", "my/new-data", "my/new-data"]  # aime_*: a prefix rule
+    rows = [
+        {"data_source": ds, "prompt": [{"role": "user", "content": f"{i}?"}], "reward_model": {"ground_truth": "1"}}
+        for i, ds in enumerate(sources)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows[:3]), tmp_path / "train.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "val.parquet")
+    base = {
+        "data": {
+            "train_files": str(tmp_path / "train.parquet"),
+            "val_files": str(tmp_path / "val.parquet"),
+            "train_batch_size": 2,
+        },
+        "actor_rollout_ref": {"model": {"path": str(smollm2_dir)}, "actor": {"ppo_mini_batch_size": 2}},
+    }
+    train_only = {**base, "data": {k: v for k, v in base["data"].items() if k != "val_files"}}
+    assert check_data(load_config(train_only)) == (3, 0)
+    with pytest.raises(
+        DataError,
+        match=r"val\.parquet row 3, column data_source: no reward function registered for data_source 'my/new-data'; "
+        r"known: .*aime\*",
+    ):
+        check_data(load_config(base))
+    (tmp_path / "score.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n    return 0.0\n"
+    )
+    base["custom_reward_function"] = {"path": str(tmp_path / "score.py")}
+    assert check_data(load_config(base)) == (3, 5)  # a reward function of one's own scores every source
