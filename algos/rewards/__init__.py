@@ -24,6 +24,7 @@ from algos.rewards.default import default_compute_score
 from algos.rewards.registry import (
     UnknownDataSourceError,
     get_reward_fn,
+    ground_truth_check,
     known_data_sources,
     register_reward,
     unregister_reward,
@@ -36,6 +37,7 @@ __all__ = [
     "UnknownDataSourceError",
     "default_compute_score",
     "get_reward_fn",
+    "ground_truth_check",
     "known_data_sources",
     "load_callable",
     "register_reward",

@@ -49,7 +49,12 @@ def extract_code(response: str) -> str:
 
 def parse_tests(ground_truth: Any) -> tuple[list[Any], list[Any], str | None]:
     """(inputs, outputs, fn_name) of APPS-format tests; ValueError naming what is wrong."""
-    tests = json.loads(ground_truth) if isinstance(ground_truth, (str, bytes)) else ground_truth
+    tests = ground_truth
+    if isinstance(ground_truth, (str, bytes)):
+        try:
+            tests = json.loads(ground_truth)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"code tests are not valid JSON ({err}): {ground_truth[:120]!r}") from None
     if not isinstance(tests, Mapping) or "inputs" not in tests or "outputs" not in tests:
         raise ValueError(f"code tests need a mapping with 'inputs' and 'outputs', got {str(tests)[:120]!r}")
     inputs, outputs = list(_plain(tests["inputs"])), list(_plain(tests["outputs"]))
@@ -152,7 +157,7 @@ def passed(results: Sequence[dict], outputs: Sequence[Any], fn_name: str | None)
     return [("out" in r and printed_output_matches(r["out"], o)) for r, o in zip(results, outputs)]
 
 
-@register_reward(*CODE_SOURCES)
+@register_reward(*CODE_SOURCES, check_ground_truth=parse_tests)
 def compute_score(
     solution_str: str,
     ground_truth: Any,

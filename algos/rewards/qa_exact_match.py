@@ -49,11 +49,24 @@ def _targets(ground_truth: Any) -> list[str]:
     return [targets] if isinstance(targets, str) else [str(t) for t in _iterable(targets)]
 
 
+def check_targets(ground_truth: Any) -> None:
+    """ValueError unless the ground truth holds targets: a string, a list of them, or a mapping with a "target"."""
+    shown = str(ground_truth)[:120]
+    if isinstance(ground_truth, Mapping) and "target" not in ground_truth:
+        raise ValueError(f"a QA ground truth needs a 'target' (a string or a list of them), got {shown!r}")
+    try:
+        targets = _targets(ground_truth)
+    except TypeError:
+        targets = []
+    if not targets:
+        raise ValueError(f"a QA ground truth needs at least one target string, got {shown!r}")
+
+
 def _iterable(value: Any) -> Iterable[Any]:
     return value.tolist() if hasattr(value, "tolist") else value  # a numpy array read from parquet
 
 
-@register_reward(*SEARCH_R1_SOURCES)
+@register_reward(*SEARCH_R1_SOURCES, check_ground_truth=check_targets)
 def compute_score(
     solution_str: str,
     ground_truth: Any,

@@ -6,7 +6,9 @@ as verl's ``default_compute_score`` matches prefixes; an exact name wins over a 
 A registered function has the reduced signature ``fn(solution_str, ground_truth, extra_info=None, **kwargs)``
 and returns a float or a dict with a ``score`` key (plus extra metric keys). It may be given as a callable or as a
 ``"module:function"`` / ``"path/to/file.py:function"`` string, which is imported on first lookup
-(``algos.registry.load_callable``, as for every user function).
+(``algos.registry.load_callable``, as for every user function). A rule whose ground truth has a shape of its own (a
+code source's tests, a QA source's targets) may register ``check_ground_truth``, a function that raises ValueError
+naming what is wrong: the trainer's data check calls it on every row before any worker starts.
 
 The registry lives in each process: reward worker processes import ``algos.rewards`` afresh, so a reward registered
 at run time in the trainer is not seen there. Register in a module that ``algos.rewards`` imports, or use
@@ -15,6 +17,7 @@ at run time in the trainer is not seen there. Register in a module that ``algos.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from algos.registry import Registry
@@ -22,6 +25,12 @@ from algos.registry import Registry
 RewardFn = Callable[..., Any]
 
 REWARDS: Registry[RewardFn] = Registry("data_source")
+GroundTruthCheck = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class RewardTraits:
+    check_ground_truth: GroundTruthCheck | None = None  # raises ValueError for a ground truth the rule cannot score
 
 
 class UnknownDataSourceError(KeyError):
@@ -31,8 +40,14 @@ class UnknownDataSourceError(KeyError):
         return str(self.args[0])
 
 
-def register_reward(*data_sources: str, fn: RewardFn | str | None = None, overwrite: bool = False):
-    """Register ``fn`` for each of ``data_sources``; without ``fn`` it is a decorator.
+def register_reward(
+    *data_sources: str,
+    fn: RewardFn | str | None = None,
+    overwrite: bool = False,
+    check_ground_truth: GroundTruthCheck | None = None,
+):
+    """Register ``fn`` for each of ``data_sources``; without ``fn`` it is a decorator. ``check_ground_truth``: raises
+    ValueError for a ground truth the rule cannot score (its return value is ignored).
 
     Re-registering a data_source with a different function raises unless ``overwrite`` is set, so that two modules
     cannot silently fight over a name.
@@ -42,7 +57,8 @@ def register_reward(*data_sources: str, fn: RewardFn | str | None = None, overwr
 
     def _register(target: RewardFn | str) -> RewardFn | str:
         for name in data_sources:
-            REWARDS.add(name, target, overwrite=overwrite)
+            # traits always given: a rule registered over another does not inherit its check
+            REWARDS.add(name, target, traits=RewardTraits(check_ground_truth), overwrite=overwrite)
         return target
 
     if fn is not None:
@@ -78,3 +94,9 @@ def get_reward_fn(data_source: str) -> RewardFn:
             "Register one with algos.rewards.register_reward or set custom_reward_function.path"
         )
     return REWARDS.get(name)
+
+
+def ground_truth_check(data_source: str) -> GroundTruthCheck | None:
+    """The ground-truth check of the rule ``data_source`` resolves to; None when it has none (or no rule matches)."""
+    name = _registered_name(data_source)
+    return REWARDS.traits(name, RewardTraits()).check_ground_truth if name is not None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from algos.catalog import estimator_traits
 from app.config.schema import TrainerRunConfig
@@ -56,24 +56,31 @@ def check_data(cfg: TrainerRunConfig) -> tuple[int, int]:
         custom_batch_sampler(cfg, train).check()
     if not cfg.reward_model.enable and not cfg.custom_reward_function.path:  # the built-in rules score the run
         for dataset in (train, val):
-            _check_rule_sources(dataset, cfg.data.reward_fn_key)
+            _check_rule_sources(dataset, cfg.data.reward_fn_key, cfg.data.ground_truth_key)
     return len(train), len(val) if val is not None else 0
 
 
-def _check_rule_sources(dataset: Optional[PromptDataset], key: str) -> None:
-    """Every row's data source has a built-in reward rule: an unknown one fails here, naming its first row, rather
-    than at the first step's scoring, after the workers and replicas started."""
-    from algos.rewards import UnknownDataSourceError, get_reward_fn
+def _check_rule_sources(dataset: Optional[PromptDataset], key: str, truth_key: str) -> None:
+    """Every row's data source has a built-in reward rule, and its ground truth passes the rule's check: an unknown
+    source or a ground truth the rule cannot score fails here, naming the row, rather than at the first step's
+    scoring, after the workers and replicas started."""
+    from algos.rewards import UnknownDataSourceError, get_reward_fn, ground_truth_check
     from app.data import DataError
 
-    checked: set[str] = set()
+    checks: dict[str, Any] = {}
     for record in dataset or ():
-        if record.data_source not in checked:
-            checked.add(record.data_source)
+        if record.data_source not in checks:
             try:
                 get_reward_fn(record.data_source)
             except UnknownDataSourceError as err:
                 raise DataError(f"{record.where}, column {key}: {err}") from None
+            checks[record.data_source] = ground_truth_check(record.data_source)
+        check = checks[record.data_source]
+        if check is not None:
+            try:
+                check(record.ground_truth)
+            except ValueError as err:
+                raise DataError(f"{record.where}, {truth_key} (data_source {record.data_source!r}): {err}") from None
 
 
 def custom_batch_sampler(cfg: TrainerRunConfig, train: PromptDataset):

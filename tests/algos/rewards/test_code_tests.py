@@ -40,6 +40,8 @@ def test_tests_parse_from_json_text_mappings_and_arrays():
         parse_tests({"inputs": []})
     with pytest.raises(ValueError, match="2 inputs but 1 outputs"):
         parse_tests({"inputs": ["a", "b"], "outputs": ["c"]})
+    with pytest.raises(ValueError, match=r"^code tests are not valid JSON \(Expecting .*\): '\{inputs: \[1\]\}'"):
+        parse_tests("{inputs: [1]}")
 
 
 def test_printed_output_is_compared_by_lines_then_tokens_then_numbers():

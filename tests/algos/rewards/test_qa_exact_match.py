@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from algos.rewards import default_compute_score
-from algos.rewards.qa_exact_match import SEARCH_R1_SOURCES, compute_score, normalize_answer
+from algos.rewards.qa_exact_match import SEARCH_R1_SOURCES, check_targets, compute_score, normalize_answer
 
 
 def test_squad_normalisation():
@@ -35,3 +35,13 @@ def test_more_than_ten_answer_tags_quarter_the_score():
 @pytest.mark.parametrize("source", SEARCH_R1_SOURCES)
 def test_every_search_r1_source_uses_it(source):
     assert default_compute_score(source, "<answer>Paris</answer>", {"target": ["paris"]})["score"] == 1.0
+
+
+def test_a_ground_truth_without_targets_is_refused_by_the_check():
+    for truth in ("Paris", ["Paris", "Lutetia"], {"target": np.array(["Paris"])}):
+        check_targets(truth)
+    with pytest.raises(ValueError, match="needs a 'target'.*'answer': 'Paris'"):
+        check_targets({"answer": "Paris"})
+    for empty in ([], {"target": []}, 7, None):
+        with pytest.raises(ValueError, match="at least one target string"):
+            check_targets(empty)

@@ -4,6 +4,7 @@ from algos.rewards import (
     UnknownDataSourceError,
     default_compute_score,
     get_reward_fn,
+    ground_truth_check,
     known_data_sources,
     load_callable,
     register_reward,
@@ -104,3 +105,23 @@ def test_a_name_ending_in_a_star_matches_by_prefix_and_exact_names_win():
     finally:
         unregister_reward("aime_2024")
         unregister_reward("aime_20*")
+
+
+def test_a_rules_ground_truth_check_is_found_through_its_name_or_prefix():
+    from algos.rewards.code_tests import parse_tests
+    from algos.rewards.qa_exact_match import check_targets
+
+    assert ground_truth_check("apps") is parse_tests and ground_truth_check("searchR1_nq") is check_targets
+    assert ground_truth_check("openai/gsm8k") is None and ground_truth_check("no/such-source") is None
+
+    def positive(ground_truth):
+        if ground_truth <= 0:
+            raise ValueError("not positive")
+
+    register_reward("test_checked*", fn=lambda s, g, e=None: 1.0, check_ground_truth=positive)
+    try:
+        assert ground_truth_check("test_checked_b") is positive
+        register_reward("test_checked*", fn=lambda s, g, e=None: 0.0, overwrite=True)
+        assert ground_truth_check("test_checked_b") is None  # a rule registered over it does not keep its check
+    finally:
+        unregister_reward("test_checked*")

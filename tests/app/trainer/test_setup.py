@@ -171,3 +171,31 @@ def test_a_data_source_without_a_rule_is_named_with_its_first_row_before_any_wor
     )
     base["custom_reward_function"] = {"path": str(tmp_path / "score.py")}
     assert check_data(load_config(base)) == (3, 5)  # a reward function of one's own scores every source
+
+
+def test_a_ground_truth_the_rule_cannot_score_is_named_with_its_row(smollm2_dir, tmp_path):
+    # a code source's tests that are not JSON made every sample of that prompt a reward error, at scoring time
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pytest
+
+    from app.data import DataError
+    from app.trainer.setup import check_data
+
+    tests = ['{"inputs": ["1\\n"], "outputs": ["2\\n"]}', '{"inputs": ["1\\n"], "outputs": ["2\\n"]}', "{inputs: 1}"]
+    rows = [
+        {"data_source": "apps", "prompt": [{"role": "user", "content": f"{i}?"}], "reward_model": {"ground_truth": t}}
+        for i, t in enumerate(tests)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    base = {
+        "data": {"train_files": str(tmp_path / "train.parquet"), "train_batch_size": 2},
+        "actor_rollout_ref": {"model": {"path": str(smollm2_dir)}, "actor": {"ppo_mini_batch_size": 2}},
+    }
+    with pytest.raises(
+        DataError,
+        match=r"train\.parquet row 2, reward_model\.ground_truth \(data_source 'apps'\): code tests are not valid JSON",
+    ):
+        check_data(load_config(base))
+    pq.write_table(pa.Table.from_pylist(rows[:2]), tmp_path / "train.parquet")
+    assert check_data(load_config(base)) == (2, 0)
