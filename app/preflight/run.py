@@ -23,6 +23,7 @@ from app.preflight.data_files import check_data_files
 from app.preflight.data_rows import check_data_rows
 from app.preflight.extension_lock import check_extension_locks
 from app.preflight.http_port import check_http_port
+from app.preflight.lora_targets import check_lora_targets
 from app.preflight.model_config import check_model_configs
 from app.preflight.model_libs import check_model_libs
 from app.preflight.model_overrides import check_model_overrides
@@ -56,6 +57,7 @@ CHECKS: list[Check] = [
     # before the tokenizer and the full data read (seconds for a large file): a wrong checkpoint fails sooner
     Check("checkpoint_model", check_checkpoint_model, apart=True),
     Check("model_overrides", check_model_overrides, apart=True),
+    Check("lora_targets", check_lora_targets, apart=True),  # builds the model on meta, with the overrides checked
     Check("vllm_engine_kwargs", check_vllm_engine_kwargs_names, apart=True),  # imports vLLM where the key is given
     Check("tokenizer", check_tokenizer, apart=True),
     Check("data", check_data_rows, apart=True),  # the same child: transformers and the tokenizer are loaded there

@@ -10,19 +10,6 @@ from app.preflight.context_length import check_context_length
 from app.preflight.model_overrides import check_model_overrides
 
 
-@pytest.fixture()
-def model_dir(tmp_path):
-    LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        num_hidden_layers=1,
-        max_position_embeddings=128,
-    ).save_pretrained(tmp_path)
-    return str(tmp_path)
-
-
 def _cfg(model_dir, overrides, estimator="grpo", critic_overrides=None):
     cfg = TrainerRunConfig()
     cfg.actor_rollout_ref.model.path = cfg.critic.model.path = model_dir
