@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import random
 import shlex
 import signal
 import socket
@@ -37,11 +38,26 @@ def building(out: Path):
         yield
 
 
+# Ports a test may take for a listener of its own: above Ray's worker ports (10002-19999 by default) and below the
+# kernel's ephemeral range (32768 and up by default), which every process that binds port 0 draws from: Ray's raylet,
+# object manager and gRPC servers, by the dozen, in the other test worker's cluster too. A port the kernel handed out
+# as free could be taken that way before the test bound it (Serve's proxy then failed to bind, once in a suite).
+TEST_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 in TEST_PORTS that nothing listens on right now, drawn at random (two test workers
+    rarely draw the same)."""
+    draw = random.SystemRandom()  # not the `random` state a test may have seeded
+    for _ in range(100):
+        port = draw.choice(TEST_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {TEST_PORTS} after 100 draws")
 
 
 def with_dotted(base: dict, **overrides) -> dict:

@@ -1,5 +1,6 @@
-"""How the suite runs in two xdist workers (tests/conftest.py): the Ray tests form one group, and a folder a session
-fixture builds is built under a lock that another process waits on."""
+"""How the suite runs in two xdist workers (tests/conftest.py): the Ray tests form one group, a folder a session
+fixture builds is built under a lock that another process waits on, and a test's own listener port lies outside the
+ports the kernel hands to a bind of port 0."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 from ray_group import RAY_GROUP, make_scheduler, starts_ray
-from support import building
+from support import TEST_PORTS, building, free_port
 
 TRY_LOCK = """
 import sys
@@ -66,3 +67,14 @@ def test_another_process_cannot_take_the_lock_while_a_folder_is_built(tmp_path):
         held = subprocess.run([sys.executable, "-c", TRY_LOCK, lock], timeout=60)
     free = subprocess.run([sys.executable, "-c", TRY_LOCK, lock], timeout=60)
     assert (held.returncode, free.returncode) == (3, 0)
+
+
+def test_a_free_port_lies_outside_the_kernels_ephemeral_range_and_is_bindable():
+    import socket
+    from pathlib import Path
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    port = free_port()
+    assert port in TEST_PORTS and port < low
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # still free: nothing drawing ephemeral ports can have taken it

@@ -7,9 +7,9 @@ known in advance. Everything else (the trainable, the relay, Tune, ASHA, the res
 
 import json
 import math
-import socket
 
 import pytest
+from support import free_port
 
 from app.config import ConfigError
 from app.tuning.runner import run_sweep
@@ -18,12 +18,6 @@ from app.tuning.spec import parse_sweep, resolve_params
 pytestmark = pytest.mark.slow
 
 STEPS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stand_in_train(reward_by_lr: dict, *, fail_flag: str = "", serve_port: int = 0, hang_below: float = -1.0):
