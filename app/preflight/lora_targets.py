@@ -13,6 +13,7 @@ from typing import Any, Iterator, Optional, Union
 
 from app.config.schema import TrainerRunConfig
 from app.preflight.errors import PreflightError
+from app.preflight.model_sections import built_model_sections
 
 ALL_LINEAR = "all-linear"  # peft's name for every linear layer but the output head
 
@@ -34,14 +35,16 @@ def check_lora_targets(cfg: TrainerRunConfig) -> None:
 
 def _lora_specs(cfg: TrainerRunConfig) -> Iterator[tuple[str, Any]]:
     """(section, engine spec) of each model the run trains with LoRA adapters, as the train workers build it."""
-    from algos.catalog import estimator_traits
     from app.roles.factory import actor_engine_spec, critic_engine_spec
 
-    arr, critic = cfg.actor_rollout_ref, cfg.critic
-    if arr.model.lora_rank > 0:
-        yield "actor_rollout_ref.model", actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n)
-    if estimator_traits(cfg.algorithm.adv_estimator).needs_critic and critic.model.lora_rank > 0:
-        yield "critic.model", critic_engine_spec(critic, seed=0, rollout_n=arr.rollout.n)
+    arr = cfg.actor_rollout_ref
+    specs = {
+        "actor_rollout_ref.model": lambda: actor_engine_spec(arr.model, arr.actor, seed=0, rollout_n=arr.rollout.n),
+        "critic.model": lambda: critic_engine_spec(cfg.critic, seed=0, rollout_n=arr.rollout.n),
+    }
+    for section, model in built_model_sections(cfg):
+        if getattr(model, "lora_rank", 0) > 0:  # the reward model's section has no adapters
+            yield section, specs[section]()
 
 
 def _check_names(key: str, value: Optional[Union[str, list[str]]], names: list[str], model: Any) -> None:
