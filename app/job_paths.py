@@ -35,6 +35,7 @@ def read_paths(cfg: TrainerRunConfig) -> Iterator[tuple[str, str]]:
                 yield key, path
     for key, path in (
         ("actor_rollout_ref.model.path", cfg.actor_rollout_ref.model.path),
+        ("actor_rollout_ref.model.tokenizer_path", cfg.actor_rollout_ref.model.tokenizer_path),
         ("critic.model.path", cfg.critic.model.path),
         ("reward_model.model.path", cfg.reward_model.model.path),
         ("custom_reward_function.path", cfg.custom_reward_function.path),

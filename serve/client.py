@@ -323,6 +323,7 @@ def deploy_rollout(
     app_name: str,
     *,
     trust_remote_code: bool,
+    tokenizer_path: Optional[str] = None,
     max_lora_rank: Optional[int] = None,
     route_prefix: Optional[str] = "/",
     seed: int = 0,
@@ -337,7 +338,8 @@ def deploy_rollout(
     Blocks until every replica's engine is up and serving policy version 0 (the weights at `model_path`); with
     `wait=False`, only until Serve holds the application, so that the caller can start other work while the replicas
     start (`RolloutClient.wait_until_running` then waits for them, or raises `RolloutStartFailed`).
-    `trust_remote_code` is `actor_rollout_ref.model.trust_remote_code`. `max_lora_rank` enables LoRA (each
+    `trust_remote_code` is `actor_rollout_ref.model.trust_remote_code`; `tokenizer_path` is
+    `actor_rollout_ref.model.tokenizer_path` (None: the model folder's tokenizer). `max_lora_rank` enables LoRA (each
     `update_weights(LoraAdapter)` then adds an adapter). The HTTP proxy binds to
     `rollout.http_host:rollout.http_port` (127.0.0.1 by default) if Serve is not running yet; `route_prefix=None`
     serves no HTTP for this application. `placement`: what each replica holds (None: one CPU bundle,
@@ -355,6 +357,7 @@ def deploy_rollout(
         rollout,
         str(model_path),
         trust_remote_code=trust_remote_code,
+        tokenizer_path=tokenizer_path,
         max_lora_rank=max_lora_rank,
         seed=seed,
         served_model_name=app_name,

@@ -88,7 +88,7 @@ class RolloutServer:
             gate=self._gate,
             replica=self._replica,
             served_model_name=served_model_name,
-            model_path=spec.model_path,
+            tokenizer_path=spec.tokenizer_folder,
             chat_template=spec.chat_template,
             api_key=api_key,
             version=lambda: self._version,
@@ -327,6 +327,7 @@ def engine_spec_from_config(
     model_path: str,
     *,
     trust_remote_code: bool,
+    tokenizer_path: Optional[str] = None,
     max_lora_rank: Optional[int] = None,
     seed: int = 0,
     placement: Optional[ReplicaPlacement] = None,
@@ -336,8 +337,8 @@ def engine_spec_from_config(
 ) -> RolloutEngineSpec:
     """`RolloutEngineSpec` from `actor_rollout_ref.rollout` (a validated `app.config.schema.RolloutConfig`; serve/ reads
     it by attribute so that it does not import the trainer's packages), the model's `path`, `trust_remote_code`,
-    `override_config` (`hf_overrides`) and `external_lib` (`external_libs`), and the replica's placement (None:
-    `ReplicaPlacement.on_cpu`)."""
+    `tokenizer_path` (None: the model folder's tokenizer), `override_config` (`hf_overrides`) and `external_lib`
+    (`external_libs`), and the replica's placement (None: `ReplicaPlacement.on_cpu`)."""
     placement = placement or ReplicaPlacement.on_cpu(rollout)
     prompt_len, response_len = rollout.prompt_length, rollout.response_length
     threads = rollout.omp_threads or max(1, int(rollout.cpus_per_replica))
@@ -355,6 +356,7 @@ def engine_spec_from_config(
             )
     return RolloutEngineSpec(
         model_path=str(model_path),
+        tokenizer_path=str(tokenizer_path) if tokenizer_path else None,
         dtype=rollout.dtype,
         tensor_parallel_size=int(placement.engine_tensor_parallel_size),
         gpu_memory_utilization=float(rollout.gpu_memory_utilization),
@@ -384,6 +386,7 @@ def build_rollout_app(
     model_path: str,
     *,
     trust_remote_code: bool,
+    tokenizer_path: Optional[str] = None,
     max_lora_rank: Optional[int] = None,
     seed: int = 0,
     served_model_name: str = "policy",
@@ -402,6 +405,7 @@ def build_rollout_app(
         rollout,
         model_path,
         trust_remote_code=trust_remote_code,
+        tokenizer_path=tokenizer_path,
         max_lora_rank=max_lora_rank,
         seed=seed,
         placement=placement,

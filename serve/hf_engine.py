@@ -54,7 +54,7 @@ class HFRolloutEngine:
             .to(self._device)
             .eval()
         )
-        tokenizer = AutoTokenizer.from_pretrained(self.spec.model_path)
+        tokenizer = AutoTokenizer.from_pretrained(self.spec.tokenizer_folder)
         self._eos_ids = _eos_ids(self._model, tokenizer)
         # generate() fills an unset eos_token_id from the model's generation config, which would make ignore_eos
         # stop at EOS anyway; so the model keeps none and each call passes its own.

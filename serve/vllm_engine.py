@@ -96,6 +96,8 @@ def engine_args(spec: RolloutEngineSpec, on_cpu: bool) -> dict[str, Any]:
         disable_log_stats=True,
         use_tqdm_on_load=verbose(),  # a bar drawn inside a replica reaches the console as separate lines
     )
+    if spec.tokenizer_path:  # else vLLM reads the model folder's tokenizer
+        kwargs["tokenizer"] = spec.tokenizer_path
     if spec.max_model_len:
         kwargs["max_model_len"] = spec.max_model_len
     if spec.hf_overrides:

@@ -60,6 +60,16 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {TEST_PORTS} after 100 draws")
 
 
+def weights_only_copy(model_dir: Path, out: Path) -> Path:
+    """`model_dir` as a checkpoint saved without its tokenizer: config.json and model.safetensors only, in `out`."""
+    import shutil
+
+    out.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(Path(model_dir) / name, out / name)
+    return out
+
+
 def with_dotted(base: dict, **overrides) -> dict:
     """A deep copy of the config tree `base` with dotted-key overrides, e.g. with_dotted(BASE, **{"data.seed": 3})."""
     import copy

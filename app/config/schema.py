@@ -130,15 +130,22 @@ class ModelConfig:
     # pre-flight checks and the pipelines' MLflow save, for what it registers: a model class with transformers' Auto
     # classes, an architecture with vLLM's ModelRegistry
     external_lib: Optional[StrList] = None
-    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): config and tokenizer come from model.path
-    hf_config_path: Optional[str] = None
+    # a local folder whose tokenizer the run uses in place of path's (a checkpoint saved without its tokenizer files):
+    # the prompts, the rollout replicas' OpenAI routes and the exported hf_model/ use it; None: path's
     tokenizer_path: Optional[str] = None
+    # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): the config comes from model.path
+    hf_config_path: Optional[str] = None
     # verl keys with no effect here (verl_compat.NO_EFFECT)
     use_shm: bool = False
     enable_activation_offload: bool = False
     use_liger: bool = False
     use_fused_kernels: bool = False
     fused_kernel_options: dict[str, Any] = field(default_factory=lambda: {"impl_backend": "torch"})
+
+    @property
+    def tokenizer_folder(self) -> str:
+        """Where the policy's tokenizer is read from: tokenizer_path, else path."""
+        return self.tokenizer_path or self.path
 
 
 # ---------------------------------------------------------------- optimiser and FSDP

@@ -166,14 +166,13 @@ NO_EFFECT = {
 # verl keys accepted at verl's default (the schema's default) and refused at any other value, and why
 DEFAULT_ONLY = {
     "reward_model.ulysses_sequence_parallel_size": "the reward model runs without sequence parallelism here",
-    "data.tokenizer": "the tokenizer is the one in actor_rollout_ref.model.path",
+    "data.tokenizer": "the tokenizer is actor_rollout_ref.model.tokenizer_path's, or model.path's",
     "data.custom_cls.path": "custom dataset classes are not supported; rows come from parquet / JSONL / "
     "save_to_disk files",
     "data.custom_cls.name": "custom dataset classes are not supported",
     "data.datagen.path": "dynamic data generation is not supported",
     "data.datagen.name": "dynamic data generation is not supported",
     "actor_rollout_ref.model.hf_config_path": "the model's config is read from model.path",
-    "actor_rollout_ref.model.tokenizer_path": "the tokenizer is read from model.path",
     "actor_rollout_ref.hybrid_engine": "verl supports only true; the layout here is trainer.placement",
     "actor_rollout_ref.ref.model": "the reference is the actor's initial model (actor_rollout_ref.model.path)",
     **_each(_CHECKPOINT, "async_save", "checkpoints are written before the step returns here"),
@@ -491,10 +490,12 @@ def _check_role_copies(cfg: TrainerRunConfig) -> None:
             f"(actor_rollout_ref.actor.strategy={arr.actor.strategy!r}); drop the key or give the actor's value"
         )
     tokenizer = critic.model.tokenizer_path
-    if tokenizer is not None and tokenizer not in (arr.model.path, critic.model.path):
+    if tokenizer is not None and tokenizer not in (arr.model.path, arr.model.tokenizer_folder, critic.model.path):
+        policy_key = "tokenizer_path" if arr.model.tokenizer_path else "path"
         raise ConfigError(
             f"critic.model.tokenizer_path={tokenizer!r}: the critic reads the policy's tokens here, so its tokenizer "
-            f"is the policy's (actor_rollout_ref.model.path={arr.model.path!r}); drop the key or give that path"
+            f"is the policy's (actor_rollout_ref.model.{policy_key}={arr.model.tokenizer_folder!r}); drop the key or "
+            "give that path"
         )
     if critic.enable is not None:
         from algos.catalog import estimator_traits

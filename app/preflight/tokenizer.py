@@ -1,5 +1,6 @@
-"""The policy's tokenizer loads from the model folder and has the chat template every prompt goes through (a row's
-prompt is a list of chat messages, or a string made one user message; app.data renders both with the template)."""
+"""The policy's tokenizer loads (from model.tokenizer_path, else the model folder), has the chat template every
+prompt goes through (a row's prompt is a list of chat messages, or a string made one user message; app.data renders
+both with the template) and, when given apart from the model, no token the model cannot embed."""
 
 from __future__ import annotations
 
@@ -11,23 +12,43 @@ def check_tokenizer(cfg: TrainerRunConfig) -> None:
     from transformers import AutoTokenizer
 
     model = cfg.actor_rollout_ref.model
-    key = "actor_rollout_ref.model.path"
+    key = "actor_rollout_ref.model." + ("tokenizer_path" if model.tokenizer_path else "path")
+    folder = model.tokenizer_folder
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=model.trust_remote_code)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for a folder it cannot read
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PreflightError(
-            f"{key}={model.path}: its tokenizer cannot be loaded ({first}); the folder needs "
+            f"{key}={folder}: its tokenizer cannot be loaded ({first}); the folder needs "
             "tokenizer.json or tokenizer_config.json with the vocabulary files"
         ) from None
+    if model.tokenizer_path:
+        check_vocabulary_fits(tokenizer, cfg)
     if model.custom_chat_template:
         check_custom_template(tokenizer, model.custom_chat_template)
         return
     if not getattr(tokenizer, "chat_template", None):
         raise PreflightError(
-            f"{key}={model.path}: its tokenizer has no chat template, which the prompts of data.train_files need "
+            f"{key}={folder}: its tokenizer has no chat template, which the prompts of data.train_files need "
             "(chat messages, data.prompt_key); use an instruct/chat model, or add a `chat_template` to its "
             "tokenizer_config.json (or a chat_template.jinja file beside it)"
+        )
+
+
+def check_vocabulary_fits(tokenizer, cfg: TrainerRunConfig) -> None:
+    """A tokenizer given apart from the model (`model.tokenizer_path`) makes no token id the model has no embedding
+    for: such an id fails only in the first forward pass that meets it, an index error on a GPU."""
+    from transformers import AutoConfig
+
+    model = cfg.actor_rollout_ref.model
+    config = AutoConfig.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
+    rows = model.override_config.get("vocab_size", getattr(config.get_text_config(), "vocab_size", None))
+    if rows is not None and len(tokenizer) > rows:
+        raise PreflightError(
+            f"actor_rollout_ref.model.tokenizer_path={model.tokenizer_path}: its tokenizer has {len(tokenizer)} "
+            f"tokens, but the model at actor_rollout_ref.model.path={model.path} embeds only {rows} (vocab_size), "
+            f"so ids {rows}-{len(tokenizer) - 1} would have no embedding; give the tokenizer the model was trained "
+            "with, or drop the key to use the model folder's own"
         )
 
 

@@ -141,6 +141,7 @@ ABSOLUTE_PATH_KEYS = (
 )
 EXISTING_PATH_KEYS = (
     "actor_rollout_ref.model.path",
+    "actor_rollout_ref.model.tokenizer_path",
     "critic.model.path",
     "reward_model.model.path",
     "reward_model.model.input_tokenizer",
@@ -275,6 +276,7 @@ def train(
             model.path,
             app_name,
             trust_remote_code=model.trust_remote_code,
+            tokenizer_path=model.tokenizer_path,
             max_lora_rank=model.lora_rank if adapters else None,
             seed=cfg.trainer.seed,
             route_prefix=route_prefix,

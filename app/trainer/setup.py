@@ -15,7 +15,7 @@ def load_tokenizer(cfg: TrainerRunConfig):
     from transformers import AutoTokenizer
 
     model = cfg.actor_rollout_ref.model
-    tokenizer = AutoTokenizer.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer_folder, trust_remote_code=model.trust_remote_code)
     if model.custom_chat_template:
         tokenizer.chat_template = model.custom_chat_template
     if tokenizer.pad_token is None:

@@ -51,3 +51,14 @@ def test_outside_a_job_nothing_is_checked_here(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(JOB_CONFIG_ENV, raising=False)
     check_job_paths(quickstart())  # app.train's data check names missing files itself
+
+
+def test_a_relative_tokenizer_path_missing_from_the_jobs_working_dir_is_named(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(JOB_CONFIG_ENV, "{}")
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.model\.tokenizer_path=tokenizers/smollm2"):
+        check_job_paths(
+            quickstart(
+                f"actor_rollout_ref.model.path={tmp_path}", "actor_rollout_ref.model.tokenizer_path=tokenizers/smollm2"
+            )
+        )

@@ -46,7 +46,7 @@ def client(engine, version=3) -> TestClient:
         gate=ReplicaGate("r1"),
         replica="r1",
         served_model_name="policy",
-        model_path="unused",
+        tokenizer_path="unused",
         api_key=KEY,
         version=lambda: version,
     )
@@ -118,7 +118,7 @@ def chat_client(engine) -> TestClient:
         gate=ReplicaGate("r1"),
         replica="r1",
         served_model_name="policy",
-        model_path="unused",
+        tokenizer_path="unused",
         api_key=None,
         version=lambda: 0,
     )

@@ -15,6 +15,7 @@ from serve.vllm_engine import _ARG_UTILS_LOGGER, InProcessSeedWarning, engine_ar
 def _spec(threads: int, tensor_parallel_size: int = 1, **engine_kwargs) -> RolloutEngineSpec:
     return RolloutEngineSpec(
         model_path="m",
+        tokenizer_path=None,
         dtype="bfloat16",
         tensor_parallel_size=tensor_parallel_size,
         gpu_memory_utilization=0.5,
@@ -125,8 +126,16 @@ def test_every_argument_the_replica_sets_is_one_the_config_refuses(on_cpu):
         max_model_len=512,
         enable_sleep_mode=not on_cpu,
         hf_overrides={"max_position_embeddings": 1024},
+        tokenizer_path="/tok",
     )
     assert engine_args(spec, on_cpu).keys() <= VLLM_ARGS_FROM_CONFIG.keys()
+
+
+def test_model_tokenizer_path_reaches_vllm_only_when_given():
+    assert "tokenizer" not in engine_args(_spec(threads=1), on_cpu=True)  # vLLM's default: the model folder
+    spec = dataclasses.replace(_spec(threads=1), tokenizer_path="/tok")
+    assert engine_args(spec, on_cpu=True)["tokenizer"] == "/tok"
+    assert spec.tokenizer_folder == "/tok" and _spec(threads=1).tokenizer_folder == "m"
 
 
 def test_model_override_config_reaches_vllm_as_hf_overrides_only_when_given():

@@ -87,6 +87,7 @@ REF_ENGINE = {
 }
 ROLLOUT_ENGINE = {
     "model_path": f"{MODEL}.path",
+    "tokenizer_path": f"{MODEL}.tokenizer_path",
     "trust_remote_code": f"{MODEL}.trust_remote_code",
     "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
     "vllm_engine_kwargs": f"{ROLLOUT}.engine_kwargs.vllm",
@@ -193,6 +194,7 @@ def test_rollout_engine_spec_holds_the_configs_values(cfg):
         rollout,
         model.path,
         trust_remote_code=model.trust_remote_code,
+        tokenizer_path=model.tokenizer_path,
         chat_template=model.custom_chat_template,
         hf_overrides=model.override_config,
     )

@@ -189,10 +189,10 @@ REQUIRED = ("actor_rollout_ref.model.path=/m", "data.train_files=/d/train.parque
 def test_a_default_only_refusal_through_hydra_says_why():
     with pytest.raises(
         ConfigError,
-        match=r"^actor_rollout_ref\.model\.tokenizer_path='/t': the tokenizer is read from model\.path; .*only "
+        match=r"^actor_rollout_ref\.model\.hf_config_path='/c': the model's config is read from model\.path; .*only "
         r"verl's default None is accepted",
     ):
-        load_config(compose([*REQUIRED, "actor_rollout_ref.model.tokenizer_path=/t"]))
+        load_config(compose([*REQUIRED, "actor_rollout_ref.model.hf_config_path=/c"]))
     with pytest.raises(
         ConfigError,
         match=r"^actor_rollout_ref\.rollout\.skip_rollout=True: dumping and replaying rollouts is not supported; "
@@ -279,6 +279,12 @@ def test_role_copies_must_agree_with_the_key_that_is_read():
     load(critic__model__tokenizer_path="/models/m")
     with pytest.raises(ConfigError, match=r"critic\.model\.tokenizer_path='/other': the critic reads the policy's"):
         load(critic__model__tokenizer_path="/other")
+    # the policy's own tokenizer_path is the critic's too (verl's critic default interpolates it)
+    load(actor_rollout_ref__model__tokenizer_path="/tok", critic__model__tokenizer_path="/tok")
+    with pytest.raises(
+        ConfigError, match=r"tokenizer is the policy's \(actor_rollout_ref\.model\.tokenizer_path='/tok'\)"
+    ):
+        load(actor_rollout_ref__model__tokenizer_path="/tok", critic__model__tokenizer_path="/other")
     load(critic__enable=True)  # the schema's estimator, gae, runs a critic
     load(critic__enable=False, algorithm__adv_estimator="grpo")
     with pytest.raises(ConfigError, match=r"critic\.enable=False: algorithm\.adv_estimator='gae' needs a critic"):

@@ -48,7 +48,7 @@ def test_the_live_policys_chat_route_uses_it(smollm2_dir):
         gate=ReplicaGate("r1"),
         replica="r1",
         served_model_name="policy",
-        model_path=str(smollm2_dir),
+        tokenizer_path=str(smollm2_dir),
         api_key=None,
         version=lambda: 0,
         chat_template=PLAIN,

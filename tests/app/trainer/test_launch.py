@@ -262,3 +262,13 @@ def test_a_checkpoint_copy_folder_becomes_absolute_and_a_uri_stays_as_given(tmp_
     assert with_absolute_paths(folder, cwd=tmp_path).trainer.default_hdfs_dir == str(tmp_path / "copies" / "run")
     uri = load_config(with_dotted(BASE, **{"trainer.default_hdfs_dir": "s3://bucket/run"}))
     assert with_absolute_paths(uri, cwd=tmp_path).trainer.default_hdfs_dir == "s3://bucket/run"
+
+
+def test_a_tokenizer_folder_becomes_absolute_and_a_hub_id_stays_as_given(tmp_path):
+    from app.trainer.launch import with_absolute_paths
+
+    (tmp_path / "tok").mkdir()
+    folder = load_config(with_dotted(BASE, **{"actor_rollout_ref.model.tokenizer_path": "tok"}))
+    assert with_absolute_paths(folder, cwd=tmp_path).actor_rollout_ref.model.tokenizer_path == str(tmp_path / "tok")
+    hub = load_config(with_dotted(BASE, **{"actor_rollout_ref.model.tokenizer_path": "org/tok"}))
+    assert with_absolute_paths(hub, cwd=tmp_path).actor_rollout_ref.model.tokenizer_path == "org/tok"

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from support import weights_only_copy
+from transformers import AutoTokenizer
 
 from app.trainer.launch import train
 from app.trainer.tracking import read_metrics
@@ -186,7 +188,10 @@ def test_async_training_samples_the_next_batch_with_the_previous_policy(
 ):
     # the real rollout client called from the generation thread, full weights synced between batches
     out = tmp_path / "async"
-    overrides = base_overrides(tiny_model_dir, arith_data, out) + [
+    # the trainer's model folder holds no tokenizer (a checkpoint saved without one): model.tokenizer_path gives it
+    weights_only = weights_only_copy(tiny_model_dir, tmp_path / "weights-only")
+    overrides = base_overrides(weights_only, arith_data, out) + [
+        f"actor_rollout_ref.model.tokenizer_path={tiny_model_dir}",
         "actor_rollout_ref.model.lora_rank=0",
         "async_training.enable=true",
         "algorithm.rollout_correction.rollout_is=token",
@@ -207,6 +212,11 @@ def test_async_training_samples_the_next_batch_with_the_previous_policy(
     assert all(r["actor/rollout_logprob_diff"] > 10 * rows[0]["actor/rollout_logprob_diff"] for r in rows[1:])
     assert all(0.5 < r["rollout_corr/rollout_is_mean"] < 2.0 for r in rows)
     assert "val-core/reward/mean" in rows[-1] and (out / "hf_model" / "model.safetensors").is_file()
+    # the exported model carries the tokenizer it was trained with
+    assert (
+        AutoTokenizer.from_pretrained(out / "hf_model").get_vocab()
+        == AutoTokenizer.from_pretrained(tiny_model_dir).get_vocab()
+    )
 
 
 def test_a_killed_train_worker_restarts_from_the_newest_checkpoint_with_the_same_data(
