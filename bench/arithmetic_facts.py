@@ -1,7 +1,7 @@
 """How many one-digit sums and differences a model gets right when the equation is written for it.
 
 The quickstart's level-1 problems are one sum or difference of numbers up to 10, and its runs differ most there
-(docs/results.md). A wrong level-1 answer can be a wrong fact (`4 - 2 = 1`) or a wrong reading of the problem; this
+(docs/experiments.md). A wrong level-1 answer can be a wrong fact (`4 - 2 = 1`) or a wrong reading of the problem; this
 separates the first: for every sum a + b (a, b in 1..10) and difference a - b (1 <= b <= a <= 10), it asks
 "What is a + b?" with the task's instruction and writes the start of the answer, `a + b =`, into the model's turn,
 then reads the number the model continues with (greedy, 4 new tokens). Per model it prints how many of the 100 sums

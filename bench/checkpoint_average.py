@@ -1,7 +1,7 @@
 """Average a LoRA run's adapters over its last checkpoints into one Hugging Face model folder.
 
 A run at a constant lr moves its answers with every update: between two validations the quickstart loses right
-answers as it wins others (docs/results.md). Averaging the weights of the last steps (stochastic weight averaging,
+answers as it wins others (docs/experiments.md). Averaging the weights of the last steps (stochastic weight averaging,
 a "model soup" of one run) is the usual remedy; this builds that model from the checkpoints a run already wrote, so
 it can be graded beside the run's own `hf_model` (`bench/sampling_signal.py --model OUT`, whose greedy line is the
 run's validation).

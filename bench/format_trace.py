@@ -2,7 +2,7 @@
 group-relative advantage pushes it.
 
 A policy that stops sampling the `#### N` line can no longer be taught it (the quickstart's seed-1 collapse,
-docs/results.md). This reads a run's `trainer.rollout_data_dir` dumps (every sample's response and score) and its
+docs/experiments.md). This reads a run's `trainer.rollout_data_dir` dumps (every sample's response and score) and its
 `metrics.jsonl`, and prints per step:
 
 - `fmt`: share of samples that mark an answer as `#### N`;

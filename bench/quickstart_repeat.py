@@ -35,7 +35,7 @@ VAL_KEY = "val-core/reward/mean"
 # both (algos/rewards/arithmetic.py)
 ASPECTS = ("acc", "formatted", "strict")
 # the task's training field for samples both right and marked (reward/extra/<field>/mean, its share of a step's
-# samples): self-imitation replays the format only once a step has drawn such a sample (docs/results.md)
+# samples): self-imitation replays the format only once a step has drawn such a sample (docs/experiments.md)
 STRICT_KEY = "reward/extra/strict/mean"
 # what `make run` itself must have prepared; the bench does not import or prepare anything
 NEEDED = ("models/smollm2-135m-instruct", "data/arithmetic/train.parquet", "data/arithmetic/test.parquet")

@@ -5,7 +5,7 @@
 +0.03 from the luck of which seeds were drawn. This bench runs the same step with the same math (`algos/`: the
 rewards and overlong shaping, GRPO advantages, the loss aggregation, self-imitation, the KL and entropy terms) on one
 device with transformers' sampling, in several worker processes, so that one GPU gives each setting many seeds
-(the throughput measured so far is in docs/results.md, "Screening settings on a GPU").
+(the throughput measured so far is in docs/experiments.md, "Screening settings on a GPU").
 
 Its runs are not `make run`'s to the digit (another sampler, another device): compare settings by their means and
 pass rates over many seeds, then confirm a winner with `bench/quickstart_repeat.py` on the real stack.

@@ -6,7 +6,7 @@ prompts whose group of `n` samples is *mixed* (not all the same score: only thos
 the share of samples cut at the token limit, and the mean
 reward per difficulty level. Where the reward returns `formatted` and `acc` (the arithmetic task's), a second table
 says how often the samples use the answer format and how often marked and unmarked samples are right: a format
-that is sampled rarely, and right less often than plain answers, is what a run can lose (docs/results.md). A third
+that is sampled rarely, and right less often than plain answers, is what a run can lose (docs/experiments.md). A third
 table says, per level, what the samples hold that greedy decoding does not: how often a sample is right, how often
 the group's most common answer is (majority vote), and how often any of the `n` is. A trained policy whose greedy
 answers sit well under its "right in any" share has right answers left to sharpen toward.

@@ -5,7 +5,7 @@ earns a smaller credit, so that a small model has a gradient before it has learn
 marker is missing but the last number written is right, ``format_score`` when the marker is present but the marked
 number is wrong.
 
-The credits trade two failures (docs/results.md, ``bench/format_trace.py``). The untrained SmolLM2-135M's marked
+The credits trade two failures (docs/experiments.md, ``bench/format_trace.py``). The untrained SmolLM2-135M's marked
 answers are right less often than its unmarked ones (it writes ``#### 3 = 8`` for 3 + 5), so with a right unmarked
 answer worth much more than a marked wrong one the format's advantage flips sign from step to step and a seed can
 lose the marker; with the two credits equal, ``#### <guess>`` earns as much as a right unmarked answer and a seed can

@@ -20,7 +20,7 @@ INSTRUCTION = 'Give a short answer. End with the final answer on its own line as
 # Share of problems per level 1..4: mostly easy, so that a small model gets reward early. Easier is not simply better:
 # with (0.6, 0.3, 0.1, 0), 2-4 of every 8 groups scored alike (0-2 with this mix) and taught nothing; and the hard
 # levels, which the model rarely solves, are where a marked wrong answer (0.1) beats a bare one (0), so they teach the
-# "#### N" line: trained on levels 1 and 2 only, a quickstart seed lost it (docs/results.md).
+# "#### N" line: trained on levels 1 and 2 only, a quickstart seed lost it (docs/experiments.md).
 LEVEL_WEIGHTS = (0.45, 0.30, 0.17, 0.08)
 
 _NAMES = (

@@ -14,7 +14,7 @@ difficulty levels), or each prompt alone without one. An epoch draws every promp
 
 The quickstart counts a right number as right whether it is marked or not (right_score 0.5, the arithmetic reward's
 score for a right unmarked number), so a level's share follows its accuracy while the format is still being learned;
-with it more seeds gained +0.30 than with the shuffled order (docs/results.md, "A curriculum over the arithmetic
+with it more seeds gained +0.30 than with the shuffled order (docs/experiments.md, "A curriculum over the arithmetic
 levels"). Each draw makes a pass over the training set's prompts. docs/samplers.md: the interface, for a sampler of
 your own.
 """

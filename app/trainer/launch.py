@@ -105,7 +105,7 @@ def check_cluster_fits(plan) -> None:
 # cluster that lives and dies with this process never does; a value the user exports wins.
 LOCAL_CLUSTER_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 # Ray prestarts workers for the first driver, with the job's runtime env, so that its first tasks start fast. A run
-# starts no tasks, only actors, and in `make run` two prestarted workers idled from start to end (docs/results.md).
+# starts no tasks, only actors, and in `make run` two prestarted workers idled from start to end (docs/experiments.md).
 LOCAL_CLUSTER_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
 
 
