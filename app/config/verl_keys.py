@@ -41,7 +41,10 @@ READ_NOTES = {
     "global_step_<N> folder is copied, and runs resume from default_local_dir (verl refuses to resume with it set)",
     "actor_rollout_ref.rollout.name": "vllm or hf; sglang is served by vLLM, with a warning saying so",
     "actor_rollout_ref.ref.strategy": "must be the actor's (the reference runs on the actor's engine)",
-    "critic.model.tokenizer_path": "must be the policy's model path (the critic reads the policy's tokens)",
+    "actor_rollout_ref.model.tokenizer_path": "a local folder: the prompts, vLLM, the replicas' OpenAI routes and the "
+    "exported hf_model/ use its tokenizer; one with more tokens than the model embeds is refused before Ray starts",
+    "critic.model.tokenizer_path": "must be the policy's tokenizer folder, actor_rollout_ref.model.tokenizer_path or "
+    "model.path (the critic reads the policy's tokens)",
     "critic.enable": "must agree with algorithm.adv_estimator (gae runs a critic)",
     "trainer.resume_from_path": "with resume_mode=resume_path, becomes resume_mode (the path)",
     "trainer.resume_mode": "auto, disable, resume_path (with resume_from_path) or a checkpoint path",
