@@ -131,7 +131,7 @@ class ModelConfig:
     # classes, an architecture with vLLM's ModelRegistry
     external_lib: Optional[StrList] = None
     # a local folder whose tokenizer the run uses in place of path's (a checkpoint saved without its tokenizer files):
-    # the prompts, the rollout replicas' OpenAI routes and the exported hf_model/ use it; None: path's
+    # the prompts, vLLM, the rollout replicas' OpenAI routes and the exported hf_model/ use it; None: path's
     tokenizer_path: Optional[str] = None
     # verl keys accepted at verl's default only (verl_compat.DEFAULT_ONLY): the config comes from model.path
     hf_config_path: Optional[str] = None
