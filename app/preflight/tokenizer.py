@@ -38,11 +38,14 @@ def check_tokenizer(cfg: TrainerRunConfig) -> None:
 def check_vocabulary_fits(tokenizer, cfg: TrainerRunConfig) -> None:
     """A tokenizer given apart from the model (`model.tokenizer_path`) makes no token id the model has no embedding
     for: such an id fails only in the first forward pass that meets it, an index error on a GPU."""
-    from transformers import AutoConfig
+    from app.engine.hf_model import load_config
+    from app.roles.factory import actor_engine_spec
 
-    model = cfg.actor_rollout_ref.model
-    config = AutoConfig.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
-    rows = model.override_config.get("vocab_size", getattr(config.get_text_config(), "vocab_size", None))
+    arr = cfg.actor_rollout_ref
+    model = arr.model
+    # the config the train workers build, model.override_config set on it
+    config = load_config(actor_engine_spec(model, arr.actor, seed=0, rollout_n=arr.rollout.n))
+    rows = getattr(config.get_text_config(), "vocab_size", None)
     if rows is not None and len(tokenizer) > rows:
         raise PreflightError(
             f"actor_rollout_ref.model.tokenizer_path={model.tokenizer_path}: its tokenizer has {len(tokenizer)} "
