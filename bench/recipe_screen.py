@@ -18,6 +18,7 @@ Three steps, so that the GPU machine needs only torch, transformers and peft (an
     # on the device: each setting x seeds 1..N, workers sharing the GPU, starting no run that would end after --budget-s
     # (start CUDA's MPS daemon first, `nvidia-cuda-mps-control -d`, so that the workers' small kernels overlap)
     python bench/recipe_screen.py run --plan plan.json --model MODEL_DIR_OR.gguf --seeds 16 --workers 12 --out results/
+    # (--precision fp32: sample and train in fp32, as an AVX2 box computes; the default is bf16 on a GPU)
     # anywhere: mean gain, spread and pass rate per setting
     python bench/recipe_screen.py summary results/
 
@@ -331,20 +332,34 @@ class PromptDraws:
         )
 
 
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def autocast_dtype(precision: str, device_type: str) -> Optional[torch.dtype]:
+    """The dtype sampling and the update compute in (None: fp32, no autocast). `auto` is bf16 on a GPU, as the
+    trainer's `auto`, and fp32 on a CPU (where this bench only runs its tests); `fp32` computes as an AVX2 box does
+    (`auto` is fp32 there), though not to its digits: another sampler, another device."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
+    if precision == "fp32" or (precision == "auto" and device_type != "cuda"):
+        return None
+    return torch.bfloat16
+
+
 class Runner:
     """Holds the base model and the tokenizer; `run(recipe, seed)` trains a fresh LoRA adapter and validates it."""
 
-    def __init__(self, model_dir: str, device: str, train: list[dict], val: list[dict]):
+    def __init__(self, model_dir: str, device: str, train: list[dict], val: list[dict], precision: str = "auto"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from app.data.prompts import render_prompts, tokenize_prompts
 
         self.device = torch.device(device)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        # fp32 weights, bf16 compute where the device has it: the trainer's mixed precision
+        # fp32 weights, compute in `precision`: the trainer's mixed precision
         self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         self.base.to(self.device).eval()
-        self.autocast_dtype = torch.bfloat16 if self.device.type == "cuda" else None
+        self.autocast_dtype = autocast_dtype(precision, self.device.type)
         self.eos = self.tokenizer.eos_token_id
         self.pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos
 
@@ -565,7 +580,7 @@ class Runner:
 
 def _worker(rank: int, args: argparse.Namespace, jobs: list[tuple[str, int]], deadline: float) -> None:
     plan = json.loads(Path(args.plan).read_text())
-    runner = Runner(args.model, args.device, plan["train"], plan["val"])
+    runner = Runner(args.model, args.device, plan["train"], plan["val"], args.precision)
     out = Path(args.out) / RESULTS
     durations: list[float] = []
     for name, seed in jobs[rank :: args.workers]:
@@ -577,7 +592,7 @@ def _worker(rank: int, args: argparse.Namespace, jobs: list[tuple[str, int]], de
         durations.append(result["seconds"])
         with out.open("a") as f:  # one file for all workers (the device returns few files): a line each, locked
             fcntl.flock(f, fcntl.LOCK_EX)
-            f.write(json.dumps({"setting": name, **result}) + "\n")
+            f.write(json.dumps({"setting": name, "precision": args.precision, **result}) + "\n")
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -608,13 +623,20 @@ def load_results(folder: str) -> list[dict]:
     return [json.loads(line) for line in (Path(folder) / RESULTS).read_text().splitlines() if line.strip()]
 
 
+def setting_label(row: dict) -> str:
+    """The setting's name, with the precision where the run chose one (`run --precision bf16|fp32`), so that one
+    results folder can hold a setting in both precisions."""
+    precision = row.get("precision", "auto")
+    return row["setting"] if precision == "auto" else f"{row['setting']} ({precision})"
+
+
 def summary_table(rows: list[dict]) -> str:
     """Per setting: seeds, mean gain (its standard error), the runs passing +0.30, the runs that kept the `#### N`
     line (at least half the final validation answers marked), the mean final acc and format, the mean seconds a run.
     Only the seeds every setting finished count, so that a budget cut compares like with like."""
     by_setting: dict[str, dict[int, dict]] = {}
     for row in rows:
-        by_setting.setdefault(row["setting"], {})[row["seed"]] = row
+        by_setting.setdefault(setting_label(row), {})[row["seed"]] = row
     seeds = sorted(set.intersection(*(set(v) for v in by_setting.values()))) if by_setting else []
     lines = [
         "| setting | seeds | reward at 0 | mean at the end | mean gain (s.e.) | passing +0.30 | kept the format | acc "
@@ -663,6 +685,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     r.add_argument("--only", action="append", help="run only these settings of the plan")
     r.add_argument("--workers", type=int, default=1, help="processes sharing the device")
     r.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    r.add_argument(
+        "--precision", choices=PRECISIONS, default="auto", help="auto: bf16 on a GPU; fp32: as an AVX2 box computes"
+    )
     r.add_argument("--budget-s", type=float, default=float("inf"), help="start no run that would end after this")
     r.add_argument("--out", required=True, help=f"folder for {RESULTS}, a line per run")
     s = sub.add_parser("summary", help="print the table of a results folder")

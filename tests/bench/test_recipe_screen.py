@@ -152,6 +152,41 @@ def test_the_summary_counts_the_seeds_every_setting_finished():
     assert lines[3] == "| b | 2 | 0.200 | 0.550 | +0.350 (0.050) | 2 of 2 | 1 of 2 | 0.550 | 0.700 | 10 |"
 
 
+def test_the_summary_keeps_a_setting_in_two_precisions_apart():
+    def run(seed, after, precision=None):
+        row = {"setting": "a", "seed": seed, "seconds": 10.0}
+        row["curve"] = {"0": {"score": 0.2}, "20": {"score": after, "acc": after, "formatted": 1.0}}
+        return row | ({"precision": precision} if precision else {})
+
+    # results written before --precision existed carry none, and read as `auto`
+    rows = [run(1, 0.6), run(1, 0.4, "fp32"), run(1, 0.7, "auto")]
+    lines = summary_table(rows).splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| a", "| a (fp32)"]
+    assert lines[3].split(" | ")[4] == "+0.200 (nan)"  # the fp32 run alone: 0.4 - 0.2
+
+
+def test_the_precision_is_the_runs_choice(tiny_model_dir):
+    """`run --precision`: bf16 autocast or none (fp32, as an AVX2 box computes); `auto` is bf16 on a GPU only."""
+    assert recipe_screen.autocast_dtype("auto", "cuda") == torch.bfloat16
+    assert recipe_screen.autocast_dtype("bf16", "cuda") == torch.bfloat16
+    assert recipe_screen.autocast_dtype("fp32", "cuda") is None
+    assert recipe_screen.autocast_dtype("auto", "cpu") is None
+    assert recipe_screen.autocast_dtype("bf16", "cpu") == torch.bfloat16
+    with pytest.raises(ValueError, match="'fp16'"):
+        recipe_screen.autocast_dtype("fp16", "cuda")
+    # the Runner's sampling and log-probs compute under its precision's autocast
+    bf16 = recipe_screen.Runner(str(tiny_model_dir), "cpu", train=[], val=[], precision="bf16")
+    with bf16._autocast():
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    fp32 = recipe_screen.Runner(str(tiny_model_dir), "cpu", train=[], val=[], precision="fp32")
+    with fp32._autocast():
+        assert not torch.is_autocast_enabled("cpu")
+    rows = [([5, 6, 7], [8, 9])]
+    half = bf16.log_probs(bf16.base, rows, 1.0, entropy=False)["log_probs"]
+    full = fp32.log_probs(fp32.base, rows, 1.0, entropy=False)["log_probs"]
+    assert not torch.equal(half, full)  # bf16's rounding shows in the log-probs: the setting reached the forward
+
+
 def test_a_plan_runs_end_to_end_on_a_tiny_model(tiny_model_dir, tmp_path, monkeypatch, capsys):
     from app.prepare import prepare_arithmetic
 
@@ -223,12 +258,12 @@ def test_a_plan_runs_where_the_config_stack_is_not_installed(tiny_model_dir, tmp
     bench = Path(recipe_screen.__file__)
     blocked = "import runpy, sys\nfor name in ('hydra', 'omegaconf', 'ray', 'vllm'):\n    sys.modules[name] = None\n"
     argv = ["run", "--plan", str(plan), "--model", str(tiny_model_dir), "--device", "cpu", "--seeds", "1"]
-    argv += ["--out", str(tmp_path / "results")]
+    argv += ["--out", str(tmp_path / "results"), "--precision", "fp32"]
     script = blocked + f"sys.argv = {[str(bench)] + argv!r}\nrunpy.run_path({str(bench)!r}, run_name='__main__')\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
-    assert [json.loads(r)["setting"] for r in rows] == ["base"]
+    rows = [json.loads(r) for r in (tmp_path / "results" / "results.jsonl").read_text().splitlines()]
+    assert [(r["setting"], r["precision"]) for r in rows] == [("base", "fp32")]
 
 
 def test_log_probs_of_a_padded_batch_equal_each_row_alone(tiny_model_dir):
