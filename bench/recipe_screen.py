@@ -336,14 +336,17 @@ PRECISIONS = ("auto", "bf16", "fp32")
 
 
 def autocast_dtype(precision: str, device_type: str) -> Optional[torch.dtype]:
-    """The dtype sampling and the update compute in (None: fp32, no autocast). `auto` is bf16 on a GPU, as the
-    trainer's `auto`, and fp32 on a CPU (where this bench only runs its tests); `fp32` computes as an AVX2 box does
-    (`auto` is fp32 there), though not to its digits: another sampler, another device."""
+    """The dtype sampling and the update compute in (None: fp32, no autocast). `auto` is the trainer's rule
+    (app/engine/precision.py) taking a CPU as one without native bf16: bf16 on a GPU, fp32 on a CPU (where this bench
+    only runs its tests); `fp32` computes as an AVX2 box does, though not to its digits: another sampler, another
+    device."""
+    from app.engine.precision import resolve_auto_dtype
+
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
-    if precision == "fp32" or (precision == "auto" and device_type != "cuda"):
-        return None
-    return torch.bfloat16
+    if precision == "auto":
+        precision, _ = resolve_auto_dtype(on_gpu=device_type == "cuda", native_bf16=False)
+    return torch.bfloat16 if precision == "bf16" else None
 
 
 class Runner:
