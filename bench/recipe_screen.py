@@ -116,6 +116,7 @@ class Recipe:
     step_lrs: tuple[float, ...]
     # data.sampler: {"class_path", "class_name", "options"}, or None for the bench's own shuffled order
     sampler: Optional[dict] = None
+    lora_fold_dtype: Optional[str] = None  # the dtype the folded weights are rounded to while sampling; None: not
 
 
 # where each Recipe field comes from in the trainer config (verl's keys)
@@ -154,6 +155,7 @@ RECIPE_KEYS = {
     "filter_groups": "algorithm.filter_groups.enable",
     "filter_metric": "algorithm.filter_groups.metric",
     "max_gen_batches": "algorithm.filter_groups.max_num_gen_batches",
+    "lora_fold_dtype": "actor_rollout_ref.rollout.lora_fold_dtype",
 }
 
 
@@ -263,17 +265,27 @@ class Prompt:
 
 
 @contextlib.contextmanager
-def merged(model):
+def merged(model, round_to: Optional[str] = None):
     """A LoRA model's adapter folded into its weights for the duration, as the quickstart's rollout serves it
-    (`rollout.lora_sync: merged`): decoding then runs no adapter kernels. A model without an adapter is left alone."""
+    (`rollout.lora_sync: merged`): decoding then runs no adapter kernels. `round_to` (`rollout.lora_fold_dtype`): the
+    folded weights are rounded to that torch dtype, as the replicas' fold rounds them, and the base weights restored
+    exactly afterwards. A model without an adapter is left alone."""
     if not hasattr(model, "merge_adapter"):
         yield
         return
+    wrapped = [m.base_layer for m in model.modules() if hasattr(m, "lora_A") and hasattr(m, "base_layer")]
+    saved = [layer.weight.detach().clone() for layer in wrapped] if round_to else []
     model.merge_adapter()
+    with torch.no_grad():
+        for layer in wrapped if round_to else []:
+            layer.weight.copy_(layer.weight.to(getattr(torch, round_to)))
     try:
         yield
     finally:
-        model.unmerge_adapter()
+        model.unmerge_adapter()  # peft's bookkeeping; the rounded weights then come back from the saved ones
+        with torch.no_grad():
+            for layer, weight in zip(wrapped, saved):
+                layer.weight.copy_(weight)
 
 
 class PromptDraws:
@@ -406,7 +418,7 @@ class Runner:
             pad_token_id=self.pad,
         )
         model.eval()
-        with self._autocast(), merged(model):
+        with self._autocast(), merged(model, recipe.lora_fold_dtype):
             return generate_batch(model, prompts, config, self.pad, self.eos)
 
     def score(self, answers: list[list[int]], prompts: list[Prompt]) -> list[dict[str, float]]:

@@ -272,6 +272,7 @@ def to_wire(
             sum(c.nbytes for c in chunks),
             adapter_config=_jsonable(dict(payload.adapter_config)),
             dtype=payload.dtype if merged else None,
+            round_to=payload.round_to if merged else None,
             source_node=node,
         )
     raise TypeError(

@@ -258,7 +258,7 @@ class RolloutServer:
                     chunks = await asyncio.gather(*payload.refs)
                     adapter = await asyncio.to_thread(write_peft_adapter, payload.adapter_config, chunks, folder)
                     del chunks
-                    await self._engine.load_merged_lora(adapter, payload.dtype)
+                    await self._engine.load_merged_lora(adapter, payload.dtype, payload.round_to)
                 await asyncio.to_thread(remove_quietly, folder)
                 if self._staged:
                     await asyncio.to_thread(remove_quietly, self._staged)

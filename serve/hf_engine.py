@@ -127,12 +127,14 @@ class HFRolloutEngine:
         async with self._lock:
             await asyncio.to_thread(lambda: self._copy_weights(iter_safetensors(paths)))
 
-    async def load_merged_lora(self, adapter_dir: str, dtype: str) -> None:
+    async def load_merged_lora(self, adapter_dir: str, dtype: str, round_to: Optional[str] = None) -> None:
         from serve.lora_fold import iter_folded_adapter
 
         async with self._lock:
             await asyncio.to_thread(
-                lambda: self._copy_weights(iter_folded_adapter(self.spec.model_path, adapter_dir, dtype))
+                lambda: self._copy_weights(
+                    iter_folded_adapter(self.spec.model_path, adapter_dir, dtype, round_to=round_to)
+                )
             )
 
     def _copy_weights(self, items: Iterator[tuple[str, Any]]) -> None:

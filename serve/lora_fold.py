@@ -7,7 +7,8 @@ in /dev/shm. The base weights are read from the model folder the rollout engine 
 LoRA wraps the same weights and never changes them.
 
 The fold is the trainer's (`app.engine.lora_merge`): `W + scaling * B @ A` in float32, cast to the sync dtype;
-tests/serve/test_lora_fold.py holds the two equal bit for bit.
+tests/serve/test_lora_fold.py holds the two equal bit for bit. With `rollout.lora_fold_dtype` the folded weight is
+first rounded to that dtype: a float32 replica then serves the weights a bf16 replica holds, in fp32 arithmetic.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection, Iterator, Mapping
+from typing import TYPE_CHECKING, Collection, Iterator, Mapping, Optional
 
 if TYPE_CHECKING:  # torch is imported where the tensors are made
     import torch
@@ -56,11 +57,17 @@ def adapter_pairs(adapter: Mapping[str, "torch.Tensor"]) -> dict[str, dict[str, 
 
 
 def fold(
-    weight: "torch.Tensor", lora_a: "torch.Tensor", lora_b: "torch.Tensor", scaling: float, dtype: "torch.dtype"
+    weight: "torch.Tensor",
+    lora_a: "torch.Tensor",
+    lora_b: "torch.Tensor",
+    scaling: float,
+    dtype: "torch.dtype",
+    round_to: Optional["torch.dtype"] = None,
 ) -> "torch.Tensor":
-    """`weight + scaling * lora_b @ lora_a`, computed in float32, in `dtype`. weight (out, in), A (r, in),
-    B (out, r)."""
-    return (weight.float() + scaling * (lora_b.float() @ lora_a.float())).to(dtype)
+    """`weight + scaling * lora_b @ lora_a`, computed in float32, rounded to `round_to` (None: not), in `dtype`.
+    weight (out, in), A (r, in), B (out, r)."""
+    folded = weight.float() + scaling * (lora_b.float() @ lora_a.float())
+    return (folded if round_to is None else folded.to(round_to)).to(dtype)
 
 
 def iter_folded(
@@ -69,10 +76,11 @@ def iter_folded(
     scaling: float,
     dtype: "torch.dtype",
     skip: Collection[str] = (),
+    round_to: Optional["torch.dtype"] = None,
 ) -> Iterator[tuple[str, "torch.Tensor"]]:
     """(name, tensor) for every tensor of `base_files` except `skip`, in `dtype`, the adapter folded into the weights
-    it wraps. Every pair is matched against the files' names before the first tensor is yielded, so a mismatched
-    adapter fails before the receiver has loaded anything."""
+    it wraps (rounded to `round_to` first, when given; `fold`). Every pair is matched against the files' names before
+    the first tensor is yielded, so a mismatched adapter fails before the receiver has loaded anything."""
     from safetensors import safe_open
 
     from serve.payload import iter_safetensors
@@ -94,14 +102,14 @@ def iter_folded(
         if name in skip:
             continue
         pair = pairs.get(name)
-        yield name, (tensor.to(dtype) if pair is None else fold(tensor, pair["A"], pair["B"], scaling, dtype))
+        yield name, (tensor.to(dtype) if pair is None else fold(tensor, pair["A"], pair["B"], scaling, dtype, round_to))
 
 
 def iter_folded_adapter(
-    model_path: str, adapter_dir: str, dtype: str, skip: Collection[str] = ()
+    model_path: str, adapter_dir: str, dtype: str, skip: Collection[str] = (), round_to: Optional[str] = None
 ) -> Iterator[tuple[str, "torch.Tensor"]]:
     """`iter_folded` from a model folder and a staged peft folder (adapter_config.json + adapter_model.safetensors),
-    in the torch dtype named `dtype`."""
+    in the torch dtype named `dtype`, the folded weights rounded to the one named `round_to` (None: not)."""
     import torch
     from safetensors.torch import load_file
 
@@ -110,4 +118,4 @@ def iter_folded_adapter(
         raise FileNotFoundError(f"{model_path} holds no *.safetensors base weights to fold the LoRA adapter into")
     scaling = lora_scaling(json.loads((Path(adapter_dir) / "adapter_config.json").read_text()))
     adapter = load_file(str(Path(adapter_dir) / "adapter_model.safetensors"))
-    return iter_folded(files, adapter, scaling, getattr(torch, dtype), skip)
+    return iter_folded(files, adapter, scaling, getattr(torch, dtype), skip, round_to and getattr(torch, round_to))

@@ -132,12 +132,14 @@ class MergedLora:
     """Merged-LoRA sync: the adapter as in `LoraAdapter`, which every replica folds into the base weights of its own
     model folder (`serve.lora_fold`), so vLLM runs plain kernels on `W + scaling * B @ A` while only the adapter
     travels. `tensors` should be the trainer's float32 ones (the fold is computed from them); `dtype` is the torch dtype
-    name every tensor is loaded in (the rollout's). The base must be the unchanged model the trainer's LoRA wraps.
+    name every tensor is loaded in (the rollout's); `round_to`, when given, the one each folded weight is rounded to
+    first (`rollout.lora_fold_dtype`). The base must be the unchanged model the trainer's LoRA wraps.
     """
 
     adapter_config: Mapping[str, Any]
     tensors: Mapping[str, Any]
     dtype: str
+    round_to: Optional[str] = None
 
 
 @dataclass
@@ -153,6 +155,7 @@ class WirePayload:
     nbytes: int = 0
     adapter_config: Optional[dict] = None  # lora and merged_lora only
     dtype: Optional[str] = None  # merged_lora only: the dtype the folded weights are loaded in
+    round_to: Optional[str] = None  # merged_lora only: the dtype they are rounded to first (None: not)
     source_node: Optional[str] = None  # Ray node id of the process that put the refs (the trainer's rank 0)
 
 

@@ -254,10 +254,11 @@ class VLLMRolloutEngine:
         await self._rpc("rayrl_reload_weights", list(paths))
         await self._drop_lora()
 
-    async def load_merged_lora(self, adapter_dir: str, dtype: str) -> None:
+    async def load_merged_lora(self, adapter_dir: str, dtype: str, round_to: Optional[str] = None) -> None:
         """Replace every weight in place with the model folder's base weights plus the peft adapter in `adapter_dir`
-        folded in (`serve.lora_fold`), in `dtype`; any LoRA adapter is dropped, as by a full sync."""
-        await self._rpc("rayrl_reload_merged_lora", self.spec.model_path, adapter_dir, dtype)
+        folded in (`serve.lora_fold`; the folded weights rounded to `round_to` first, when given), in `dtype`; any
+        LoRA adapter is dropped, as by a full sync."""
+        await self._rpc("rayrl_reload_merged_lora", self.spec.model_path, adapter_dir, dtype, round_to)
         await self._drop_lora()
 
     async def _drop_lora(self) -> None:

@@ -26,13 +26,17 @@ class WeightSyncWorkerExtension:
 
         return self._rayrl_reload(iter_safetensors(paths))
 
-    def rayrl_reload_merged_lora(self, model_path: str, adapter_dir: str, dtype: str) -> int:
+    def rayrl_reload_merged_lora(
+        self, model_path: str, adapter_dir: str, dtype: str, round_to: Optional[str] = None
+    ) -> int:
         from serve.lora_fold import iter_folded_adapter
 
         # the trainer leaves a tied LM head out of its merged weights; so does the fold
         tied = getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False)
         return self._rayrl_reload(
-            iter_folded_adapter(model_path, adapter_dir, dtype, skip={"lm_head.weight"} if tied else ())
+            iter_folded_adapter(
+                model_path, adapter_dir, dtype, skip={"lm_head.weight"} if tied else (), round_to=round_to
+            )
         )
 
     def _rayrl_reload(self, items: Iterator[tuple[str, Any]]) -> int:

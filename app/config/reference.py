@@ -42,6 +42,7 @@ OURS = frozenset(
         "actor_rollout_ref.ref.ref_model_mixup_alpha",
         "critic.deepspeed_config",
         "actor_rollout_ref.rollout.lora_sync",
+        "actor_rollout_ref.rollout.lora_fold_dtype",
         "actor_rollout_ref.rollout.replicas",
         "actor_rollout_ref.rollout.cpu_kv_cache_gib",
         "actor_rollout_ref.rollout.cpu_block_size",

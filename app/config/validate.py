@@ -440,6 +440,13 @@ def _check_ranges(cfg: TrainerRunConfig) -> None:
             f"algorithm.pf_ppo.weight_pow={pf.weight_pow} must be >= 0: a negative power makes a reward of 0 an "
             "infinite weight"
         )
+    if rollout.lora_fold_dtype is not None and not (model.lora_rank and rollout.lora_sync == "merged"):
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.lora_fold_dtype={rollout.lora_fold_dtype} rounds the weights a merged LoRA "
+            f"sync folds, and this run has none (actor_rollout_ref.model.lora_rank={model.lora_rank}, "
+            f"actor_rollout_ref.rollout.lora_sync={rollout.lora_sync}): set lora_rank > 0 and lora_sync=merged, or "
+            "leave lora_fold_dtype unset"
+        )
     for path, section in (("actor_rollout_ref.model", model), ("critic.model", cfg.critic.model)):
         if section.lora_rank < 0:
             raise ConfigError(f"{path}.lora_rank={section.lora_rank} must be >= 0 (0 = full fine-tuning)")

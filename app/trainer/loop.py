@@ -71,6 +71,7 @@ class RLTrainer:
             model_path=cfg.actor_rollout_ref.model.path,
             dtype=getattr(torch, rollout_cfg.dtype),  # what vLLM computes in: half the bytes
             sleeps=cfg.trainer.placement == "colocated" and rollout_cfg.free_cache_engine,
+            fold_round_to=rollout_cfg.lora_fold_dtype and getattr(torch, rollout_cfg.lora_fold_dtype),
         )
         self.agents = agent_rollout(cfg, rollout, tokenizer)  # multi-turn tool use (app/agents); None: single-turn
         self.state = RunState(

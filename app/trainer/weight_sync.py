@@ -8,7 +8,8 @@ What one sync sends, by the engine's model and `rollout.lora_sync`:
 - LoRA with `lora_sync=merged`: the adapter alone, in float32 (`MergedLora`); each replica folds it into the base
   weights of its own model folder (`serve.lora_fold`), so a few MB travel instead of every merged weight (540 MB for
   SmolLM2-135M in fp32). A model folder without safetensors files has nothing to fold into: the trainer then merges
-  and streams full weights itself, as vLLM would receive them either way.
+  and streams full weights itself, as vLLM would receive them either way. With `rollout.lora_fold_dtype` either fold
+  rounds the weights the adapter wraps to that dtype first.
 
 Every rank builds the payload (the gathers are collective); rank 0's tensors are sent, and the other ranks read their
 stream to the end so that their gathers run alongside rank 0's.
@@ -16,13 +17,13 @@ stream to the end so that their gathers run alongside rank 0's.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Union
+from typing import Any, Iterator, Optional, Protocol, Union
 
 import torch
 
 from app.engine import BaseEngine
 from app.trainer.collectives import RankGroup
-from serve.lora_fold import checkpoint_files
+from serve.lora_fold import adapter_pairs, checkpoint_files
 from serve.types import FullWeights, LoraAdapter, MergedLora
 
 
@@ -43,11 +44,16 @@ class RolloutService(Protocol):
 
 
 def rollout_payload(
-    engine: BaseEngine, *, lora_sync: str, model_path: str, dtype: torch.dtype
+    engine: BaseEngine,
+    *,
+    lora_sync: str,
+    model_path: str,
+    dtype: torch.dtype,
+    fold_round_to: Optional[torch.dtype] = None,
 ) -> Union[FullWeights, LoraAdapter, MergedLora]:
     """What one sync sends (see the module docstring), built from the engine's per-tensor stream or its LoRA adapter
     state: the one place where the engine's weights become `serve.types` payloads. Every rank calls it (and reads a
-    `FullWeights` stream to the end): the gathers are collective."""
+    `FullWeights` stream to the end): the gathers are collective. `fold_round_to`: `rollout.lora_fold_dtype`."""
     if not engine.has_adapter:
         return FullWeights(tensors=engine.get_per_tensor_param(dtype=dtype))
     if lora_sync == "adapter":
@@ -56,8 +62,30 @@ def rollout_payload(
     if checkpoint_files(model_path):
         # dtype None: the trainer's own float32 tensors, which each replica's fold starts from
         adapter_config, tensors = engine.lora_adapter_state(dtype=None)
-        return MergedLora(adapter_config=adapter_config, tensors=tensors, dtype=str(dtype).removeprefix("torch."))
-    return FullWeights(tensors=engine.get_per_tensor_param(dtype=dtype, merge_lora=True))
+        return MergedLora(
+            adapter_config=adapter_config,
+            tensors=tensors,
+            dtype=_dtype_name(dtype),
+            round_to=fold_round_to and _dtype_name(fold_round_to),
+        )
+    stream = engine.get_per_tensor_param(dtype=dtype, merge_lora=True)
+    if fold_round_to is None:
+        return FullWeights(tensors=stream)
+    wrapped = set(adapter_pairs(engine.lora_adapter_state(dtype=None)[1]))  # merged weight names, as a fold's
+    return FullWeights(tensors=_rounded(stream, wrapped, fold_round_to, dtype))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _rounded(
+    stream: Iterator[tuple[str, torch.Tensor]], names: set[str], round_to: torch.dtype, dtype: torch.dtype
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The trainer's merged stream with the weights in `names` rounded to `round_to` and back to `dtype`, as the
+    replicas' fold rounds them (`serve.lora_fold.fold`); the merge was computed in float32 either way."""
+    for name, tensor in stream:
+        yield name, tensor.to(round_to).to(dtype) if name in names else tensor
 
 
 class RolloutSync:
@@ -76,9 +104,11 @@ class RolloutSync:
         model_path: str,
         dtype: torch.dtype,
         sleeps: bool,
+        fold_round_to: Optional[torch.dtype] = None,
     ) -> None:
         self.service, self.ranks, self.engine = service, ranks, engine
         self.lora_sync, self.model_path, self.dtype = lora_sync, model_path, dtype
+        self.fold_round_to = fold_round_to
         self.sleeps = sleeps
         self.asleep = False
 
@@ -92,7 +122,13 @@ class RolloutSync:
     def push(self, version: int) -> None:
         """Send the engine's weights (or LoRA adapter) as `version`; every rank returns once the service has it."""
         self.wake_up()
-        payload = rollout_payload(self.engine, lora_sync=self.lora_sync, model_path=self.model_path, dtype=self.dtype)
+        payload = rollout_payload(
+            self.engine,
+            lora_sync=self.lora_sync,
+            model_path=self.model_path,
+            dtype=self.dtype,
+            fold_round_to=self.fold_round_to,
+        )
         if self.ranks.rank == 0:
             self.service.update_weights(version, payload)
         elif isinstance(payload, FullWeights):

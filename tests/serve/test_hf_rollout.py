@@ -67,6 +67,7 @@ def test_hf_fallback_follows_weight_and_adapter_updates(hf_rollout, hf_model, re
 
     from app.engine.lora_merge import merge_lora_state_dict
     from serve import FullWeights, LoraAdapter, MergedLora, PolicyVersionMismatch
+    from serve.payload import weights_sum
 
     torch.manual_seed(4)
     new_state = {k: v + 0.05 * torch.randn_like(v) for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
@@ -111,6 +112,14 @@ def test_hf_fallback_follows_weight_and_adapter_updates(hf_rollout, hf_model, re
     for s in hf_rollout.generate(PROMPTS, expect_version=3, validation=True):
         assert s.response_token_ids == reference.greedy(folded, PROMPTS[s.prompt_index], len(s.response_token_ids))
 
+    # the same adapter with `round_to` (rollout.lora_fold_dtype): the wrapped weights on the bf16 grid, the rest exact
+    wrapped = ("q_proj.weight", "v_proj.weight")
+    rounded = {k: v.bfloat16().float() if k.endswith(wrapped) else v for k, v in merged.items()}
+    assert weights_sum(rounded.values()) != pytest.approx(weights_sum(merged.values()), abs=1e-9, rel=0)
+    payload.round_to = "bfloat16"
+    assert set(hf_rollout.update_weights(4, payload).values()) == {4}
+    assert_replicas_loaded(hf_rollout, rounded.values())
+
 
 def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, rollout_config):
     body = json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}).encode()
@@ -125,7 +134,7 @@ def test_hf_fallback_answers_chat_completions_to_the_api_key_alone(hf_rollout, r
 
     answer = post({"Authorization": f"Bearer {API_KEY}"})
     assert answer["choices"][0]["message"]["role"] == "assistant"
-    assert answer["system_fingerprint"] == "policy-v3"
+    assert answer["system_fingerprint"] == "policy-v4"  # the version the test above ends at
     for headers in ({}, {"Authorization": "Bearer sk-wrong"}, {"Authorization": API_KEY}):  # missing, wrong, bare
         with pytest.raises(urllib.error.HTTPError) as err:
             post(headers)

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from app.engine.lora_merge import merge_lora_state_dict
-from serve.lora_fold import adapter_pairs, checkpoint_files, iter_folded, iter_folded_adapter, lora_scaling
+from serve.lora_fold import adapter_pairs, checkpoint_files, fold, iter_folded, iter_folded_adapter, lora_scaling
 
 PEFT = "base_model.model."
 LINEARS = ("model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj")  # (out, in) = (8, 6), (6, 10)
@@ -63,6 +63,35 @@ def test_fold_equals_the_trainers_merge_bit_for_bit(tmp_path, dtype):
     assert torch.equal(folded["model.norm.weight"], base["model.norm.weight"].to(dtype))
 
 
+def test_round_to_puts_the_folded_weight_on_that_grid_before_the_cast():
+    """bf16 keeps 8 significant bits: next to 1.0 its values lie 2**-7 apart, so an update of 2**-9 (under half a
+    step) is dropped and one of 3 * 2**-7 kept, where float32 keeps both. 1.5 * 2**-8 is a tie, which rounds to
+    the even neighbour (1 + 2**-7)."""
+    weight = torch.ones(1, 3)
+    lora_a = torch.eye(3)  # r = 3: B @ A = B
+    lora_b = torch.tensor([[2.0**-9, 3 * 2.0**-7, 1.5 * 2.0**-7]])
+
+    exact = fold(weight, lora_a, lora_b, 1.0, torch.float32)
+    rounded = fold(weight, lora_a, lora_b, 1.0, torch.float32, round_to=torch.bfloat16)
+
+    assert exact.tolist() == [[1 + 2.0**-9, 1 + 3 * 2.0**-7, 1 + 1.5 * 2.0**-7]]
+    assert rounded.dtype == torch.float32 and rounded.tolist() == [[1.0, 1 + 3 * 2.0**-7, 1 + 2 * 2.0**-7]]
+
+
+def test_round_to_rounds_only_the_weights_the_adapter_wraps(tmp_path):
+    base, adapter = _base_and_adapter()
+    save_file(base, str(tmp_path / "model.safetensors"))
+    exact = _trainer_merge(base, adapter, scaling=2.0, dtype=torch.float32)
+
+    folded = dict(iter_folded(checkpoint_files(str(tmp_path)), adapter, 2.0, torch.float32, round_to=torch.bfloat16))
+
+    for name, tensor in folded.items():
+        wrapped = name.removesuffix(".weight") in LINEARS
+        expected = exact[name].bfloat16().float() if wrapped else base[name]
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, expected), name
+        assert torch.equal(tensor, exact[name]) != wrapped, name  # randn weights: rounding moves the wrapped ones
+
+
 def test_adapter_folder_is_read_with_peft_scaling(tmp_path):
     base, adapter = _base_and_adapter(rank=4)
     save_file(base, str(tmp_path / "model.safetensors"))
@@ -80,6 +109,8 @@ def test_adapter_folder_is_read_with_peft_scaling(tmp_path):
     )
     assert torch.equal(folded[q], base[q] + 2.0 * (b @ a))
     assert "lm_head.weight" in folded  # nothing skipped unless asked
+    rounded = dict(iter_folded_adapter(str(tmp_path), str(staged), "float32", round_to="bfloat16"))
+    assert torch.equal(rounded[q], (base[q] + 2.0 * (b @ a)).bfloat16().float())
 
 
 def test_scaling_is_peft_s():

@@ -172,6 +172,43 @@ def test_merged_lora_update_folds_the_adapter_into_the_base_from_disk(rollout, p
     policy.model, policy.version = model, 3
 
 
+def test_merged_lora_fold_rounds_the_folded_weights_to_round_to(rollout, policy, reference, vllm_tiny_model_dir):
+    """`MergedLora(round_to="bfloat16")` into a float32 replica (`rollout.lora_fold_dtype`): the weights the adapter
+    wraps are served on the bf16 grid, the others as the model folder holds them."""
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    from app.engine.lora_merge import merge_lora_state_dict
+    from serve import MergedLora
+
+    base = AutoModelForCausalLM.from_pretrained(vllm_tiny_model_dir, dtype=torch.float32)
+    peft_model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "down_proj"]))
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.01)  # small updates, as a run's: the bf16 grid drops some of them
+    exact = merge_lora_state_dict(peft_model.state_dict(), scaling=16 / 8)
+    exact.pop("lm_head.weight")  # tied: the trainer does not send it
+    wrapped = {k for k in exact if k.endswith(("q_proj.weight", "down_proj.weight"))}
+    rounded = {k: v.bfloat16().float() if k in wrapped else v for k, v in exact.items()}
+    assert any(not torch.equal(rounded[k], exact[k]) for k in wrapped)
+
+    adapter = get_peft_model_state_dict(peft_model)
+    payload = MergedLora(peft_model.peft_config["default"].to_dict(), adapter, dtype="float32", round_to="bfloat16")
+    assert set(rollout.update_weights(4, payload).values()) == {4}
+
+    assert_replicas_loaded(rollout, rounded.values())
+    model = AutoModelForCausalLM.from_pretrained(vllm_tiny_model_dir, dtype=torch.float32)
+    model.load_state_dict(rounded, strict=False)
+    model.eval()
+    greedy = rollout.generate(PROMPTS, expect_version=4, validation=True)
+    for s in greedy:
+        assert s.response_token_ids == reference.greedy(model, PROMPTS[s.prompt_index], len(s.response_token_ids))
+    _assert_logprobs_match(reference, greedy, model, PROMPTS, temperature=1.0)
+    policy.model, policy.version = model, 4
+
+
 def test_stale_or_future_version_is_refused(rollout, policy):
     from serve import PolicyVersionMismatch
 

@@ -422,6 +422,18 @@ def test_self_imitation_settings_are_checked_before_anything_starts():
     assert load_config(with_(**{"actor_rollout_ref.actor.self_imitation.buffer_size": 0}))
 
 
+def test_lora_fold_dtype_needs_a_merged_lora_sync():
+    merged = {"actor_rollout_ref.model.lora_rank": 8, "actor_rollout_ref.rollout.lora_sync": "merged"}
+    fold = {"actor_rollout_ref.rollout.lora_fold_dtype": "bfloat16"}
+    assert load_config(with_(**merged, **fold)).actor_rollout_ref.rollout.lora_fold_dtype == "bfloat16"
+    with pytest.raises(ConfigError, match=r"lora_fold_dtype=bfloat16 .*rollout\.lora_sync=adapter\)"):
+        load_config(with_(**fold, **{"actor_rollout_ref.model.lora_rank": 8}))
+    with pytest.raises(ConfigError, match=r"lora_fold_dtype=bfloat16 .* \(actor_rollout_ref\.model\.lora_rank=0,"):
+        load_config(with_(**fold, **{"actor_rollout_ref.rollout.lora_sync": "merged"}))
+    with pytest.raises(ConfigError, match=r"lora_fold_dtype: 'bf16' is not a valid 'bfloat16' \| 'float16'"):
+        load_config(with_(**merged, **{"actor_rollout_ref.rollout.lora_fold_dtype": "bf16"}))
+
+
 @pytest.mark.parametrize("size", [0, 48])
 def test_cpu_block_size_must_be_a_positive_multiple_of_32(size):
     assert load_config(BASE).actor_rollout_ref.rollout.cpu_block_size == 32

@@ -63,6 +63,7 @@ def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(
             *in_process_run_overrides(tiny_model_dir, small_arith_data),
             "actor_rollout_ref.rollout.free_cache_engine=false",
             "actor_rollout_ref.rollout.lora_sync=merged",
+            "actor_rollout_ref.rollout.lora_fold_dtype=bfloat16",
             "trainer.total_training_steps=1",
             "trainer.val_before_train=false",
             "trainer.save_freq=-1",
@@ -76,7 +77,8 @@ def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(
     build_trainer(cfg, rollout, device="cpu").fit()
     assert rollout.calls == ["generate", "update_weights"]
     # merged LoRA: only the adapter travels, in the trainer's float32, for the replicas to fold into the model folder's
-    # base weights in the rollout dtype; every pair wraps a weight that folder holds
+    # base weights in the rollout dtype (rounded to rollout.lora_fold_dtype first); every pair wraps a weight that
+    # folder holds
     from safetensors import safe_open
 
     from serve.lora_fold import adapter_pairs
@@ -84,6 +86,7 @@ def test_colocated_with_free_cache_engine_off_keeps_the_engine_awake(
 
     [(payload, tensors, _)] = rollout.payloads
     assert isinstance(payload, MergedLora) and payload.dtype == cfg.actor_rollout_ref.rollout.dtype
+    assert payload.round_to == "bfloat16"
     assert tensors and all(t.dtype == torch.float32 for t in tensors.values())
     assert payload.adapter_config["r"] == cfg.actor_rollout_ref.model.lora_rank
     with safe_open(str(tiny_model_dir / "model.safetensors"), "pt") as f:

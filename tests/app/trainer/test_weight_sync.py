@@ -58,6 +58,34 @@ def test_merged_sync_sends_the_float32_adapter_for_the_replicas_to_fold(tmp_path
     assert engine.calls == [("adapter", None)]  # None: the engine's own float32, not the rollout dtype
 
 
+def test_merged_sync_names_the_dtype_the_replicas_round_the_fold_to(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    engine = StubEngine(has_adapter=True)
+    payload = rollout_payload(
+        engine, lora_sync="merged", model_path=str(tmp_path), dtype=torch.float32, fold_round_to=torch.bfloat16
+    )
+    assert isinstance(payload, MergedLora) and (payload.dtype, payload.round_to) == ("float32", "bfloat16")
+    assert rollout_payload(engine, lora_sync="merged", model_path=str(tmp_path), dtype=torch.float32).round_to is None
+
+
+def test_merged_sync_on_the_trainer_rounds_the_weights_the_adapter_wraps(tmp_path):
+    """Without safetensors to fold into, the trainer's merged stream is rounded as a replica's fold would be: the
+    weight the adapter wraps (`x.weight`, from its `x.lora_A` and `x.lora_B`) goes through bf16, the others pass untouched."""
+    engine = StubEngine(has_adapter=True)
+    fine = torch.tensor([1 + 2.0**-9, 1 + 3 * 2.0**-7])  # bf16 next to 1.0: steps of 2**-7, so 2**-9 is dropped
+    engine.stream = [("x.weight", fine), ("model.norm.weight", fine.clone())]
+    engine.adapter_tensors["base_model.model.x.lora_B.weight"] = torch.tensor([[1.0]])
+
+    payload = rollout_payload(
+        engine, lora_sync="merged", model_path=str(tmp_path), dtype=torch.float32, fold_round_to=torch.bfloat16
+    )
+
+    sent = dict(payload.tensors)
+    assert sent["x.weight"].dtype == torch.float32 and sent["x.weight"].tolist() == [1.0, 1 + 3 * 2.0**-7]
+    assert sent["model.norm.weight"] is engine.stream[1][1]
+    assert engine.calls == [("stream", torch.float32, True), ("adapter", None)]
+
+
 def test_merged_sync_without_safetensors_to_fold_into_merges_on_the_trainer(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"")
     engine = StubEngine(has_adapter=True)
