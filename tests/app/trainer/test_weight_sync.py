@@ -70,7 +70,8 @@ def test_merged_sync_names_the_dtype_the_replicas_round_the_fold_to(tmp_path):
 
 def test_merged_sync_on_the_trainer_rounds_the_weights_the_adapter_wraps(tmp_path):
     """Without safetensors to fold into, the trainer's merged stream is rounded as a replica's fold would be: the
-    weight the adapter wraps (`x.weight`, from its `x.lora_A` and `x.lora_B`) goes through bf16, the others pass untouched."""
+    weight the adapter wraps (`x.weight`, from its `x.lora_A` and `x.lora_B`) goes through bf16, the others pass
+    untouched."""
     engine = StubEngine(has_adapter=True)
     fine = torch.tensor([1 + 2.0**-9, 1 + 3 * 2.0**-7])  # bf16 next to 1.0: steps of 2**-7, so 2**-9 is dropped
     engine.stream = [("x.weight", fine), ("model.norm.weight", fine.clone())]
